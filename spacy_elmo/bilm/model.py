@@ -1,0 +1,268 @@
+"""The ELMo biLM: char-CNN token encoder + bidirectional LSTM stack (Peters et al., 2018).
+
+Pure PyTorch. Reads and writes the standard ``options.json`` + ``weights.hdf5`` files through
+:mod:`spacy_elmo.bilm.files`.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Hashable, Iterator, List, Literal, Optional, Sequence, Tuple, Union
+
+import numpy
+import torch
+from torch import Tensor, nn
+
+from .char_cnn import CharCNN
+from .chars import boundary_char_ids, token_char_ids
+from .lstm import BiLSTMStack, LSTMState
+from .options import ElmoOptions
+from .token_cache import TokenCache
+
+StateMode = Literal["zero", "warm", "carry"]
+STATE_MODES: Tuple[str, ...] = ("zero", "warm", "carry")
+
+# Keys of the two boundary tokens in the token table; no string can be equal to them.
+SENTENCE_START: Hashable = ("<boundary>", "start")
+SENTENCE_END: Hashable = ("<boundary>", "end")
+
+CHAR_CNN_CHUNK = 1024  # tokens per char-CNN call: bounds the convolution activations
+
+
+@dataclass
+class BiLMOutput:
+    """What one forward pass gives.
+
+    ``layers``: (n_layers + 1, batch, time, 2 * projection_dim), boundary positions included:
+    position 0 is the sentence start, position ``lengths[b] - 1`` the sentence end. Layer 0 is
+    the token encoding duplicated, layers 1.. are [forward; backward] LSTM outputs. Positions
+    past a row's length are zero. ``lengths``: (batch,) int64, number of tokens + 2.
+    ``state``: the LSTM states after each row's last token.
+    """
+
+    layers: Tensor
+    lengths: Tensor
+    state: LSTMState
+
+
+class BiLM(nn.Module):
+    """A bidirectional language model whose layers are ELMo's representations.
+
+    ``state`` chooses where every batch's LSTM states start:
+
+    - ``"zero"`` (default): from zeros, so a sentence's vectors do not depend on its batch,
+      its row or what ran before.
+    - ``"warm"``: from a fixed state stored with the model (see :meth:`warm_up`); just as
+      deterministic, without the cold start the model never saw in training.
+    - ``"carry"``: row r starts from where row r of the previous batch ended, exactly as
+      bilm-tf and AllenNLP do. Outputs depend on call history; use it for parity checks.
+    """
+
+    def __init__(
+        self,
+        options: ElmoOptions,
+        state: StateMode = "zero",
+        cache_size: int = 20_000,
+        max_batch_tokens: int = 4096,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if state not in STATE_MODES:
+            raise ValueError(f"state must be one of {STATE_MODES}, got {state!r}")
+        if max_batch_tokens < 1:
+            raise ValueError(f"max_batch_tokens must be at least 1, got {max_batch_tokens}")
+        self.options = options
+        self.state_mode: StateMode = state
+        self.max_batch_tokens = max_batch_tokens
+        self.char_cnn = CharCNN(options)
+        self.lstm = BiLSTMStack(options)
+        self.lstm.dropout.p = dropout
+        self.token_cache = TokenCache(cache_size)
+        self.register_buffer("warm_hidden", None)
+        self.register_buffer("warm_memory", None)
+        self._carried: Optional[LSTMState] = None
+        self._boundary_char_ids = boundary_char_ids(options.max_characters_per_token)
+
+    @property
+    def device(self) -> torch.device:
+        return self.char_cnn.projection.weight.device
+
+    @property
+    def output_dim(self) -> int:
+        return self.options.output_dim
+
+    @property
+    def n_output_layers(self) -> int:
+        return self.options.n_layers + 1
+
+    @classmethod
+    def from_files(
+        cls,
+        options_file: Union[str, Path],
+        weight_file: Union[str, Path],
+        state: StateMode = "zero",
+        **kwargs,
+    ) -> "BiLM":
+        """Load a standard ELMo dump (bilm-tf / AllenNLP layout) of any size."""
+        from .files import read_model
+
+        return read_model(cls, options_file, weight_file, state=state, **kwargs)
+
+    def to_files(self, options_file: Union[str, Path], weight_file: Union[str, Path]) -> None:
+        """Write ``options.json`` and ``weights.hdf5`` in the standard layout."""
+        from .files import write_model
+
+        write_model(self, options_file, weight_file)
+
+    # ----------------------------------------------------------------- forward pass
+    def forward(self, sentences: Sequence[Sequence[str]], state: Optional[LSTMState] = None) -> BiLMOutput:
+        """Run the biLM over a batch of tokenized sentences; boundaries are added here.
+
+        ``state`` overrides the model's state mode for this call: shapes
+        (n_layers, 2, batch, projection_dim) and (n_layers, 2, batch, lstm_dim).
+        """
+        if len(sentences) == 0:
+            raise ValueError("BiLM.forward needs at least one sentence (an empty one is fine)")
+        lengths = torch.tensor([len(s) + 2 for s in sentences], dtype=torch.int64)
+        table, index = self._token_table(sentences, int(lengths.max()))
+        lengths = lengths.to(self.device)
+        tokens = table[index.to(self.device)]  # (time, batch, projection_dim)
+        carry = state is None and self.state_mode == "carry"
+        if state is None:
+            state = self._initial_state(len(sentences), tokens)
+        lstm_layers, final_state = self.lstm(tokens, lengths, state)
+        if carry:
+            self._remember(final_state)
+        layers = torch.stack([torch.cat([tokens, tokens], dim=-1), *lstm_layers])
+        mask = torch.arange(tokens.shape[0], device=self.device).unsqueeze(1) < lengths  # (time, batch)
+        layers = layers * mask.unsqueeze(-1).to(layers.dtype)
+        return BiLMOutput(layers.transpose(1, 2), lengths, final_state)
+
+    def embed_sentences(self, sentences: Sequence[Sequence[str]]) -> List[numpy.ndarray]:
+        """ELMo layers for each sentence, without boundary positions.
+
+        Returns one float32 array per sentence, shape (n_layers + 1, n_tokens, 2 * projection_dim).
+        In ``"carry"`` mode the sentences form one batch, row by row, as in AllenNLP's
+        ``embed_batch``; otherwise they are batched by length within ``max_batch_tokens``.
+        """
+        results: List[Optional[numpy.ndarray]] = [None] * len(sentences)
+        with torch.no_grad():
+            for batch in self._batches(sentences):
+                output = self.forward([sentences[i] for i in batch])
+                layers = output.layers.float().cpu().numpy()
+                for row, i in enumerate(batch):
+                    results[i] = numpy.ascontiguousarray(layers[:, row, 1 : len(sentences[i]) + 1])
+        return results  # type: ignore[return-value]
+
+    def embed_tokens(self, tokens: Sequence[Hashable]) -> Tensor:
+        """Layer 0 for distinct tokens (strings, or the boundary keys). Shape: (n, projection_dim).
+
+        When no gradient is recorded, vectors come from :attr:`token_cache` where present.
+        """
+        if torch.is_grad_enabled():
+            return self._encode(tokens, range(len(tokens)))
+        return self.token_cache.lookup(tokens, self._weights_fingerprint(), lambda todo: self._encode(tokens, todo))
+
+    # ------------------------------------------------------------------ states
+    def warm_up(self, sentences: Sequence[Sequence[str]]) -> None:
+        """Store the state reached after reading ``sentences`` in order as the warm start.
+
+        The text runs as one stream, a sentence at a time, with states carried between
+        sentences as in training. The forward stack keeps its state after the last sentence's
+        end; the backward stack its state after the last sentence's start. Saved by
+        :meth:`to_files`, used in ``"warm"`` mode.
+        """
+        if not sentences:
+            raise ValueError("warm_up needs at least one sentence")
+        with torch.no_grad():
+            state = self.lstm.zero_state(1, self.char_cnn.projection.weight)
+            for sentence in sentences:
+                state = self.forward([sentence], state=state).state
+        self.warm_hidden = state.hidden[:, :, 0].clone()
+        self.warm_memory = state.memory[:, :, 0].clone()
+
+    def reset_states(self) -> None:
+        """Forget the states carried between batches in ``"carry"`` mode."""
+        self._carried = None
+
+    def _initial_state(self, batch: int, like: Tensor) -> LSTMState:
+        if self.state_mode == "warm":
+            if self.warm_hidden is None or self.warm_memory is None:
+                raise ValueError(
+                    "state='warm' needs a warm start: call bilm.warm_up(sentences) or load "
+                    "files written after it"
+                )
+            return LSTMState(
+                self.warm_hidden.unsqueeze(2).expand(-1, -1, batch, -1),
+                self.warm_memory.unsqueeze(2).expand(-1, -1, batch, -1),
+            )
+        zeros = self.lstm.zero_state(batch, like)
+        if self.state_mode == "zero" or self._carried is None:
+            return zeros
+        rows = min(batch, self._carried.hidden.shape[2])
+        zeros.hidden[:, :, :rows] = self._carried.hidden[:, :, :rows]
+        zeros.memory[:, :, :rows] = self._carried.memory[:, :, :rows]
+        return zeros
+
+    def _remember(self, final: LSTMState) -> None:
+        """Carry mode: rows of this batch replace the stored rows; rows beyond it are kept."""
+        final = LSTMState(final.hidden.detach(), final.memory.detach())
+        if self._carried is None or self._carried.hidden.shape[2] <= final.hidden.shape[2]:
+            self._carried = final
+            return
+        rows = final.hidden.shape[2]
+        hidden, memory = self._carried.hidden.clone(), self._carried.memory.clone()
+        hidden[:, :, :rows] = final.hidden
+        memory[:, :, :rows] = final.memory
+        self._carried = LSTMState(hidden, memory)
+
+    # ------------------------------------------------------------------ helpers
+    def _token_table(self, sentences: Sequence[Sequence[str]], n_steps: int) -> Tuple[Tensor, Tensor]:
+        """Distinct tokens' vectors and where each position takes its vector from.
+
+        Returns the table (n_distinct, projection_dim) and an index (time, batch) into it;
+        padding positions point at the sentence-start row.
+        """
+        rows: Dict[Hashable, int] = {SENTENCE_START: 0, SENTENCE_END: 1}
+        index = numpy.zeros((n_steps, len(sentences)), dtype=numpy.int64)
+        for column, sentence in enumerate(sentences):
+            index[1 : len(sentence) + 1, column] = [rows.setdefault(tok, len(rows)) for tok in sentence]
+            index[len(sentence) + 1, column] = 1
+        return self.embed_tokens(list(rows)), torch.from_numpy(index)
+
+    def _encode(self, tokens: Sequence[Hashable], positions: Sequence[int]) -> Tensor:
+        """Run the char CNN over ``tokens[p] for p in positions``, in bounded chunks."""
+        max_chars = self.options.max_characters_per_token
+        char_ids = numpy.stack(
+            [self._char_ids(tokens[p], max_chars) for p in positions]
+        ) if len(positions) else numpy.zeros((0, max_chars), dtype=numpy.int64)
+        char_ids_t = torch.from_numpy(char_ids).to(self.device)
+        chunks = [self.char_cnn(chunk) for chunk in char_ids_t.split(CHAR_CNN_CHUNK)]
+        if not chunks:
+            return self.char_cnn.projection.weight.new_zeros((0, self.options.projection_dim))
+        return torch.cat(chunks)
+
+    def _char_ids(self, token: Hashable, max_chars: int) -> numpy.ndarray:
+        if token == SENTENCE_START:
+            return self._boundary_char_ids[0]
+        if token == SENTENCE_END:
+            return self._boundary_char_ids[1]
+        return token_char_ids(str(token), max_chars)
+
+    def _weights_fingerprint(self) -> Tuple:
+        return tuple((p.data_ptr(), p._version, p.dtype) for p in self.char_cnn.parameters())
+
+    def _batches(self, sentences: Sequence[Sequence[str]]) -> Iterator[List[int]]:
+        """Indices of sentences per batch: all as given in carry mode, else length-sorted."""
+        if self.state_mode == "carry":
+            yield list(range(len(sentences)))
+            return
+        order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+        batch: List[int] = []
+        for i in order:
+            width = len(sentences[i]) + 2
+            if batch and width * (len(batch) + 1) > self.max_batch_tokens:
+                yield batch
+                batch = []
+            batch.append(i)
+        if batch:
+            yield batch

@@ -1,0 +1,176 @@
+"""Shapes, batch independence, edge cases and the token cache of the biLM."""
+
+import threading
+
+import numpy
+import pytest
+import torch
+
+from spacy_elmo import BiLM
+
+from ..helpers import random_bilm, tiny_options
+
+SENTENCES = [
+    "The bank raised its interest rates .".split(),
+    "We sat on the bank of the river .".split(),
+    ["Hi"],
+    "a b c d e f g h i j k l m n o p".split(),
+]
+TOL = dict(atol=1e-5, rtol=1e-5)
+
+
+def test_output_shapes_and_layer_zero(bilm):
+    outputs = bilm.embed_sentences(SENTENCES)
+    for tokens, layers in zip(SENTENCES, outputs):
+        assert layers.dtype == numpy.float32
+        assert layers.shape == (3, len(tokens), 16)
+        numpy.testing.assert_array_equal(layers[0, :, :8], layers[0, :, 8:])
+
+
+def test_layer_zero_is_context_free_and_upper_layers_are_not(bilm):
+    first, second = bilm.embed_sentences(SENTENCES[:2])
+    bank_1, bank_2 = first[:, 1], second[:, 4]
+    numpy.testing.assert_allclose(bank_1[0], bank_2[0], **TOL)
+    assert not numpy.allclose(bank_1[1], bank_2[1], atol=1e-3)
+    assert not numpy.allclose(bank_1[2], bank_2[2], atol=1e-3)
+
+
+def test_vectors_do_not_depend_on_batch_row_padding_or_history(bilm):
+    alone = [bilm.embed_sentences([s])[0] for s in SENTENCES]
+    shuffled = [SENTENCES[i] for i in (3, 1, 0, 2)] * 2
+    together = bilm.embed_sentences(shuffled)
+    for i, j in enumerate((3, 1, 0, 2, 3, 1, 0, 2)):
+        numpy.testing.assert_allclose(together[i], alone[j], **TOL)
+
+
+def test_small_token_budget_gives_the_same_vectors():
+    big = random_bilm(max_batch_tokens=4096)
+    small = random_bilm(max_batch_tokens=5)
+    for a, b in zip(big.embed_sentences(SENTENCES), small.embed_sentences(SENTENCES)):
+        numpy.testing.assert_allclose(a, b, **TOL)
+
+
+def test_skip_connections_and_clipping_bound_the_layers():
+    model = random_bilm()
+    layers = model.embed_sentences(SENTENCES)
+    top = max(numpy.abs(x[2]).max() for x in layers)
+    assert max(numpy.abs(x[1]).max() for x in layers) <= 3.0 + 1e-6
+    assert top <= 6.0 + 1e-6
+    no_skip = random_bilm(options=tiny_options(use_skip_connections=False))
+    assert max(numpy.abs(x[2]).max() for x in no_skip.embed_sentences(SENTENCES)) <= 3.0 + 1e-6
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        [[], ["one"], []],
+        [[], []],
+        [["x"]],
+        [["a" * 60, "é" * 30, "z" * 48]],
+        [["naïve", "日本語", "👩‍👩‍👧", "\u200b", "\ud800", "e\u0301"]],
+        [["<S>", "</S>", "word"]],
+    ],
+)
+def test_edge_cases_give_finite_vectors_of_the_right_shape(bilm, batch):
+    outputs = bilm.embed_sentences(batch)
+    assert len(outputs) == len(batch)
+    for tokens, layers in zip(batch, outputs):
+        assert layers.shape == (3, len(tokens), 16)
+        assert numpy.isfinite(layers).all()
+
+
+def test_empty_sentence_does_not_change_its_neighbours(bilm):
+    with_empty = bilm.embed_sentences([[], SENTENCES[0], []])
+    alone = bilm.embed_sentences([SENTENCES[0]])
+    numpy.testing.assert_allclose(with_empty[1], alone[0], **TOL)
+
+
+def test_long_tokens_share_their_first_48_bytes(bilm):
+    a, b = bilm.embed_sentences([["x" * 48 + "abc"], ["x" * 48 + "zzz"]])
+    numpy.testing.assert_allclose(a, b, **TOL)
+
+
+def test_literal_boundary_strings_are_ordinary_text(bilm):
+    """Unlike AllenNLP, "<S>" in the input is the text "<S>", not the sentence-start token."""
+    (literal,) = bilm.embed_sentences([["<S>"]])
+    with torch.no_grad():
+        start = bilm.embed_tokens([("<boundary>", "start")]).numpy()
+    assert not numpy.allclose(literal[0, 0, :8], start[0], atol=1e-4)
+
+
+def test_no_sentences_gives_no_arrays(bilm):
+    assert bilm.embed_sentences([]) == []
+
+
+def test_forward_gives_gradients_to_every_parameter():
+    model = random_bilm()
+    model.train()
+    output = model(SENTENCES)
+    assert output.layers.shape == (3, len(SENTENCES), 18, 16)
+    output.layers.sum().backward()
+    for name, param in model.named_parameters():
+        assert param.grad is not None and param.grad.abs().sum() > 0, name
+
+
+def test_padding_positions_are_zero(bilm):
+    with torch.no_grad():
+        output = bilm([["a"], ["a", "b", "c"]])
+    assert output.lengths.tolist() == [3, 5]
+    assert torch.all(output.layers[:, 0, 3:] == 0)
+
+
+@pytest.mark.parametrize("cache_size,max_batch_tokens,entries", [(64, 4096, 32), (12, 20, 12), (3, 4096, 0)])
+def test_cache_gives_the_same_vectors_and_follows_weight_changes(cache_size, max_batch_tokens, entries):
+    """Large enough for all 32 distinct tokens, evicting between batches, smaller than a batch."""
+    cached = random_bilm(cache_size=cache_size, max_batch_tokens=max_batch_tokens)
+    uncached = random_bilm(cache_size=0)
+    for _ in range(2):
+        for a, b in zip(cached.embed_sentences(SENTENCES), uncached.embed_sentences(SENTENCES)):
+            numpy.testing.assert_allclose(a, b, **TOL)
+    assert len(cached.token_cache) == entries
+    with torch.no_grad():
+        for model in (cached, uncached):
+            model.char_cnn.projection.bias.add_(1.0)
+    for a, b in zip(cached.embed_sentences(SENTENCES), uncached.embed_sentences(SENTENCES)):
+        numpy.testing.assert_allclose(a, b, **TOL)
+
+
+def test_cache_from_several_threads_matches_serial_use():
+    model = random_bilm(cache_size=8)
+    expected = random_bilm(cache_size=0).embed_sentences(SENTENCES)
+    failures = []
+
+    def work() -> None:
+        for _ in range(5):
+            for a, b in zip(model.embed_sentences(SENTENCES), expected):
+                if not numpy.allclose(a, b, atol=1e-5):
+                    failures.append(numpy.abs(a - b).max())
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+
+
+def test_warm_state_is_deterministic_and_differs_from_zero():
+    model = random_bilm(state="warm")
+    with pytest.raises(ValueError, match="warm_up"):
+        model.embed_sentences(SENTENCES)
+    model.warm_up(SENTENCES[:2])
+    alone = model.embed_sentences([SENTENCES[3]])[0]
+    mixed = model.embed_sentences([SENTENCES[0], SENTENCES[3], []])[1]
+    numpy.testing.assert_allclose(alone, mixed, **TOL)
+    zero = random_bilm().embed_sentences([SENTENCES[3]])[0]
+    numpy.testing.assert_array_equal(alone[0], zero[0])
+    assert not numpy.allclose(alone[1], zero[1], atol=1e-3)
+
+
+def test_bad_arguments_are_reported():
+    with pytest.raises(ValueError, match="state must be one of"):
+        BiLM(tiny_options(), state="cold")
+    with pytest.raises(ValueError, match="at least one sentence"):
+        random_bilm()([])
+    with pytest.raises(ValueError, match="activation"):
+        tiny_options(activation="gelu")
