@@ -3,9 +3,9 @@
 Both directions of a layer are one module whose parameters are stacked along a leading
 direction axis of size 2 (0 = forward, 1 = backward). The backward direction reads every
 sentence reversed *within its own length*, so both directions step through time together and
-padding never reaches a state. Per layer, the input half of the gate pre-activations is one
-large matrix product over all timesteps; the time loop only does the recurrent product for both
-directions and the whole batch at once.
+padding never reaches a state. Per layer, the input half of the gate pre-activations is
+computed before the time loop, in large matrix products over many timesteps; the time loop
+only does the recurrent product, for both directions and the whole batch at once.
 """
 
 from typing import List, NamedTuple, Tuple
@@ -14,6 +14,10 @@ import torch
 from torch import Tensor, nn
 
 from .options import ElmoOptions
+
+# Positions (steps x batch) whose input projections are computed in one product: large enough
+# for an efficient matrix product, small enough to bound memory (268 MB at the Original size).
+PRECOMPUTED_POSITIONS = 2048
 
 
 class LSTMState(NamedTuple):
@@ -58,24 +62,31 @@ class ProjectedLSTM(nn.Module):
         """
         n_steps, _, batch, input_dim = inputs.shape
         bias = (self.bias + self.forget_bias).unsqueeze(1)  # (2, 1, 4 * lstm_dim)
-        flat = inputs.transpose(0, 1).reshape(2, n_steps * batch, input_dim)
-        pre_gates = torch.baddbmm(bias, flat, self.input_weight).view(2, n_steps, batch, -1)
         shortest = int(lengths.min())
+        # Without autograd, the recurrent product accumulates into the precomputed slice in
+        # place, saving a pass over (2, batch, 4 * lstm_dim) per step; autograd needs a copy.
+        accumulate = torch.Tensor.baddbmm_ if not torch.is_grad_enabled() else torch.baddbmm
+        chunk = max(1, PRECOMPUTED_POSITIONS // batch)
         outputs: List[Tensor] = []
-        for step in range(n_steps):
-            gates = torch.baddbmm(pre_gates[:, step], hidden, self.hidden_weight)
-            in_gate, cell_input, forget_gate, out_gate = gates.chunk(4, dim=-1)
-            new_memory = torch.sigmoid(in_gate) * torch.tanh(cell_input) + torch.sigmoid(forget_gate) * memory
-            new_memory = new_memory.clamp(-self.cell_clip, self.cell_clip)
-            cell_output = torch.sigmoid(out_gate) * torch.tanh(new_memory)
-            new_hidden = torch.bmm(cell_output, self.projection).clamp(-self.proj_clip, self.proj_clip)
-            if step < shortest:
-                hidden, memory = new_hidden, new_memory
-            else:
-                running = (lengths > step).view(1, batch, 1)
-                hidden = torch.where(running, new_hidden, hidden)
-                memory = torch.where(running, new_memory, memory)
-            outputs.append(new_hidden)
+        for start in range(0, n_steps, chunk):
+            window = inputs[start : start + chunk]
+            flat = window.transpose(0, 1).reshape(2, -1, input_dim)
+            pre_gates = torch.baddbmm(bias, flat, self.input_weight).view(2, window.shape[0], batch, -1)
+            for offset in range(window.shape[0]):
+                step = start + offset
+                gates = accumulate(pre_gates[:, offset], hidden, self.hidden_weight)
+                in_gate, cell_input, forget_gate, out_gate = gates.chunk(4, dim=-1)
+                new_memory = torch.sigmoid(in_gate) * torch.tanh(cell_input) + torch.sigmoid(forget_gate) * memory
+                new_memory = new_memory.clamp(-self.cell_clip, self.cell_clip)
+                cell_output = torch.sigmoid(out_gate) * torch.tanh(new_memory)
+                new_hidden = torch.bmm(cell_output, self.projection).clamp(-self.proj_clip, self.proj_clip)
+                if step < shortest:
+                    hidden, memory = new_hidden, new_memory
+                else:
+                    running = (lengths > step).view(1, batch, 1)
+                    hidden = torch.where(running, new_hidden, hidden)
+                    memory = torch.where(running, new_memory, memory)
+                outputs.append(new_hidden)
         return torch.stack(outputs), hidden, memory
 
 
@@ -115,6 +126,19 @@ class BiLSTMStack(nn.Module):
         n_steps, batch, _ = tokens.shape
         reverse_index = _reverse_index(lengths, n_steps)  # (time, batch)
         x = torch.stack([tokens, _reverse(tokens, reverse_index)], dim=1)  # (time, 2, batch, dim)
+        layers, final_state = self.run(x, lengths, state)
+        outputs = [torch.cat([y[:, 0], _reverse(y[:, 1], reverse_index)], dim=-1) for y in layers]
+        return outputs, final_state
+
+    def run(self, inputs: Tensor, lengths: Tensor, state: LSTMState) -> Tuple[List[Tensor], LSTMState]:
+        """Run both directions over inputs already in each direction's reading order.
+
+        Shapes: ``inputs`` (time, 2, batch, projection_dim), direction 1 already reversed, so
+        the two directions may read different text (language-model training feeds the backward
+        LM its own reversed stream); ``lengths`` (batch,) int64. Returns one tensor per layer,
+        (time, 2, batch, projection_dim) in reading order, and the final state.
+        """
+        x = inputs
         outputs: List[Tensor] = []
         hiddens: List[Tensor] = []
         memories: List[Tensor] = []
@@ -122,8 +146,7 @@ class BiLSTMStack(nn.Module):
             y, hidden, memory = layer(self.dropout(x), lengths, state.hidden[index], state.memory[index])
             if index > 0 and self.options.use_skip_connections:
                 y = y + x
-            forward, backward = y.unbind(dim=1)
-            outputs.append(torch.cat([forward, _reverse(backward, reverse_index)], dim=-1))
+            outputs.append(y)
             hiddens.append(hidden)
             memories.append(memory)
             x = y

@@ -1,0 +1,173 @@
+"""Inference speed of the biLM at the published 'Original' size, against a step-by-step port.
+
+Prints tokens/s, the floating-point rate reached as a fraction of this machine's measured
+float32 matmul rate, and the same for a straightforward implementation of the same model
+(per-step input GEMM, one direction at a time, state copies, char CNN on every token) that many
+ELMo ports use. Both run the same random weights on the same sentences in one process, and their
+outputs are compared. Random weights of full size cost exactly what trained ones do.
+
+    python benchmarks/bilm_speed.py [--sentences 96] [--threads 2]
+"""
+
+import argparse
+import random
+import string
+import time
+from typing import List, Sequence
+
+import numpy
+import torch
+
+from spacy_elmo import BiLM, ElmoOptions
+
+ORIGINAL = ElmoOptions(lstm_dim=4096, projection_dim=512, n_layers=2, n_highway=2)
+
+
+def make_sentences(n: int, seed: int = 0) -> List[List[str]]:
+    """Sentences of 5-45 tokens drawn from a Zipfian vocabulary of made-up words."""
+    rng = random.Random(seed)
+    vocab = ["".join(rng.choices(string.ascii_lowercase, k=rng.randint(1, 12))) for _ in range(20000)]
+    weights = [1.0 / (rank + 1) for rank in range(len(vocab))]
+    return [rng.choices(vocab, weights, k=rng.randint(5, 45)) for _ in range(n)]
+
+
+def matmul_rate(size: int = 2048, repeats: int = 10) -> float:
+    """Float32 GEMM rate of this machine in FLOP/s: the best of several timed runs."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
+def char_cnn_flops(opts: ElmoOptions) -> int:
+    """FLOPs of the char CNN, highways and projection for one token."""
+    width = opts.max_characters_per_token
+    conv = sum(2 * (width - w + 1) * w * opts.char_embedding_dim * n for w, n in opts.filters)
+    return conv + opts.n_highway * 2 * 2 * opts.n_filters**2 + 2 * opts.n_filters * opts.projection_dim
+
+
+def lstm_flops(opts: ElmoOptions) -> int:
+    """FLOPs of both directions of every LSTM layer for one position."""
+    per_direction = 2 * (2 * opts.projection_dim * 4 * opts.lstm_dim) + 2 * opts.lstm_dim * opts.projection_dim
+    return 2 * opts.n_layers * per_direction
+
+
+def step_by_step(model: BiLM, sentences: Sequence[Sequence[str]]) -> List[numpy.ndarray]:
+    """The straightforward port: every token through the CNN, then one timestep at a time."""
+    opts = model.options
+    outputs = []
+    with torch.no_grad():
+        for batch in model._batches(sentences):
+            rows = [sentences[i] for i in batch]
+            n_steps = max(len(s) for s in rows) + 2
+            tokens = [[("<boundary>", "start"), *s, ("<boundary>", "end")] for s in rows]
+            flat = [tok for sent in tokens for tok in sent]
+            embedded = model._encode(flat, range(len(flat)))
+            x = torch.zeros(len(rows), n_steps, opts.projection_dim)
+            offset = 0
+            for r, sent in enumerate(tokens):
+                x[r, : len(sent)] = embedded[offset : offset + len(sent)]
+                offset += len(sent)
+            lengths = [len(t) for t in tokens]
+            layers = [torch.cat([x, x], -1)]
+            directions = [_run_direction(model, x, lengths, d) for d in (0, 1)]
+            for index in range(opts.n_layers):
+                layers.append(torch.cat([directions[0][index], directions[1][index]], -1))
+            stacked = torch.stack(layers).numpy()
+            for r, i in enumerate(batch):
+                outputs.append((i, stacked[:, r, 1 : lengths[r] - 1]))
+    return [o for _, o in sorted(outputs, key=lambda pair: pair[0])]
+
+
+def _run_direction(model: BiLM, x: torch.Tensor, lengths: List[int], direction: int) -> List[torch.Tensor]:
+    opts = model.options
+    batch, n_steps, _ = x.shape
+    if direction == 1:
+        x = torch.stack([torch.cat([x[r, : lengths[r]].flip(0), x[r, lengths[r] :]]) for r in range(batch)])
+    results = []
+    for index, layer in enumerate(model.lstm.layers):
+        weight = torch.cat([layer.input_weight[direction], layer.hidden_weight[direction]])
+        bias = layer.bias[direction] + layer.forget_bias
+        h = torch.zeros(batch, opts.projection_dim)
+        c = torch.zeros(batch, opts.lstm_dim)
+        out = torch.zeros(batch, n_steps, opts.projection_dim)
+        for t in range(n_steps):
+            gates = torch.cat([x[:, t], h], 1) @ weight + bias
+            i, j, f, o = gates.chunk(4, 1)
+            new_c = (torch.sigmoid(i) * torch.tanh(j) + torch.sigmoid(f) * c).clamp(-opts.cell_clip, opts.cell_clip)
+            new_h = ((torch.sigmoid(o) * torch.tanh(new_c)) @ layer.projection[direction]).clamp(
+                -opts.proj_clip, opts.proj_clip
+            )
+            running = torch.tensor([t < n for n in lengths]).unsqueeze(1)
+            h = torch.where(running, new_h, h).clone()
+            c = torch.where(running, new_c, c).clone()
+            out[:, t] = new_h
+        if index > 0 and opts.use_skip_connections:
+            out = out + x
+        results.append(out)
+        x = out
+    if direction == 1:
+        results = [
+            torch.stack([torch.cat([y[r, : lengths[r]].flip(0), y[r, lengths[r] :]]) for r in range(batch)])
+            for y in results
+        ]
+    return results
+
+
+def timed(fn):
+    start = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sentences", type=int, default=96)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--max-batch-tokens", type=int, default=4096)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    sentences = make_sentences(args.sentences)
+    n_tokens = sum(len(s) for s in sentences)
+    model = BiLM(ORIGINAL, cache_size=0, max_batch_tokens=args.max_batch_tokens).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0.0, 0.02)
+    peak = matmul_rate()
+    print(f"Original size: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters; "
+          f"{args.sentences} sentences, {n_tokens} tokens; {args.threads} threads")
+    print(f"measured float32 matmul rate: {peak / 1e9:.1f} GFLOP/s")
+
+    distinct_per_batch = sum(len({t for i in b for t in sentences[i]}) + 2 for b in model._batches(sentences))
+    positions = n_tokens + 2 * len(sentences)
+    ours_flops = lstm_flops(ORIGINAL) * positions + char_cnn_flops(ORIGINAL) * distinct_per_batch
+    base_flops = (lstm_flops(ORIGINAL) + char_cnn_flops(ORIGINAL)) * positions
+
+    model.embed_sentences(sentences[:4])  # warm up kernels
+    ours, ours_time = timed(lambda: model.embed_sentences(sentences))
+    base, base_time = timed(lambda: step_by_step(model, sentences))
+    difference = max(float(numpy.abs(a - b).max()) for a, b in zip(ours, base))
+    model.token_cache = type(model.token_cache)(50_000)
+    model.embed_sentences(sentences)
+    _, cached_time = timed(lambda: model.embed_sentences(sentences))
+
+    rows = [
+        ("spacy-elmo (no cache)", ours_time, ours_flops),
+        ("spacy-elmo (warm cache)", cached_time, None),
+        ("step-by-step port", base_time, base_flops),
+    ]
+    print(f"{'implementation':26} {'tokens/s':>9} {'GFLOP/s':>8} {'of matmul':>9}")
+    for name, seconds, flops in rows:
+        rate = f"{flops / seconds / 1e9:8.1f} {flops / seconds / peak:9.0%}" if flops else f"{'':8} {'':9}"
+        print(f"{name:26} {n_tokens / seconds:9.0f} {rate}")
+    print(f"speed-up over the step-by-step port (no cache): {base_time / ours_time:.2f}x")
+    print(f"largest difference between the two outputs: {difference:.2e}")
+
+
+if __name__ == "__main__":
+    main()
