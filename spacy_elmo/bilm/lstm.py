@@ -63,9 +63,9 @@ class ProjectedLSTM(nn.Module):
         n_steps, _, batch, input_dim = inputs.shape
         bias = (self.bias + self.forget_bias).unsqueeze(1)  # (2, 1, 4 * lstm_dim)
         shortest = int(lengths.min())
-        # Without autograd, the recurrent product accumulates into the precomputed slice in
-        # place, saving a pass over (2, batch, 4 * lstm_dim) per step; autograd needs a copy.
-        accumulate = torch.Tensor.baddbmm_ if not torch.is_grad_enabled() else torch.baddbmm
+        # Without autograd, each step overwrites its slice of the precomputed gates in place,
+        # saving passes over (2, batch, 4 * lstm_dim) per step; autograd needs fresh tensors.
+        in_place = not torch.is_grad_enabled()
         chunk = max(1, PRECOMPUTED_POSITIONS // batch)
         outputs: List[Tensor] = []
         for start in range(0, n_steps, chunk):
@@ -74,12 +74,12 @@ class ProjectedLSTM(nn.Module):
             pre_gates = torch.baddbmm(bias, flat, self.input_weight).view(2, window.shape[0], batch, -1)
             for offset in range(window.shape[0]):
                 step = start + offset
-                gates = accumulate(pre_gates[:, offset], hidden, self.hidden_weight)
-                in_gate, cell_input, forget_gate, out_gate = gates.chunk(4, dim=-1)
-                new_memory = torch.sigmoid(in_gate) * torch.tanh(cell_input) + torch.sigmoid(forget_gate) * memory
-                new_memory = new_memory.clamp(-self.cell_clip, self.cell_clip)
-                cell_output = torch.sigmoid(out_gate) * torch.tanh(new_memory)
-                new_hidden = torch.bmm(cell_output, self.projection).clamp(-self.proj_clip, self.proj_clip)
+                if in_place:
+                    gates = pre_gates[:, offset].baddbmm_(hidden, self.hidden_weight)
+                    new_hidden, new_memory = self._cell_in_place(gates, memory)
+                else:
+                    gates = torch.baddbmm(pre_gates[:, offset], hidden, self.hidden_weight)
+                    new_hidden, new_memory = self._cell(gates, memory)
                 if step < shortest:
                     hidden, memory = new_hidden, new_memory
                 else:
@@ -88,6 +88,30 @@ class ProjectedLSTM(nn.Module):
                     memory = torch.where(running, new_memory, memory)
                 outputs.append(new_hidden)
         return torch.stack(outputs), hidden, memory
+
+    def _cell(self, gates: Tensor, memory: Tensor) -> Tuple[Tensor, Tensor]:
+        """One step from gate pre-activations (2, batch, 4 * lstm_dim) and memory (2, batch, lstm_dim).
+
+        Returns the clipped projected output (2, batch, projection_dim) and the clipped memory.
+        """
+        in_gate, cell_input, forget_gate, out_gate = gates.chunk(4, dim=-1)
+        new_memory = torch.sigmoid(in_gate) * torch.tanh(cell_input) + torch.sigmoid(forget_gate) * memory
+        new_memory = new_memory.clamp(-self.cell_clip, self.cell_clip)
+        cell_output = torch.sigmoid(out_gate) * torch.tanh(new_memory)
+        new_hidden = torch.bmm(cell_output, self.projection).clamp(-self.proj_clip, self.proj_clip)
+        return new_hidden, new_memory
+
+    def _cell_in_place(self, gates: Tensor, memory: Tensor) -> Tuple[Tensor, Tensor]:
+        """:meth:`_cell` computed in the storage of ``gates``, with the same roundings.
+
+        The returned memory is a view of ``gates``: the caller must not reuse that slice.
+        """
+        in_gate, cell_input, forget_gate, out_gate = gates.chunk(4, dim=-1)
+        in_gate.sigmoid_().mul_(cell_input.tanh_())
+        new_memory = forget_gate.sigmoid_().mul_(memory).add_(in_gate).clamp_(-self.cell_clip, self.cell_clip)
+        cell_output = out_gate.sigmoid_().mul_(torch.tanh(new_memory, out=cell_input))
+        new_hidden = torch.bmm(cell_output, self.projection).clamp_(-self.proj_clip, self.proj_clip)
+        return new_hidden, new_memory
 
 
 class BiLSTMStack(nn.Module):

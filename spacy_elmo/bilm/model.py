@@ -146,7 +146,7 @@ class BiLM(nn.Module):
         """
         results: List[Optional[numpy.ndarray]] = [None] * len(sentences)
         with torch.no_grad():
-            for batch in self._batches(sentences):
+            for batch in self.batches(sentences):
                 output = self.forward([sentences[i] for i in batch])
                 layers = output.layers.float().cpu().numpy()
                 for row, i in enumerate(batch):
@@ -251,7 +251,7 @@ class BiLM(nn.Module):
     def _weights_fingerprint(self) -> Tuple:
         return tuple((p.data_ptr(), p._version, p.dtype) for p in self.char_cnn.parameters())
 
-    def _batches(self, sentences: Sequence[Sequence[str]]) -> Iterator[List[int]]:
+    def batches(self, sentences: Sequence[Sequence[str]]) -> Iterator[List[int]]:
         """Indices of sentences per batch: all as given in carry mode, else length-sorted."""
         if self.state_mode == "carry":
             yield list(range(len(sentences)))

@@ -27,6 +27,13 @@ class TokenCache:
         self._fingerprint: Tuple = ()
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict:
+        """Copies and pickles start empty: vectors are cheap to recompute, locks cannot be copied."""
+        return {"max_entries": self.max_entries}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["max_entries"])
+
     def __len__(self) -> int:
         return len(self._rows)
 

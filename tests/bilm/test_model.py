@@ -174,3 +174,23 @@ def test_bad_arguments_are_reported():
         random_bilm()([])
     with pytest.raises(ValueError, match="activation"):
         tiny_options(activation="gelu")
+
+
+def test_inference_path_matches_the_autograd_path():
+    """Without gradients the LSTM works in place; it must compute the very same values."""
+    model = random_bilm()
+    with torch.no_grad():
+        fast = model(SENTENCES).layers
+    slow = model(SENTENCES).layers.detach()
+    torch.testing.assert_close(fast, slow, atol=1e-6, rtol=1e-6)
+
+
+def test_a_deep_copy_gives_the_same_vectors():
+    import copy
+
+    model = random_bilm()
+    model.embed_sentences(SENTENCES)
+    clone = copy.deepcopy(model)
+    assert len(clone.token_cache) == 0
+    for a, b in zip(model.embed_sentences(SENTENCES), clone.embed_sentences(SENTENCES)):
+        numpy.testing.assert_allclose(a, b, atol=1e-6)

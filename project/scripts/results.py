@@ -1,0 +1,199 @@
+"""Collect metrics JSON files (scripts/evaluate.py) into a markdown table and PNG plots.
+
+- ``results.md``: a row per system, a column per task metric (NER F1; sentiment and topics
+  accuracy and macro-F1), each cell ``mean ± sd (n)`` over seeds in percent (sd is the sample
+  standard deviation; blank with one seed), then NER F1 per entity label.
+- ``results.png``: the headline metrics as grouped bars with the seed spread as error bars.
+- ``learning_curves.png``: the dev score at every evaluation step (spaCy's JSONL training log,
+  ``<runs>/<system>-<task>/seed<k>/log.jsonl``), a panel per task, the mean over seeds per system.
+
+The table is also printed. Systems are ordered as in SYSTEMS; unknown ones follow by name.
+"""
+
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import srsly
+import typer
+
+# name in the metrics files -> label in the table and plots, in display order
+SYSTEMS = {
+    "cnn": "(a) CNN tok2vec",
+    "vectors": "(b) CNN + word2vec",
+    "pretrain": "(c) CNN + spacy pretrain",
+    "elmo": "(d) ELMo",
+    "elmo_vectors": "(e) ELMo + word2vec",
+}
+# (task, metric) columns, in display order
+COLUMNS: List[Tuple[str, str, str]] = [
+    ("ner", "f1", "NER F1"),
+    ("sentiment", "accuracy", "Sentiment acc."),
+    ("sentiment", "macro_f1", "Sentiment macro-F1"),
+    ("topics", "accuracy", "Topics acc."),
+    ("topics", "macro_f1", "Topics macro-F1"),
+]
+
+Scores = Dict[Tuple[str, str, str], List[float]]  # (system, task, metric) -> one value per seed
+
+
+Runs = Set[Tuple[str, str, int]]  # (system, task, seed) of every metrics file
+
+
+def load_metrics(metrics_dir: Path) -> Tuple[Scores, Scores, Runs]:
+    """Headline scores, per-label NER F1 (label in place of metric) and the runs of every metrics file."""
+    scores: Scores = defaultdict(list)
+    ner_labels: Scores = defaultdict(list)
+    runs: Runs = set()
+    files = sorted(metrics_dir.rglob("*.json"))
+    if not files:
+        raise FileNotFoundError(f"no metrics files under {metrics_dir}")
+    for path in files:
+        data = srsly.read_json(path)
+        try:
+            system, task = data["system"], data["task"]
+            runs.add((system, task, int(data["seed"])))
+            for metric, value in data["metrics"].items():
+                scores[(system, task, metric)].append(float(value))
+            if task == "ner":
+                for label, prf in data["per_label"].items():
+                    ner_labels[(system, task, label)].append(float(prf["f"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{path} is not a metrics file of scripts/evaluate.py: {err}") from err
+    return scores, ner_labels, runs
+
+
+def ordered_systems(names: Sequence[str]) -> List[str]:
+    known = [s for s in SYSTEMS if s in names]
+    return known + sorted(set(names) - set(known))
+
+
+def mean_sd(values: Sequence[float]) -> Tuple[float, Optional[float]]:
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
+
+
+def cell(values: Optional[Sequence[float]]) -> str:
+    if not values:
+        return "–"
+    mean, sd = mean_sd(values)
+    spread = f" ± {100 * sd:.1f}" if sd is not None else ""
+    return f"{100 * mean:.1f}{spread} ({len(values)})"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def results_markdown(scores: Scores, ner_labels: Scores) -> str:
+    systems = ordered_systems([s for s, _, _ in scores])
+    columns = [c for c in COLUMNS if any((s, c[0], c[1]) in scores for s in systems)]
+    main = markdown_table(
+        ["System"] + [title for _, _, title in columns],
+        [[SYSTEMS.get(s, s)] + [cell(scores.get((s, task, metric))) for task, metric, _ in columns] for s in systems],
+    )
+    text = "Test scores in percent, mean ± sample sd over seeds (number of seeds).\n\n" + main + "\n"
+    labels = sorted({label for _, _, label in ner_labels})
+    if labels:
+        ner_systems = [s for s in systems if any((s, "ner", label) in ner_labels for label in labels)]
+        per_label = markdown_table(
+            ["NER F1 by label"] + [SYSTEMS.get(s, s) for s in ner_systems],
+            [[label] + [cell(ner_labels.get((s, "ner", label))) for s in ner_systems] for label in labels],
+        )
+        text += "\n" + per_label + "\n"
+    return text
+
+
+def plot_bars(scores: Scores, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = ordered_systems([s for s, _, _ in scores])
+    columns = [c for c in COLUMNS if any((s, c[0], c[1]) in scores for s in systems)]
+    width = 0.8 / max(len(systems), 1)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(columns)), 4.0))
+    for i, system in enumerate(systems):
+        stats = [mean_sd(scores[(system, t, m)]) if (system, t, m) in scores else (math.nan, None) for t, m, _ in columns]
+        xs = [j + (i - (len(systems) - 1) / 2) * width for j in range(len(columns))]
+        errors = [100 * sd if sd is not None else math.nan for _, sd in stats]  # no bar for one seed
+        ax.bar(xs, [100 * m for m, _ in stats], width, yerr=errors, capsize=2, label=SYSTEMS.get(system, system))
+    ax.set_xticks(range(len(columns)), [title for _, _, title in columns], rotation=15)
+    ax.set_ylabel("test score (%)")
+    ax.legend(fontsize="small")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def read_curves(runs_dir: Path, runs: Runs) -> Dict[Tuple[str, str], Dict[int, List[float]]]:
+    """(system, task) -> step -> dev scores over seeds, from ``<system>-<task>/seed<k>/log.jsonl``.
+
+    Only runs that have a metrics file count, so a stale run directory never enters a curve.
+    """
+    curves: Dict[Tuple[str, str], Dict[int, List[float]]] = defaultdict(lambda: defaultdict(list))
+    for system, task, seed in sorted(runs):
+        log = runs_dir / f"{system}-{task}" / f"seed{seed}" / "log.jsonl"
+        if not log.exists():
+            continue
+        for record in srsly.read_jsonl(log):
+            curves[(system, task)][int(record["step"])].append(float(record["score"]))
+    return curves
+
+
+def plot_curves(curves: Dict[Tuple[str, str], Dict[int, List[float]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = [t for t in dict.fromkeys(task for task, _, _ in COLUMNS) if any(k[1] == t for k in curves)]
+    tasks += sorted({t for _, t in curves} - set(tasks))
+    fig, axes = plt.subplots(1, max(len(tasks), 1), figsize=(4.5 * max(len(tasks), 1), 3.6), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for system in ordered_systems([s for s, t in curves if t == task]):
+            points = sorted(curves[(system, task)].items())
+            ax.plot([step for step, _ in points], [100 * statistics.fmean(v) for _, v in points],
+                    label=SYSTEMS.get(system, system))
+        ax.set_title(task)
+        ax.set_xlabel("training step")
+        ax.set_ylabel("dev score (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(
+    metrics_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="Metrics JSON files (searched recursively)"),
+    output_dir: Path = typer.Argument(..., help="Writes results.md, results.png, learning_curves.png"),
+    runs_dir: Optional[Path] = typer.Option(None, exists=True, file_okay=False, help="Training runs, for learning curves"),
+) -> None:
+    """Table and plots of every system x task x seed in METRICS_DIR."""
+    try:
+        scores, ner_labels, runs = load_metrics(metrics_dir)
+    except (FileNotFoundError, ValueError) as err:
+        typer.secho(f"Error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from err
+    output_dir.mkdir(parents=True, exist_ok=True)
+    text = results_markdown(scores, ner_labels)
+    (output_dir / "results.md").write_text(text, encoding="utf8")
+    plot_bars(scores, output_dir / "results.png")
+    written = ["results.md", "results.png"]
+    if runs_dir is not None:
+        curves = read_curves(runs_dir, runs)
+        if curves:
+            plot_curves(curves, output_dir / "learning_curves.png")
+            written.append("learning_curves.png")
+    typer.echo(text)
+    typer.echo(f"Wrote {', '.join(str(output_dir / name) for name in written)}")
+
+
+if __name__ == "__main__":
+    typer.run(main)

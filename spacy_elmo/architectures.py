@@ -1,0 +1,101 @@
+"""Registered architectures of spacy-elmo: they compose the layers in :mod:`spacy_elmo.layers`."""
+
+from pathlib import Path
+from typing import List, Optional
+
+from spacy.tokens import Doc
+from spacy.util import registry
+from thinc.api import Model, PyTorchGradScaler, chain, concatenate
+from thinc.types import Floats2d, Floats3d
+
+from .bilm import ElmoOptions
+from .bilm.model import StateMode
+from .layers import ElmoBiLMLayer, ElmoListener, ScalarMix
+
+
+@registry.architectures("spacy_elmo.ElmoBiLM.v1")
+def build_elmo_bilm(
+    options_file: Optional[Path] = None,
+    weight_file: Optional[Path] = None,
+    lstm_dim: int = 256,
+    projection_dim: int = 64,
+    n_layers: int = 2,
+    char_embedding_dim: int = 16,
+    filters: List[List[int]] = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256]],
+    n_highway: int = 1,
+    state: StateMode = "zero",
+    freeze: bool = True,
+    window: int = 64,
+    overlap: int = 16,
+    max_batch_tokens: int = 4096,
+    token_cache_size: int = 20_000,
+    feature_cache_mb: float = 512.0,
+    dropout: float = 0.0,
+    mixed_precision: bool = False,
+    grad_scaler_config: dict = {},
+) -> Model[List[Doc], List[Floats3d]]:
+    """The ELMo biLM: docs in, one (n_layers + 1, n_tokens, 2 * projection_dim) array per doc out.
+
+    With ``options_file`` and ``weight_file`` (standard bilm-tf / AllenNLP files) the weights are
+    read once, at ``nlp.initialize()``; otherwise a fresh biLM of the given sizes is built there.
+    ``freeze`` keeps the biLM's weights fixed (features computed without gradients and cached
+    across epochs, up to ``feature_cache_mb``). ``window``/``overlap`` split text without
+    sentence boundaries (see :mod:`spacy_elmo.segmentation`). ``max_batch_tokens`` bounds the
+    padded tokens per biLM call. ``mixed_precision`` and ``grad_scaler_config`` (arguments of
+    thinc's PyTorchGradScaler) are passed to thinc's PyTorchShim; both only act on GPU.
+    """
+    options = ElmoOptions(
+        lstm_dim=lstm_dim,
+        projection_dim=projection_dim,
+        n_layers=n_layers,
+        char_embedding_dim=char_embedding_dim,
+        filters=tuple((int(width), int(count)) for width, count in filters),
+        n_highway=n_highway,
+    )
+    grad_scaler = PyTorchGradScaler(**grad_scaler_config) if grad_scaler_config else None
+    return ElmoBiLMLayer(
+        options_file=options_file,
+        weight_file=weight_file,
+        options=options,
+        state=state,
+        freeze=freeze,
+        window=window,
+        overlap=overlap,
+        max_batch_tokens=max_batch_tokens,
+        token_cache_size=token_cache_size,
+        feature_cache_mb=feature_cache_mb,
+        dropout=dropout,
+        mixed_precision=mixed_precision,
+        grad_scaler=grad_scaler,
+    )
+
+
+@registry.architectures("spacy_elmo.ElmoListener.v1")
+def build_elmo_listener(
+    width: int,
+    n_layers: int,
+    upstream: str = "*",
+    layer_norm: bool = False,
+    l2: float = 0.0,
+    dropout: float = 0.0,
+    embed: Optional[Model[List[Doc], List[Floats2d]]] = None,
+    bilm: Optional[Model[List[Doc], List[Floats3d]]] = None,
+) -> Model[List[Doc], List[Floats2d]]:
+    """A ``tok2vec`` for downstream components: the upstream biLM's layers, mixed for this task.
+
+    ``width`` is the biLM's output width (2 x projection_dim) and ``n_layers`` its number of
+    output layers (lstm n_layers + 1). The task-specific mix (see :func:`ScalarMix`) has
+    ``layer_norm``, ``l2`` and ``dropout``. With ``embed`` (e.g. spacy.MultiHashEmbed.v2), its
+    vectors are concatenated after ELMo's: the paper's ``[x_k; ELMo_k]``; output width is then
+    ``width + embed width``. ``bilm`` replaces the listener by an own biLM; it is what
+    ``nlp.replace_listeners`` writes, rarely set by hand.
+    """
+    source = bilm if bilm is not None else ElmoListener(upstream, width, n_layers)
+    mixed = chain(source, ScalarMix(n_layers, width, layer_norm=layer_norm, l2=l2, dropout=dropout))
+    mixed.set_dim("nO", width)
+    if embed is None:
+        return mixed
+    model = concatenate(mixed, embed)
+    if embed.has_dim("nO") is True:  # else concatenate learns it at initialization
+        model.set_dim("nO", width + embed.get_dim("nO"))
+    return model

@@ -1,0 +1,122 @@
+"""The command line: ``spacy-elmo pretrain`` (also ``python -m spacy_elmo pretrain``)."""
+
+import re
+from pathlib import Path
+from typing import Optional, Tuple
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="ELMo for spaCy: train and export biLMs.")
+
+
+@app.callback()
+def main() -> None:
+    """ELMo for spaCy: train and export biLMs."""
+
+
+@app.command()
+def pretrain(
+    input_path: Path = typer.Argument(
+        ..., metavar="INPUT", help="Corpus: a file or a directory of .txt / .jsonl / .spacy files"
+    ),
+    output_dir: Path = typer.Argument(
+        ..., metavar="OUTPUT_DIR", help="Checkpoints, log.jsonl, and at the end options.json + weights.hdf5"
+    ),
+    preset: str = typer.Option(
+        "small", help="Model sizes and defaults: tiny, small, elmo-small, elmo-medium, elmo-original"
+    ),
+    dev: Optional[Path] = typer.Option(None, help="Held-out text (same formats) for perplexity"),
+    lang: Optional[str] = typer.Option(None, help="Language of the spaCy tokenizer [default: en]"),
+    paragraphs: Optional[bool] = typer.Option(
+        None,
+        "--paragraphs/--lines",
+        help="Plain text: a document per blank-line paragraph, or per line [default: lines]",
+    ),
+    max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps"),
+    max_time: Optional[str] = typer.Option(None, help="Stop after this much training time: seconds, or e.g. 90m, 2h"),
+    batch_size: Optional[int] = typer.Option(None, help="Rows (streams) per step in all, split over processes"),
+    window: Optional[int] = typer.Option(None, help="Tokens per row per step (truncated back-propagation length)"),
+    vocab_size: Optional[int] = typer.Option(None, help="Output vocabulary size, markers included"),
+    min_count: Optional[int] = typer.Option(None, help="Minimum count of a word in the vocabulary"),
+    negatives: Optional[int] = typer.Option(None, help="Sampled-softmax negatives per step; 0 for the full softmax"),
+    optimizer: Optional[str] = typer.Option(None, help="adagrad (the paper's) or adam"),
+    lr: Optional[float] = typer.Option(None, help="Learning rate"),
+    clip: Optional[float] = typer.Option(None, help="Gradient norm clipping"),
+    dropout: Optional[float] = typer.Option(None, help="Dropout between LSTM layers and before the softmax"),
+    checkpoint_every: Optional[int] = typer.Option(None, help="Steps between checkpoints"),
+    eval_every: Optional[int] = typer.Option(None, help="Steps between held-out evaluations"),
+    log_every: Optional[int] = typer.Option(None, help="Steps between log records"),
+    eval_tokens: Optional[int] = typer.Option(None, help="Held-out tokens to evaluate (the first ones of --dev)"),
+    warm_documents: Optional[int] = typer.Option(
+        None, help="Training documents read for the exported warm start; 0 for none"
+    ),
+    seed: Optional[int] = typer.Option(None, help="Random seed"),
+    init_from: Optional[Tuple[str, str]] = typer.Option(
+        None, metavar="OPTIONS WEIGHTS", help="Continue from a standard ELMo file pair (domain fine-tuning)"
+    ),
+    pipeline: Optional[Path] = typer.Option(
+        None, help="Also save a blank spaCy pipeline with an elmo component holding the model here"
+    ),
+    threads: Optional[int] = typer.Option(
+        None, help="Torch threads per process [default: torch's choice; torchrun sets 1]"
+    ),
+    resume: bool = typer.Option(True, help="Continue from OUTPUT_DIR/checkpoint.pt if it exists"),
+    progress: bool = typer.Option(True, help="Show a progress bar"),
+) -> None:
+    """Train (or fine-tune) a biLM on raw text and export options.json + weights.hdf5 to OUTPUT_DIR."""
+    import torch
+
+    from .bilm import ElmoFileError
+    from .training import export_pipeline, get_preset
+    from .training import pretrain as run_pretraining
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        chosen = get_preset(preset)
+        config = chosen.training.updated(
+            lang=lang,
+            paragraphs=paragraphs,
+            max_steps=max_steps,
+            max_time=parse_duration(max_time) if max_time is not None else None,
+            batch_size=batch_size,
+            window=window,
+            vocab_size=vocab_size,
+            min_count=min_count,
+            n_negatives=negatives,
+            optimizer=optimizer,
+            learning_rate=lr,
+            clip_norm=clip,
+            dropout=dropout,
+            checkpoint_every=checkpoint_every,
+            eval_every=eval_every,
+            log_every=log_every,
+            eval_tokens=eval_tokens,
+            warm_documents=warm_documents,
+            seed=seed,
+        )
+        init = None if init_from is None else (Path(init_from[0]), Path(init_from[1]))
+        metrics = run_pretraining(input_path, output_dir, chosen.options, config, dev, init, resume, progress)
+    except (ValueError, FileNotFoundError, ElmoFileError) as err:
+        typer.secho(f"Error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from err
+    if not metrics:  # not the main process of a distributed run
+        return
+    if "eval" in metrics:
+        for initial, result in metrics["eval"].items():
+            typer.echo(
+                f"held-out perplexity ({initial} initial state): forward {result['forward']:.2f}, "
+                f"backward {result['backward']:.2f}, average {result['average']:.2f}"
+            )
+    typer.echo(f"Exported {output_dir / 'options.json'} and {output_dir / 'weights.hdf5'}")
+    if pipeline is not None:
+        export_pipeline(output_dir, pipeline, lang=config.lang)
+        typer.echo(f"Saved a spaCy pipeline with the elmo component to {pipeline}")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from '3600', '90s', '90m', '1.5h'."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not match:
+        raise typer.BadParameter(f"not a duration: {text!r} (use e.g. 3600, 90m, 2h)")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]

@@ -1,0 +1,16 @@
+"""Array helpers shared by the layers."""
+
+from typing import List, Sequence
+
+import numpy
+
+
+def split_by_lengths(xp, array, lengths: Sequence[int], axis: int) -> List:
+    """Cut ``array`` along ``axis`` into contiguous pieces of the given lengths.
+
+    The split points are computed on the host; the pieces stay on ``array``'s device.
+    """
+    if not len(lengths):
+        return []
+    points = numpy.cumsum(lengths)[:-1].tolist()
+    return [xp.ascontiguousarray(part) for part in xp.split(array, points, axis=axis)]

@@ -1,0 +1,254 @@
+"""The biLM as a Thinc layer: ``List[Doc]`` in, one ``(n_layers + 1, n_tokens, width)`` array per doc out.
+
+The torch module runs inside a :class:`thinc.api.PyTorchShim`, which puts it on the device of
+thinc's current ops and applies the mixed-precision and grad-scaler settings. The module is
+made lazily, in ``model.initialize()`` (from standard files, or fresh of the configured sizes) or
+when weights are deserialized, so a config that names weight files reads them exactly once and
+a saved pipeline never goes back to them.
+"""
+
+import copy
+import warnings
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy
+from spacy.tokens import Doc
+from thinc.api import ArgsKwargs, Model, PyTorchGradScaler, PyTorchShim, get_torch_default_device, torch2xp, xp2torch
+from thinc.types import Floats3d
+
+from ..bilm import BiLM, ElmoOptions
+from ..bilm.model import StateMode
+from ..feature_cache import FeatureCache
+from ..segmentation import SKIPPED, check_window, plan_segments
+from .arrays import split_by_lengths
+from .bilm_io import bilm_from_bytes, bilm_to_bytes
+
+UNTRAINED_WARNING = (
+    "spacy_elmo: the 'elmo' component built a biLM with random, untrained weights, so its "
+    "vectors carry no meaning yet. Load pretrained ELMo weights (bilm-tf / AllenNLP format) "
+    "with nlp.add_pipe('elmo', config={'model': {'options_file': ..., 'weight_file': ...}}) or "
+    "the same keys under [components.elmo.model] in config.cfg."
+)
+
+
+class BiLMShim(PyTorchShim):
+    """A PyTorchShim that may start empty and serializes its biLM as standard ELMo files."""
+
+    def __init__(self, bilm: Optional[BiLM], mixed_precision: bool, grad_scaler: Optional[PyTorchGradScaler]):
+        super().__init__(
+            bilm,
+            mixed_precision=mixed_precision,
+            grad_scaler=grad_scaler,
+            serialize_model=bilm_to_bytes,
+            deserialize_model=lambda _model, data, device: bilm_from_bytes(data, device),
+        )
+
+    def copy(self) -> "BiLMShim":
+        """A deep copy made through the file format: torch modules holding locks cannot deepcopy."""
+        bilm = bilm_from_bytes(bilm_to_bytes(self._model), self.device) if self._model is not None else None
+        return BiLMShim(bilm, self._mixed_precision, copy.deepcopy(self._grad_scaler))
+
+    def to_device(self, device_type: str, device_id: int) -> None:  # pragma: no cover - GPU only
+        if self._model is not None:
+            super().to_device(device_type, device_id)
+
+
+def ElmoBiLMLayer(
+    *,
+    options_file: Optional[Path],
+    weight_file: Optional[Path],
+    options: ElmoOptions,
+    state: StateMode,
+    freeze: bool,
+    window: int,
+    overlap: int,
+    max_batch_tokens: int,
+    token_cache_size: int,
+    feature_cache_mb: float,
+    dropout: float,
+    mixed_precision: bool,
+    grad_scaler: Optional[PyTorchGradScaler],
+) -> Model[List[Doc], List[Floats3d]]:
+    """The biLM layer; ``options`` gives the sizes of a fresh model when no files are named.
+
+    Dims: ``nO`` the width of every layer (2 x projection_dim), ``nL`` the number of layers
+    (n_layers + 1); known at construction for a fresh model, at initialization for files.
+    """
+    if (options_file is None) != (weight_file is None):
+        raise ValueError("elmo: give both options_file and weight_file, or neither for a fresh biLM")
+    check_window(window, overlap)
+    if feature_cache_mb < 0:
+        raise ValueError(f"elmo feature_cache_mb must be 0 or more, got {feature_cache_mb}")
+    from_files = options_file is not None
+    return Model(
+        "elmo_bilm",
+        forward,
+        init=init,
+        shims=[BiLMShim(None, mixed_precision, grad_scaler)],
+        dims={
+            "nO": None if from_files else options.output_dim,
+            "nL": None if from_files else options.n_layers + 1,
+        },
+        attrs={
+            "options_file": str(options_file) if from_files else None,
+            "weight_file": str(weight_file) if from_files else None,
+            "options": options.to_dict(),
+            "bilm_settings": {
+                "state": state,
+                "cache_size": token_cache_size,
+                "max_batch_tokens": max_batch_tokens,
+                "dropout": dropout,
+            },
+            "freeze": freeze,
+            "window": window,
+            "overlap": overlap,
+            "feature_cache": FeatureCache(int(feature_cache_mb * 2**20)),
+            "replace_listener": lambda copied_model: copied_model,
+            "replace_listener_cfg": replace_listener_cfg,
+        },
+    )
+
+
+def replace_listener_cfg(bilm_cfg: dict, listener_cfg: dict) -> dict:
+    """Config of a listener whose upstream biLM now lives inside it (``nlp.replace_listeners``)."""
+    return {**listener_cfg, "bilm": bilm_cfg}
+
+
+def get_bilm(model: Model) -> BiLM:
+    """The biLM of an initialized layer; a clear error before ``nlp.initialize()``."""
+    bilm = model.shims[0]._model
+    if bilm is None:
+        raise ValueError(
+            "The elmo biLM has no weights yet: call nlp.initialize() (it loads the configured "
+            "options_file/weight_file, or builds a fresh biLM), or load a saved pipeline."
+        )
+    return bilm
+
+
+def set_bilm(model: Model, bilm: BiLM) -> None:
+    """Install ``bilm`` on the device of thinc's current ops and record its sizes as dims."""
+    shim = model.shims[0]
+    shim._model = bilm.to(get_torch_default_device())
+    shim._grad_scaler.to_(shim.device)
+    model.set_dim("nO", bilm.output_dim, force=True)
+    model.set_dim("nL", bilm.n_output_layers, force=True)
+    model.attrs["feature_cache"].clear()
+
+
+def init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[object] = None) -> None:
+    """Make the biLM once: from the named files, else fresh (with a warning). Loaded weights stay."""
+    if model.shims[0]._model is not None:
+        return
+    settings = model.attrs["bilm_settings"]
+    if model.attrs["options_file"] is not None:
+        bilm = BiLM.from_files(model.attrs["options_file"], model.attrs["weight_file"], **settings)
+    else:
+        warnings.warn(UNTRAINED_WARNING, UserWarning, stacklevel=2)
+        bilm = BiLM(ElmoOptions.from_dict(model.attrs["options"]), **settings)
+    set_bilm(model, bilm)
+
+
+def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
+    plan = plan_segments(docs, model.attrs["window"], model.attrs["overlap"])
+    if is_train and not model.attrs["freeze"]:
+        flat, backprop_flat = _run_trainable(model, plan.sentences)
+    else:
+        flat, backprop_flat = _run_frozen(model, plan.sentences, use_cache=is_train), None
+    xp = model.ops.xp
+    # One zero column at the end is the source of every skipped (whitespace) token.
+    padded = xp.concatenate([flat, xp.zeros((flat.shape[0], 1, flat.shape[2]), dtype=flat.dtype)], axis=1)
+    index = model.ops.asarray1i(_concat_sources(plan.sources, plan.n_positions))
+    gathered = padded[:, index]
+    outputs = split_by_lengths(xp, gathered, [len(doc) for doc in docs], axis=1)
+
+    def backprop(d_outputs: List[Floats3d]) -> List[Doc]:
+        if backprop_flat is not None:
+            d_padded = xp.zeros_like(padded)
+            d_padded[:, index] = xp.concatenate(d_outputs, axis=1)
+            backprop_flat(d_padded[:, :-1])
+        return []
+
+    return outputs, backprop
+
+
+def _run_frozen(model: Model, sentences: List[List[str]], use_cache: bool) -> Floats3d:
+    """All sentences' layers, concatenated along tokens: (n_layers + 1, n_positions, width).
+
+    No gradient is recorded. In training, results are looked up in and added to the bounded
+    feature cache (not in ``"carry"`` mode, where outputs depend on call history).
+    """
+    bilm = get_bilm(model)
+    cache: Optional[FeatureCache] = model.attrs["feature_cache"]
+    if not use_cache or bilm.state_mode == "carry" or cache.max_bytes == 0:
+        cache = None
+    keys = [tuple(sentence) for sentence in sentences]
+    found = cache.get_many(keys, _fingerprint(bilm)) if cache is not None else [None] * len(keys)
+    # A sentence that occurs several times runs once (not in carry mode: there, rows matter).
+    first_of: Dict[Tuple[str, ...], int] = {}
+    todo = [i for i, value in enumerate(found) if value is None]
+    if bilm.state_mode != "carry":
+        todo = [i for i in todo if first_of.setdefault(keys[i], i) == i]
+    shim = model.shims[0]
+    for batch in bilm.batches([sentences[i] for i in todo]) if todo else ():
+        rows = [todo[b] for b in batch]
+        output = shim.predict(ArgsKwargs(args=([sentences[i] for i in rows],), kwargs={}))
+        layers = torch2xp(output.layers.float(), ops=model.ops)
+        for row, i in enumerate(rows):
+            found[i] = model.ops.xp.ascontiguousarray(layers[:, row, 1 : len(sentences[i]) + 1])
+            if cache is not None:
+                cache.put(keys[i], found[i])
+    found = [value if value is not None else found[first_of[key]] for key, value in zip(keys, found)]
+    return _concat_layers(model, found)
+
+
+def _run_trainable(model: Model, sentences: List[List[str]]) -> Tuple[Floats3d, Callable[[Floats3d], None]]:
+    """As :func:`_run_frozen`, with gradients: returns the layers and their backprop callback."""
+    bilm = get_bilm(model)
+    shim = model.shims[0]
+    xp = model.ops.xp
+    found: List[Optional[Floats3d]] = [None] * len(sentences)
+    chunks = []  # (rows, torch layers, xp layers, shim backprop) per biLM batch
+    for rows in bilm.batches(sentences) if sentences else ():
+        output, shim_backprop = shim.begin_update(ArgsKwargs(args=([sentences[i] for i in rows],), kwargs={}))
+        layers_t = output.layers.float()
+        layers = torch2xp(layers_t, ops=model.ops)
+        for row, i in enumerate(rows):
+            found[i] = layers[:, row, 1 : len(sentences[i]) + 1]
+        chunks.append((rows, layers_t, layers, shim_backprop))
+
+    def backprop_flat(d_flat: Floats3d) -> None:
+        if not chunks:
+            return
+        d_sentences = split_by_lengths(xp, d_flat, [len(s) for s in sentences], axis=1)
+        grads = []
+        for rows, _, layers, _ in chunks:
+            d_layers = xp.zeros_like(layers)
+            for row, i in enumerate(rows):
+                d_layers[:, row, 1 : len(sentences[i]) + 1] = d_sentences[i]
+            grads.append(xp2torch(d_layers, device=shim.device))
+        # One backward pass over every batch, through the last shim callback: the grad scaler
+        # must scale and unscale the accumulated parameter gradients exactly once.
+        chunks[-1][3](ArgsKwargs(args=([chunk[1] for chunk in chunks],), kwargs={"grad_tensors": grads}))
+
+    return _concat_layers(model, found), backprop_flat
+
+
+def _concat_layers(model: Model, arrays: Sequence[Floats3d]) -> Floats3d:
+    if arrays:
+        return model.ops.xp.concatenate(arrays, axis=1)
+    return model.ops.alloc3f(model.get_dim("nL"), 0, model.get_dim("nO"))
+
+
+def _concat_sources(sources: Sequence, n_positions: int):
+    """All docs' source indices in one array, skipped tokens pointing at column ``n_positions``."""
+    if not sources:
+        return numpy.zeros(0, dtype="int64")
+    index = numpy.concatenate(sources)
+    index[index == SKIPPED] = n_positions
+    return index
+
+
+def _fingerprint(bilm: BiLM) -> Tuple:
+    """Changes whenever a parameter is replaced, moved or modified in place."""
+    return tuple((p.data_ptr(), p._version, p.dtype) for p in bilm.parameters())

@@ -1,0 +1,50 @@
+"""Serialize a :class:`BiLM` as the bytes of its standard ELMo files, never as a pickle."""
+
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import srsly
+import torch
+
+from ..bilm import BiLM, ElmoOptions
+
+
+def bilm_to_bytes(bilm: Optional[BiLM]) -> bytes:
+    """``options.json`` and ``weights.hdf5`` (standard layout) plus the runtime settings."""
+    if bilm is None:
+        return b""
+    with tempfile.TemporaryDirectory(prefix="spacy_elmo_") as tmp:
+        options_file, weight_file = Path(tmp) / "options.json", Path(tmp) / "weights.hdf5"
+        bilm.to_files(options_file, weight_file)
+        msg: Dict[str, Any] = {
+            "options": srsly.json_loads(options_file.read_text(encoding="utf8")),
+            "weights": weight_file.read_bytes(),
+            "settings": bilm_settings(bilm),
+        }
+    return srsly.msgpack_dumps(msg)
+
+
+def bilm_from_bytes(
+    data: bytes, device: Optional[torch.device] = None, settings: Optional[Dict[str, Any]] = None
+) -> Optional[BiLM]:
+    """The inverse of :func:`bilm_to_bytes`, on ``device``; ``settings`` override the stored ones."""
+    if not data:
+        return None
+    msg = srsly.msgpack_loads(data)
+    with tempfile.TemporaryDirectory(prefix="spacy_elmo_") as tmp:
+        options_file, weight_file = Path(tmp) / "options.json", Path(tmp) / "weights.hdf5"
+        ElmoOptions.from_dict(msg["options"], source="serialized elmo options").to_file(options_file)
+        weight_file.write_bytes(msg["weights"])
+        bilm = BiLM.from_files(options_file, weight_file, **(settings if settings is not None else msg["settings"]))
+    return bilm.to(device) if device is not None else bilm
+
+
+def bilm_settings(bilm: BiLM) -> Dict[str, Any]:
+    """The constructor arguments of ``bilm`` that its files do not hold."""
+    return {
+        "state": bilm.state_mode,
+        "cache_size": bilm.token_cache.max_entries,
+        "max_batch_tokens": bilm.max_batch_tokens,
+        "dropout": float(bilm.lstm.dropout.p),
+    }

@@ -1,0 +1,102 @@
+"""The task-specific scalar mix of ELMo layers (Peters et al. 2018, eq. 1).
+
+``ELMo_k = gamma * sum_j softmax(w)_j * h_kj``: one learned weight per layer, normalised by a
+softmax, and a scale ``gamma``. Each downstream task owns its own mix, so NER and textcat can
+weight the biLM's layers differently while sharing one biLM pass.
+"""
+
+from typing import Callable, List, Optional, Tuple
+
+from thinc.api import Model
+from thinc.types import Floats1d, Floats2d, Floats3d
+
+from .arrays import split_by_lengths
+
+LAYER_NORM_EPS = 1e-12
+
+
+def ScalarMix(
+    n_layers: int,
+    width: int,
+    *,
+    layer_norm: bool = False,
+    l2: float = 0.0,
+    dropout: float = 0.0,
+) -> Model[List[Floats3d], List[Floats2d]]:
+    """Mix each doc's (n_layers, n_tokens, width) layers into (n_tokens, width).
+
+    ``layer_norm`` normalises every token vector of every layer to zero mean and unit variance
+    before mixing (per token, so a doc's vectors do not depend on its batch). ``l2`` adds
+    ``l2 * sum(w ** 2)`` to the loss, pulling the mix towards the plain average. ``dropout``
+    applies inverted dropout to the mixed vectors in training.
+    """
+    if n_layers < 1 or width < 1:
+        raise ValueError(f"ScalarMix needs n_layers >= 1 and width >= 1, got {n_layers} and {width}")
+    if l2 < 0 or not 0.0 <= dropout < 1.0:
+        raise ValueError(f"ScalarMix needs l2 >= 0 and 0 <= dropout < 1, got {l2} and {dropout}")
+    return Model(
+        "elmo_scalar_mix",
+        forward,
+        init=init,
+        params={"W": None, "gamma": None},
+        dims={"nL": n_layers, "nO": width},
+        attrs={"layer_norm": layer_norm, "l2": l2, "mix_dropout": dropout},
+    )
+
+
+def init(model: Model, X: Optional[List[Floats3d]] = None, Y: Optional[object] = None) -> None:
+    """Equal layer weights (w = 0, so softmax(w) is the average) and gamma = 1."""
+    model.set_param("W", model.ops.alloc1f(model.get_dim("nL")))
+    model.set_param("gamma", model.ops.asarray1f([1.0]))
+
+
+def forward(model: Model, Xs: List[Floats3d], is_train: bool) -> Tuple[List[Floats2d], Callable]:
+    ops, xp = model.ops, model.ops.xp
+    n_layers, width = model.get_dim("nL"), model.get_dim("nO")
+    lengths = [X.shape[1] for X in Xs]
+    for X in Xs:
+        if X.shape[0] != n_layers or X.shape[2] != width:
+            raise ValueError(
+                f"The ELMo listener is configured for n_layers={n_layers} and width={width}, but its "
+                f"upstream biLM gives {X.shape[0]} layers of width {X.shape[2]}: set n_layers and "
+                f"width of the listener (spacy_elmo.ElmoListener.v1) to the biLM's sizes."
+            )
+    X = xp.concatenate(Xs, axis=1) if Xs else ops.alloc3f(n_layers, 0, width)  # (L, N, D)
+    W, gamma = model.get_param("W"), model.get_param("gamma")
+    H, inv_std = _layer_norm(xp, X) if model.attrs["layer_norm"] else (X, None)
+    s = ops.softmax(W)  # (L,)
+    mixed = xp.tensordot(s, H, axes=1)  # (N, D)
+    rate = model.attrs["mix_dropout"] if is_train else 0.0
+    mask = ops.get_dropout_mask(mixed.shape, rate) if rate > 0 else None
+    Y = gamma[0] * mixed if mask is None else gamma[0] * mixed * mask
+
+    def backprop(dYs: List[Floats2d]) -> List[Floats3d]:
+        dY = xp.concatenate(dYs, axis=0) if dYs else ops.alloc2f(0, width)
+        if mask is not None:
+            dY = dY * mask
+        d_gamma = (dY * mixed).sum()
+        d_s = gamma[0] * xp.tensordot(H, dY, axes=([1, 2], [0, 1]))  # (L,)
+        d_W = s * (d_s - (s * d_s).sum()) + 2.0 * model.attrs["l2"] * W
+        model.inc_grad("W", d_W.astype(W.dtype))
+        model.inc_grad("gamma", ops.asarray1f([d_gamma]))
+        dH = (gamma[0] * s)[:, None, None] * dY[None]
+        dX = _layer_norm_backprop(xp, dH, H, inv_std) if inv_std is not None else dH
+        return split_by_lengths(xp, dX, lengths, axis=1)
+
+    return split_by_lengths(xp, Y, lengths, axis=0), backprop
+
+
+def _layer_norm(xp, X: Floats3d) -> Tuple[Floats3d, Floats3d]:
+    """Normalise over the last axis; returns the result and 1 / std, shape (L, N, 1)."""
+    centered = X - X.mean(axis=-1, keepdims=True)
+    inv_std = 1.0 / xp.sqrt((centered**2).mean(axis=-1, keepdims=True) + LAYER_NORM_EPS)
+    return centered * inv_std, inv_std
+
+
+def _layer_norm_backprop(xp, dH: Floats3d, H: Floats3d, inv_std: Floats3d) -> Floats3d:
+    return inv_std * (dH - dH.mean(axis=-1, keepdims=True) - H * (dH * H).mean(axis=-1, keepdims=True))
+
+
+def mix_weights(model: Model) -> Floats1d:
+    """The normalised layer weights softmax(w), for inspection."""
+    return model.ops.softmax(model.get_param("W"))

@@ -1,0 +1,384 @@
+"""The ``elmo`` pipeline component: contextual vectors for spaCy, and ELMo features for listeners.
+
+The pipe runs the biLM once per batch. It sets ``doc.tensor`` (a fixed mix of the layers,
+default their average) and vector/similarity user hooks, optionally ``doc._.elmo_layers``, and
+feeds every downstream :class:`~spacy_elmo.layers.ElmoListener` (``ner``, ``textcat`` ...), each
+of which learns its own mix of the layers.
+"""
+
+import os
+from pathlib import Path
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+
+import numpy
+import srsly
+import torch
+from spacy.language import Language
+from spacy.pipeline import TrainablePipe
+from spacy.attrs import IS_SPACE
+from spacy.tokens import Doc, Span, Token
+from spacy.training import Example, validate_examples
+from spacy.util import SimpleFrozenList, minibatch
+from spacy.vocab import Vocab
+from thinc.api import Config, Model, Optimizer, get_array_module
+from thinc.types import Floats1d, Floats3d
+
+from . import architectures  # noqa: F401  (registers the architectures named in DEFAULT_CONFIG)
+from .bilm import BiLM
+from .layers import ElmoListener, get_bilm, set_bilm
+from .layers.bilm_io import bilm_from_bytes, bilm_to_bytes
+from .layers.listener import FEATURES_ATTR
+
+LAYERS_ATTR = "elmo_layers"
+
+DEFAULT_MODEL_CONFIG = """
+[model]
+@architectures = "spacy_elmo.ElmoBiLM.v1"
+options_file = null
+weight_file = null
+lstm_dim = 256
+projection_dim = 64
+n_layers = 2
+char_embedding_dim = 16
+filters = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256]]
+n_highway = 1
+state = "zero"
+freeze = true
+window = 64
+overlap = 16
+max_batch_tokens = 4096
+token_cache_size = 20000
+feature_cache_mb = 512.0
+dropout = 0.0
+mixed_precision = false
+grad_scaler_config = {}
+"""
+DEFAULT_CONFIG = Config().from_str(DEFAULT_MODEL_CONFIG)
+
+for _attr in (FEATURES_ATTR, LAYERS_ATTR):
+    if not Doc.has_extension(_attr):
+        Doc.set_extension(_attr, default=None)
+
+
+@Language.factory(
+    "elmo",
+    default_config={
+        "model": DEFAULT_CONFIG["model"],
+        "store_layers": False,
+        "tensor_weights": None,
+        "pipe_batch_tokens": 8192,
+    },
+)
+def make_elmo(
+    nlp: Language,
+    name: str,
+    model: Model[List[Doc], List[Floats3d]],
+    store_layers: bool,
+    tensor_weights: Optional[List[float]],
+    pipe_batch_tokens: int,
+) -> "Elmo":
+    """ELMo vectors for ``doc.tensor``, ``token.vector`` & co, and features for listeners.
+
+    ``store_layers``: also keep every layer, as numpy, in ``doc._.elmo_layers``.
+    ``tensor_weights``: one weight per biLM output layer for ``doc.tensor``; null = average.
+    ``pipe_batch_tokens``: in ``nlp.pipe``, docs are sorted by length and processed in groups of
+    at most this many tokens, which bounds the memory the layers of a batch take.
+    """
+    return Elmo(
+        nlp.vocab,
+        model,
+        name=name,
+        store_layers=store_layers,
+        tensor_weights=tensor_weights,
+        pipe_batch_tokens=pipe_batch_tokens,
+    )
+
+
+class Elmo(TrainablePipe):
+    """Runs the biLM once per batch; see the module docstring."""
+
+    def __init__(
+        self,
+        vocab: Vocab,
+        model: Model[List[Doc], List[Floats3d]],
+        name: str = "elmo",
+        *,
+        store_layers: bool = False,
+        tensor_weights: Optional[List[float]] = None,
+        pipe_batch_tokens: int = 8192,
+    ) -> None:
+        if pipe_batch_tokens < 1:
+            raise ValueError(f"elmo pipe_batch_tokens must be at least 1, got {pipe_batch_tokens}")
+        self.vocab = vocab
+        self.model = model
+        self.name = name
+        self.listener_map: Dict[str, List[ElmoListener]] = {}
+        self.cfg = {
+            "store_layers": store_layers,
+            "tensor_weights": list(tensor_weights) if tensor_weights is not None else None,
+            "pipe_batch_tokens": pipe_batch_tokens,
+        }
+        self._pid = os.getpid()
+
+    # ------------------------------------------------------------------ listeners
+    @property
+    def listeners(self) -> List[ElmoListener]:
+        """Every listener fed by this component, in pipeline order."""
+        return [listener for name in self.listening_components for listener in self.listener_map[name]]
+
+    @property
+    def listening_components(self) -> List[str]:
+        return list(self.listener_map)
+
+    def add_listener(self, listener: ElmoListener, component_name: str) -> None:
+        listener.component_name = component_name
+        self._check_listener_sizes(listener)
+        listeners = self.listener_map.setdefault(component_name, [])
+        if listener not in listeners:
+            listeners.append(listener)
+
+    def remove_listener(self, listener: ElmoListener, component_name: str) -> bool:
+        listeners = self.listener_map.get(component_name, [])
+        if listener not in listeners:
+            return False
+        listeners.remove(listener)
+        if not listeners:
+            del self.listener_map[component_name]
+        return True
+
+    def find_listeners(self, component) -> None:
+        """Register the ElmoListener layers of ``component`` whose upstream is "*" or our name."""
+        if isinstance(getattr(component, "model", None), Model):
+            for node in component.model.walk():
+                if isinstance(node, ElmoListener) and node.upstream_name in ("*", self.name):
+                    self.add_listener(node, component.name)
+
+    def _check_listener_sizes(self, listener: ElmoListener) -> None:
+        """Refuse a listener sized for another biLM, as soon as the biLM's sizes are known."""
+        if self.model.has_dim("nO") is not True or self.model.has_dim("nL") is not True:
+            return
+        n_layers, width = self.model.get_dim("nL"), self.model.get_dim("nO")
+        if (listener.get_dim("nL"), listener.get_dim("nO")) != (n_layers, width):
+            raise ValueError(
+                f"The ELMo listener in '{listener.component_name}' is configured for "
+                f"n_layers={listener.get_dim('nL')} and width={listener.get_dim('nO')}, but the "
+                f"'{self.name}' biLM gives {n_layers} layers of width {width}: set n_layers and width "
+                "of spacy_elmo.ElmoListener.v1 to the biLM's sizes."
+            )
+
+    # ------------------------------------------------------------------ prediction
+    def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
+        """Each doc's layers, (n_layers + 1, n_tokens, width), on the device of the model's ops."""
+        self._limit_torch_threads_in_workers()
+        docs = list(docs)
+        return self.model.predict(docs) if docs else []
+
+    def set_annotations(self, docs: Sequence[Doc], layers: Sequence[Floats3d]) -> None:
+        """Set ``doc.tensor`` (n_tokens, width), the vector hooks, and the layers where needed."""
+        weights = self._tensor_weights()
+        keep_features = bool(self.listener_map)
+        for doc, doc_layers in zip(docs, layers):
+            doc.tensor = self.model.ops.xp.tensordot(weights, doc_layers, axes=1)
+            if keep_features:
+                doc._.set(FEATURES_ATTR, doc_layers)
+            if self.cfg["store_layers"]:
+                doc._.set(LAYERS_ATTR, self.model.ops.to_numpy(doc_layers))
+            install_vector_hooks(doc)
+
+    def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
+        """Process docs in length-sorted groups of at most ``pipe_batch_tokens`` tokens."""
+        error_handler = self.get_error_handler()
+        for batch in minibatch(stream, size=batch_size):
+            for group in _token_budget_groups(batch, self.cfg["pipe_batch_tokens"]):
+                try:
+                    self.set_annotations(group, self.predict(group))
+                except Exception as err:
+                    error_handler(self.name, self, group, err)
+            yield from batch
+
+    def _tensor_weights(self) -> Floats1d:
+        n_layers = self.model.get_dim("nL")
+        weights = self.cfg["tensor_weights"]
+        if weights is None:
+            return self.model.ops.asarray1f(numpy.full(n_layers, 1.0 / n_layers, dtype="float32"))
+        if len(weights) != n_layers:
+            raise ValueError(
+                f"elmo tensor_weights has {len(weights)} values but the biLM has {n_layers} output "
+                "layers (token layer + LSTM layers); give one weight per layer or null for the average"
+            )
+        return self.model.ops.asarray1f(weights)
+
+    def _limit_torch_threads_in_workers(self) -> None:
+        """In a worker forked by ``nlp.pipe(n_process=...)``, use one torch thread.
+
+        Several processes each running torch's full thread pool oversubscribe the cores and
+        can deadlock in a thread pool inherited through fork.
+        """
+        if os.getpid() != self._pid:
+            torch.set_num_threads(1)
+            self._pid = os.getpid()
+
+    # ------------------------------------------------------------------ training
+    def update(
+        self,
+        examples: Iterable[Example],
+        *,
+        drop: float = 0.0,
+        sgd: Optional[Optimizer] = None,
+        losses: Optional[Dict[str, float]] = None,
+    ) -> Dict[str, float]:
+        """Run the biLM once on the batch and hand the layers to every listener.
+
+        With a frozen biLM the listeners' gradients stop at their mixes. Otherwise the gradients
+        of all listeners are summed, and the last listener's backprop call (the last component
+        to update) runs the biLM's backward pass and the optimizer step, once.
+        """
+        losses = {} if losses is None else losses
+        losses.setdefault(self.name, 0.0)
+        validate_examples(examples, "Elmo.update")
+        docs = [eg.predicted for eg in examples]
+        if not self.listeners:
+            return losses
+        outputs, backprop_layers = self.model.begin_update(docs)
+        batch_id = ElmoListener.get_batch_id(docs)
+        if self.model.attrs["freeze"]:
+            for listener in self.listeners:
+                listener.receive(batch_id, outputs, _ignore_gradient)
+            return losses
+        d_outputs = [self.model.ops.alloc3f(*output.shape) for output in outputs]
+
+        def accumulate_gradient(one_d_outputs: List[Floats3d]) -> List[Doc]:
+            for d_output, one in zip(d_outputs, one_d_outputs):
+                d_output += one
+                losses[self.name] += float((one**2).sum())
+            return []
+
+        def backprop(one_d_outputs: List[Floats3d]) -> List[Doc]:
+            accumulate_gradient(one_d_outputs)
+            backprop_layers(d_outputs)
+            if sgd is not None:
+                self.finish_update(sgd)
+            return []
+
+        for listener in self.listeners[:-1]:
+            listener.receive(batch_id, outputs, accumulate_gradient)
+        self.listeners[-1].receive(batch_id, outputs, backprop)
+        return losses
+
+    def get_loss(self, examples: Iterable[Example], scores) -> None:
+        """The biLM has no loss of its own here: gradients come from the listeners."""
+        return None
+
+    def initialize(self, get_examples: Optional[Callable[[], Iterable[Example]]] = None, *, nlp: Optional[Language] = None) -> None:
+        """Load or build the biLM, once; no examples are needed."""
+        self.model.initialize()
+        self._tensor_weights()
+        for listener in self.listeners:
+            self._check_listener_sizes(listener)
+
+    def add_label(self, label: str) -> int:
+        raise NotImplementedError("The elmo component has no labels")
+
+    # ------------------------------------------------------------------ serialization
+    def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> None:
+        """Write ``cfg`` and the biLM as standard files: ``bilm/options.json``, ``bilm/weights.hdf5``."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        srsly.write_json(path / "cfg", self.cfg)
+        if "model" not in exclude:
+            get_bilm(self.model).to_files(path / "bilm" / "options.json", path / "bilm" / "weights.hdf5")
+
+    def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> "Elmo":
+        path = Path(path)
+        self.cfg.update(srsly.read_json(path / "cfg"))
+        if "model" not in exclude:
+            settings = self.model.attrs["bilm_settings"]
+            set_bilm(self.model, BiLM.from_files(path / "bilm" / "options.json", path / "bilm" / "weights.hdf5", **settings))
+        return self
+
+    def to_bytes(self, *, exclude: Iterable[str] = SimpleFrozenList()) -> bytes:
+        """``cfg`` and the bytes of the biLM's standard files."""
+        msg = {"cfg": self.cfg}
+        if "model" not in exclude:
+            msg["bilm"] = bilm_to_bytes(get_bilm(self.model))
+        return srsly.msgpack_dumps(msg)
+
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = SimpleFrozenList()) -> "Elmo":
+        msg = srsly.msgpack_loads(bytes_data)
+        self.cfg.update(msg["cfg"])
+        if "model" not in exclude and "bilm" in msg:
+            set_bilm(self.model, bilm_from_bytes(msg["bilm"], settings=self.model.attrs["bilm_settings"]))
+        return self
+
+
+# ---------------------------------------------------------------------- vector hooks
+def install_vector_hooks(doc: Doc) -> None:
+    """Make ``token.vector``, ``span.vector``, ``doc.vector`` and ``.similarity`` use ``doc.tensor``.
+
+    The hooks take precedence over the vocab's static vectors. A span's or doc's vector is the
+    mean over its non-whitespace tokens (whitespace tokens have zero vectors); similarity is the
+    cosine, 0.0 when either vector is zero. Hooks are not serialized: after ``Doc.from_bytes`` or
+    ``nlp.pipe(n_process=...)``, call this function again on the doc (``doc.tensor`` survives).
+    """
+    doc.user_hooks["vector"] = _doc_vector
+    doc.user_hooks["has_vector"] = _has_vector
+    doc.user_hooks["similarity"] = _similarity
+    doc.user_span_hooks["vector"] = _span_vector
+    doc.user_span_hooks["has_vector"] = _has_vector
+    doc.user_span_hooks["similarity"] = _similarity
+    doc.user_token_hooks["vector"] = _token_vector
+    doc.user_token_hooks["has_vector"] = _has_vector
+    doc.user_token_hooks["similarity"] = _similarity
+
+
+def _token_vector(token: Token):
+    return token.doc.tensor[token.i]
+
+
+def _span_vector(span: Span):
+    return _mean_of_words(span.doc, span.start, span.end)
+
+
+def _doc_vector(doc: Doc):
+    return _mean_of_words(doc, 0, len(doc))
+
+
+def _mean_of_words(doc: Doc, start: int, end: int):
+    """Mean of ``doc.tensor[start:end]`` over non-whitespace tokens: shape (width,)."""
+    xp = get_array_module(doc.tensor)
+    rows = doc.tensor[start:end]
+    words = xp.asarray(doc.to_array(IS_SPACE)[start:end] == 0) if end > start else None
+    if words is None or not bool(words.any()):
+        return xp.zeros(doc.tensor.shape[1], dtype="float32")
+    return rows[words].mean(axis=0)
+
+
+def _has_vector(obj: Union[Doc, Span, Token]) -> bool:
+    doc = obj if isinstance(obj, Doc) else obj.doc
+    return doc.tensor.size > 0
+
+
+def _similarity(obj: Union[Doc, Span, Token], other: Union[Doc, Span, Token]) -> float:
+    """Cosine similarity of the two vectors; 0.0 if either is all zeros."""
+    a, b = obj.vector, other.vector
+    norms = float((a**2).sum() ** 0.5) * float((b**2).sum() ** 0.5)
+    return float((a * b).sum()) / norms if norms else 0.0
+
+
+def _ignore_gradient(d_outputs: List[Floats3d]) -> List[Doc]:
+    """The backprop callback of a frozen biLM."""
+    return []
+
+
+def _token_budget_groups(docs: List[Doc], max_tokens: int) -> Iterator[List[Doc]]:
+    """``docs`` sorted by length, in groups of at most ``max_tokens`` tokens (or one long doc)."""
+    group: List[Doc] = []
+    n_tokens = 0
+    for doc in sorted(docs, key=len):
+        if group and n_tokens + len(doc) > max_tokens:
+            yield group
+            group, n_tokens = [], 0
+        group.append(doc)
+        n_tokens += len(doc)
+    if group:
+        yield group

@@ -1,0 +1,168 @@
+"""Training settings and the named presets.
+
+Batch size is GLOBAL: ``batch_size`` rows (streams) in all, split evenly over the processes
+of a distributed run, so one command means the same training (same rows per step, steps,
+learning rate) on one process or many; more processes only make each step faster.
+"""
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Dict, Optional
+
+from ..bilm import ElmoOptions
+
+PUBLISHED_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Everything a pretraining run needs besides the model sizes; see ``spacy-elmo pretrain --help``."""
+
+    batch_size: int = 64
+    window: int = 20
+    vocab_size: int = 50_000
+    min_count: int = 1
+    n_negatives: int = 0  # 0: full softmax
+    optimizer: str = "adagrad"
+    learning_rate: float = 0.2
+    clip_norm: float = 10.0
+    dropout: float = 0.1
+    max_steps: Optional[int] = None
+    max_time: Optional[float] = None  # seconds
+    checkpoint_every: int = 500
+    eval_every: int = 500
+    log_every: int = 10
+    eval_tokens: int = 20_000
+    warm_documents: int = 20
+    seed: int = 0
+    lang: str = "en"
+    paragraphs: bool = False
+
+    def __post_init__(self) -> None:
+        positive = ("batch_size", "window", "checkpoint_every", "eval_every", "log_every", "eval_tokens")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.learning_rate <= 0 or self.clip_norm <= 0:
+            raise ValueError("learning_rate and clip_norm must be positive")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.n_negatives < 0 or self.min_count < 1 or self.warm_documents < 0:
+            raise ValueError("n_negatives and warm_documents must be >= 0, min_count >= 1")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps must be at least 1, got {self.max_steps}")
+        if self.max_time is not None and self.max_time <= 0:
+            raise ValueError(f"max_time must be positive, got {self.max_time}")
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    def updated(self, **overrides: Any) -> "TrainingConfig":
+        """A copy with the given fields changed; ``None`` values leave a field as it is,
+        except for max_steps / max_time, which are None when unbounded."""
+        names = {f.name for f in fields(self)}
+        unknown = set(overrides) - names
+        if unknown:
+            raise ValueError(f"unknown training setting(s): {sorted(unknown)}")
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+OPTIMIZERS = ("adagrad", "adam")
+
+
+@dataclass(frozen=True)
+class Preset:
+    options: ElmoOptions
+    training: TrainingConfig
+    description: str
+
+
+def _published(lstm_dim: int, projection_dim: int, n_highway: int) -> ElmoOptions:
+    return ElmoOptions(
+        lstm_dim=lstm_dim,
+        projection_dim=projection_dim,
+        n_layers=2,
+        n_highway=n_highway,
+        char_embedding_dim=16,
+        filters=PUBLISHED_FILTERS,
+        n_characters=262,
+    )
+
+
+# bilm-tf's published training: batch 128 per GPU x 3 GPUs, 20-token windows, 8192 negatives,
+# Adagrad 0.2, dropout 0.1, clip 10.
+_PUBLISHED_TRAINING = TrainingConfig(batch_size=384, window=20, vocab_size=800_000, n_negatives=8192)
+
+PRESETS: Dict[str, Preset] = {
+    "tiny": Preset(
+        ElmoOptions(
+            lstm_dim=24,
+            projection_dim=8,
+            n_layers=2,
+            char_embedding_dim=4,
+            filters=((1, 4), (2, 8), (3, 8)),
+            n_highway=1,
+            max_characters_per_token=20,
+        ),
+        TrainingConfig(
+            batch_size=4,
+            window=8,
+            vocab_size=500,
+            optimizer="adam",
+            learning_rate=0.01,
+            dropout=0.0,
+            checkpoint_every=20,
+            eval_every=20,
+            log_every=5,
+            eval_tokens=2_000,
+            warm_documents=5,
+        ),
+        "a few thousand parameters, for tests (Adam: learns in a few dozen steps)",
+    ),
+    "small": Preset(
+        ElmoOptions(
+            lstm_dim=512,
+            projection_dim=64,
+            n_layers=2,
+            char_embedding_dim=16,
+            filters=((1, 32), (2, 32), (3, 64), (4, 128), (5, 128)),
+            n_highway=1,
+        ),
+        # Adam, not the paper's Adagrad: on 3.6 M tokens of English (see README) it reached a held-out
+        # perplexity of 335 after 400 steps, where Adagrad 0.2 was at 1355 (572 after 2270 steps).
+        TrainingConfig(
+            batch_size=64,
+            window=20,
+            vocab_size=50_000,
+            min_count=2,
+            n_negatives=2048,
+            optimizer="adam",
+            learning_rate=0.002,
+        ),
+        "about 5 M tokens an hour on 2 CPU cores",
+    ),
+    "elmo-small": Preset(_published(1024, 128, 1), _PUBLISHED_TRAINING, "the published Small sizes"),
+    "elmo-medium": Preset(_published(2048, 256, 1), _PUBLISHED_TRAINING, "the published Medium sizes"),
+    "elmo-original": Preset(_published(4096, 512, 2), _PUBLISHED_TRAINING, "the published Original sizes"),
+}
+
+
+def get_preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def training_keys(config: TrainingConfig, vocab_size: int, n_train_tokens: int) -> Dict[str, Any]:
+    """The bilm-tf training keys of ``options.json`` describing this run."""
+    return {
+        "bidirectional": True,
+        "dropout": config.dropout,
+        "all_clip_norm_val": config.clip_norm,
+        "n_train_tokens": n_train_tokens,
+        "batch_size": config.batch_size,
+        "n_tokens_vocab": vocab_size,
+        "unroll_steps": config.window,
+        "n_negative_samples_batch": config.n_negatives,
+    }

@@ -1,0 +1,101 @@
+"""Held-out perplexity of both language models, always with the full softmax.
+
+Every document is read alone, as :meth:`BiLM.forward` reads a sentence: ``<S> w1 ... wn </S>``.
+The forward LM is scored on w1 ... wn </S> (from positions 0 .. n), the backward LM on
+<S> w1 ... wn (from positions 1 .. n + 1): n + 1 targets each, exactly those training scores.
+Perplexity is exp(mean NLL per target) for each direction; ``average`` is exp of the mean of
+the two mean NLLs (their geometric mean), bilm-tf's convention.
+
+``initial`` chooses the LSTM state each document starts from: ``"zero"``, ``"warm"`` (the
+biLM's stored warm start) or ``"carry"`` (documents run as ``batch_size`` streams, row r
+reading documents r, r + batch_size, ...; each starts where the previous one of its row ended,
+like ``BiLM(state="carry")``; the first ones start from zero).
+"""
+
+import math
+from typing import Dict, Sequence
+
+import torch
+
+from ..bilm import BiLM
+from ..bilm.lstm import LSTMState
+from .softmax import SharedSoftmax
+from .vocab import BOS, EOS, Vocabulary
+
+INITIAL_STATES = ("zero", "warm", "carry")
+
+
+def heldout_perplexity(
+    bilm: BiLM,
+    softmax: SharedSoftmax,
+    vocab: Vocabulary,
+    documents: Sequence[Sequence[str]],
+    initial: str = "zero",
+    batch_size: int = 32,
+) -> Dict[str, float]:
+    """Perplexities ``forward``, ``backward``, ``average`` and the number of ``targets``."""
+    if initial not in INITIAL_STATES:
+        raise ValueError(f"initial state must be one of {INITIAL_STATES}, got {initial!r}")
+    if not documents:
+        raise ValueError("held-out perplexity needs at least one document")
+    was_training = bilm.training
+    bilm.eval()
+    nll = torch.zeros(2, dtype=torch.float64)
+    count = 0
+    carried = None
+    try:
+        with torch.no_grad():
+            for start in range(0, len(documents), batch_size):
+                batch = documents[start : start + batch_size]
+                state = _initial_state(bilm, initial, len(batch), carried)
+                output = bilm(batch, state=state)
+                carried = output.state
+                batch_nll, batch_count = _document_nll(output.layers[-1], output.lengths, batch, softmax, vocab)
+                nll += batch_nll
+                count += batch_count
+    finally:
+        bilm.train(was_training)
+    mean = nll / count
+    return {
+        "forward": math.exp(mean[0]),
+        "backward": math.exp(mean[1]),
+        "average": math.exp(mean.mean()),
+        "targets": count,
+    }
+
+
+def _initial_state(bilm: BiLM, initial: str, batch: int, carried) -> LSTMState:
+    like = bilm.char_cnn.projection.weight
+    if initial == "warm":
+        if bilm.warm_hidden is None:
+            raise ValueError("initial='warm' needs a warm start: call bilm.warm_up(sentences) first")
+        return LSTMState(
+            bilm.warm_hidden.unsqueeze(2).expand(-1, -1, batch, -1).contiguous(),
+            bilm.warm_memory.unsqueeze(2).expand(-1, -1, batch, -1).contiguous(),
+        )
+    if initial == "carry" and carried is not None:
+        return LSTMState(carried.hidden[:, :, :batch], carried.memory[:, :, :batch])
+    return bilm.lstm.zero_state(batch, like)
+
+
+def _document_nll(
+    top: torch.Tensor,
+    lengths: torch.Tensor,
+    documents: Sequence[Sequence[str]],
+    softmax: SharedSoftmax,
+    vocab: Vocabulary,
+):
+    """NLL sums (2,) float64 [forward, backward] of a batch, and its number of targets per direction.
+
+    ``top``: (batch, time, 2P), boundaries included, as BiLM.forward returns it.
+    """
+    dim = top.shape[-1] // 2
+    ids = torch.full(top.shape[:2], BOS, dtype=torch.int64)  # (batch, time): <S> w1 .. wn </S>
+    for row, document in enumerate(documents):
+        ids[row, 1 : len(document) + 2] = torch.cat([vocab.ids(document), torch.tensor([EOS])])
+    ids = ids.to(top.device)
+    valid = torch.arange(top.shape[1] - 1, device=top.device) < (lengths.unsqueeze(1) - 1)  # (batch, time - 1)
+    forward = softmax.full_nll(top[:, :-1, :dim][valid], ids[:, 1:][valid])
+    backward = softmax.full_nll(top[:, 1:, dim:][valid], ids[:, :-1][valid])
+    sums = torch.stack([forward.double().sum(), backward.double().sum()]).cpu()
+    return sums, int(valid.sum())

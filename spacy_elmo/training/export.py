@@ -1,0 +1,31 @@
+"""Putting exported files into a spaCy pipeline."""
+
+from pathlib import Path
+from typing import Union
+
+PathLike = Union[str, Path]
+
+
+def export_pipeline(model_dir: PathLike, output: PathLike, lang: str = "en", state: str = "warm") -> None:
+    """Save ``spacy.blank(lang)`` with an ``elmo`` component holding the biLM of ``model_dir``.
+
+    ``model_dir`` holds ``options.json`` + ``weights.hdf5`` as :func:`pretrain` exports them;
+    the weights are copied into the pipeline, which ``spacy.load(output)`` then loads alone.
+    ``state="warm"`` uses the warm start exported with the model.
+    """
+    import spacy
+
+    model_dir = Path(model_dir)
+    nlp = spacy.blank(lang)
+    nlp.add_pipe(
+        "elmo",
+        config={
+            "model": {
+                "options_file": str(model_dir / "options.json"),
+                "weight_file": str(model_dir / "weights.hdf5"),
+                "state": state,
+            }
+        },
+    )
+    nlp.initialize()
+    nlp.to_disk(output)

@@ -1,0 +1,80 @@
+"""One softmax shared by the forward and backward language models (as in bilm-tf).
+
+Full softmax scores every word. Sampled softmax (Jean et al. 2015) scores the target against
+``n_negatives`` words drawn once per batch, for every row, from a log-uniform (Zipfian)
+distribution over ids, and subtracts log Q(w) = log(expected count of w) from each negative's
+logit: the sum of the corrected exponentials is an importance-sampling estimate of the
+partition function without the target, so the loss estimates the full-softmax NLL (its value
+approaches the full loss as negatives grow). The target's own logit is left uncorrected
+(TensorFlow's ``sampled_softmax_loss`` corrects it too, which shifts the loss value by the
+target's log expected count). Perplexity on held-out text is always measured with the full
+softmax.
+"""
+
+import math
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+LOGITS_PER_CHUNK = 2**24
+
+
+class SharedSoftmax(nn.Module):
+    """Output layer over the vocabulary: ``weight`` (vocab, dim), ``bias`` (vocab,)."""
+
+    def __init__(self, vocab_size: int, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, dim))
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+        nn.init.normal_(self.weight, 0.0, 1.0 / math.sqrt(dim))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.weight.shape[0]
+
+    def full_nll(self, hidden: Tensor, targets: Tensor) -> Tensor:
+        """Negative log-likelihood of each target under the full softmax.
+
+        Shapes: ``hidden`` (n, dim), ``targets`` (n,) int64 -> (n,). Rows go through in chunks
+        of ``LOGITS_PER_CHUNK / vocab_size``, so that without autograd (held-out evaluation)
+        the logits never take more than 64 MB, whatever the vocabulary size.
+        """
+        rows = max(1, LOGITS_PER_CHUNK // self.vocab_size)
+        chunks = zip(hidden.split(rows), targets.split(rows))
+        return torch.cat([F.cross_entropy(F.linear(h, self.weight, self.bias), t, reduction="none") for h, t in chunks])
+
+    def sampled_nll(self, hidden: Tensor, targets: Tensor, negatives: Tensor) -> Tensor:
+        """Sampled-softmax loss of each target against shared ``negatives`` (s,) int64 ids.
+
+        Shapes: ``hidden`` (n, dim), ``targets`` (n,) -> (n,). A negative equal to a row's
+        target is masked out of that row ("accidental hit"), as TensorFlow does.
+        """
+        log_q = log_expected_count(self.vocab_size, negatives.numel(), hidden.device)
+        true_logits = (hidden * self.weight[targets]).sum(-1) + self.bias[targets]
+        neg_logits = F.linear(hidden, self.weight[negatives], self.bias[negatives]) - log_q[negatives]
+        neg_logits = neg_logits.masked_fill(targets.unsqueeze(1) == negatives.unsqueeze(0), float("-inf"))
+        logits = torch.cat([true_logits.unsqueeze(1), neg_logits], dim=1)
+        return torch.logsumexp(logits, dim=1) - true_logits
+
+
+def log_uniform_probs(vocab_size: int, device: torch.device) -> Tensor:
+    """P(k) = (log(k + 2) - log(k + 1)) / log(vocab_size + 1) for ids k; (vocab_size,) float32."""
+    k = torch.arange(vocab_size, device=device, dtype=torch.float64)
+    return ((torch.log(k + 2) - torch.log(k + 1)) / math.log(vocab_size + 1)).float()
+
+
+def log_expected_count(vocab_size: int, n_samples: int, device: torch.device) -> Tensor:
+    """log(n_samples * P(k)) for every id: the sampled-softmax correction. (vocab_size,)."""
+    return torch.log(log_uniform_probs(vocab_size, device) * n_samples)
+
+
+def sample_log_uniform(vocab_size: int, n_samples: int, device: torch.device) -> Tensor:
+    """Draw ``n_samples`` ids with replacement from the log-uniform distribution. (n,) int64.
+
+    Inverse-CDF sampling: floor(exp(u * log(V + 1))) - 1 for u ~ U[0, 1). Uses the global
+    torch RNG, which checkpoints save and restore.
+    """
+    u = torch.rand(n_samples, dtype=torch.float64)
+    ids = torch.floor(torch.exp(u * math.log(vocab_size + 1))).long() - 1
+    return ids.clamp_(0, vocab_size - 1).to(device)

@@ -1,0 +1,340 @@
+"""The pretraining loop: one process, or many under torchrun, with exact resume.
+
+A run lives in OUTPUT_DIR: ``checkpoint.pt`` (see :mod:`.checkpoint`), ``log.jsonl`` (one JSON
+record per log interval, held-out evaluation and the end), and, when it ends, the exported model
+``options.json`` + ``weights.hdf5`` (standard layout, with a warm start) and ``vocab.txt``.
+Running the same command again resumes from the checkpoint; the settings of the run come from
+the checkpoint, except the limits and intervals (max_steps, max_time, checkpoint_every,
+eval_every, log_every, eval_tokens), which the new command may change.
+"""
+
+import json
+import math
+import random
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from ..bilm import BiLM, ElmoOptions
+from ..bilm.lstm import LSTMState
+from .checkpoint import CHECKPOINT_NAME, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from .config import TrainingConfig, training_keys
+from .corpus import CorpusReader, read_documents
+from .distributed import Distributed, all_sum, init_distributed, shutdown
+from .evaluate import INITIAL_STATES, heldout_perplexity
+from .lm import BiLMLoss, detach, mean_loss
+from .stream import WindowStream
+from .vocab import Vocabulary
+
+PathLike = Union[str, Path]
+LOG_NAME = "log.jsonl"
+RUN_LIMITS = ("max_steps", "max_time", "checkpoint_every", "eval_every", "log_every", "eval_tokens")
+
+
+def pretrain(
+    input_path: PathLike,
+    output_dir: PathLike,
+    options: ElmoOptions,
+    config: TrainingConfig,
+    dev_path: Optional[PathLike] = None,
+    init_from: Optional[Tuple[PathLike, PathLike]] = None,
+    resume: bool = True,
+    progress: bool = True,
+) -> Dict[str, Any]:
+    """Train a biLM on ``input_path`` and export it to ``output_dir``.
+
+    Returns the final metrics on the main process ({} on the others of a distributed run).
+
+    ``options`` gives the model sizes (ignored with ``init_from`` = (options file, weight file),
+    which continues from a standard dump, or when resuming). Joins a process group when
+    launched by torchrun (see :mod:`.distributed`).
+    """
+    if config.max_steps is None and config.max_time is None:
+        raise ValueError("give a limit: max_steps and/or max_time")
+    env = init_distributed()
+    try:
+        return Trainer(
+            env, Path(input_path), Path(output_dir), options, config, dev_path, init_from, resume, progress
+        ).run()
+    finally:
+        shutdown(env)
+
+
+class Trainer:
+    """One run of :func:`pretrain` on this process."""
+
+    def __init__(
+        self,
+        env: Distributed,
+        input_path: Path,
+        output_dir: Path,
+        options: ElmoOptions,
+        config: TrainingConfig,
+        dev_path: Optional[PathLike],
+        init_from: Optional[Tuple[PathLike, PathLike]],
+        resume: bool,
+        progress: bool,
+    ) -> None:
+        self.env = env
+        self.output_dir = output_dir
+        self.progress = progress and env.is_main
+        checkpoint_path = output_dir / CHECKPOINT_NAME
+        checkpoint = load_checkpoint(checkpoint_path) if resume and checkpoint_path.exists() else None
+        if checkpoint is not None:
+            limits = {name: getattr(config, name) for name in RUN_LIMITS}
+            config = TrainingConfig(**{**checkpoint["config"], **limits})
+            options = ElmoOptions.from_dict(checkpoint["options"])
+        if config.batch_size % env.world:
+            raise ValueError(
+                f"batch size {config.batch_size} must be divisible by the number of processes ({env.world})"
+            )
+        self.config = config
+        self.reader = CorpusReader(input_path, config.lang, config.paragraphs)
+        self.dev_documents = self._dev_documents(dev_path)
+        self.vocab = Vocabulary(checkpoint["vocab"]) if checkpoint else self._build_vocab()
+        _seed_everything(config.seed)
+        bilm = BiLM.from_files(*init_from) if init_from and checkpoint is None else BiLM(options)
+        bilm.warm_hidden = bilm.warm_memory = None  # a warm start is recomputed at export
+        bilm.lstm.dropout.p = config.dropout
+        self.loss = BiLMLoss(bilm, len(self.vocab), config.n_negatives, config.dropout).to(env.device)
+        self.model = DistributedDataParallel(self.loss) if env.enabled else self.loss
+        self.optimizer = _optimizer(config, self.loss.parameters())
+        self.rows = config.batch_size // env.world
+        self.stream = WindowStream(self.reader, self.vocab, self.rows, config.window, env.rank, env.world)
+        self.state = self.loss.zero_state(self.rows)
+        self.step = 0
+        self.tokens = 0
+        self.elapsed = 0.0
+        torch.manual_seed(config.seed + 1 + env.rank)  # dropout and negatives differ per process
+        if checkpoint is not None:
+            self._restore(checkpoint)
+        if env.is_main:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            _truncate_log(output_dir / LOG_NAME, self.step)
+
+    @property
+    def bilm(self) -> BiLM:
+        return self.loss.bilm
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> Dict[str, Any]:
+        config = self.config
+        bar = tqdm(
+            total=config.max_steps, initial=self.step, disable=not self.progress, unit="step", dynamic_ncols=True
+        )
+        interval = torch.zeros(4, dtype=torch.float64)  # NLL sums and counts, both directions
+        interval_start, interval_tokens = time.perf_counter(), 0
+        last_checkpoint = self.step
+        while not self._should_stop():
+            started = time.perf_counter()
+            sums, counts = self._train_step()
+            self.step += 1
+            step_tokens = config.batch_size * config.window
+            self.tokens += step_tokens
+            interval_tokens += step_tokens
+            interval += torch.cat([sums.detach().double().cpu(), counts.double().cpu()])
+            self.elapsed += time.perf_counter() - started
+            bar.update(1)
+            if self.step % config.log_every == 0:
+                record = self._log_interval(interval, interval_tokens, time.perf_counter() - interval_start)
+                bar.set_postfix(self._postfix(record), refresh=False)
+                interval.zero_()
+                interval_start, interval_tokens = time.perf_counter(), 0
+            if self.step % config.eval_every == 0 and self.dev_documents:
+                self._evaluate()
+            if self.step % config.checkpoint_every == 0:
+                self.save()
+                last_checkpoint = self.step
+        bar.close()
+        if last_checkpoint != self.step:
+            self.save()
+        return self._finish()
+
+    def _train_step(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        batch = self.stream.next_batch()
+        self.model.train()
+        sums, counts, final = self.model(batch, self.state)
+        loss = mean_loss(sums, counts)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.loss.parameters(), self.config.clip_norm)
+        self.optimizer.step()
+        self.state = detach(final)
+        return sums, counts
+
+    def _should_stop(self) -> bool:
+        config = self.config
+        done = (config.max_steps is not None and self.step >= config.max_steps) or (
+            config.max_time is not None and self.elapsed >= config.max_time
+        )
+        return self.env.any(done)
+
+    # ------------------------------------------------------------------ reporting
+    def _log_interval(self, interval: torch.Tensor, tokens: int, seconds: float) -> Dict[str, Any]:
+        total = all_sum(self.env, interval)
+        nll = total[:2] / total[2:].clamp(min=1)
+        record = {
+            "step": self.step,
+            "epoch": self.stream.epoch,
+            "loss": float(nll.mean()),
+            "ppl": math.exp(float(nll.mean())),
+            "ppl_forward": math.exp(float(nll[0])),
+            "ppl_backward": math.exp(float(nll[1])),
+            "tokens_per_s": tokens / max(seconds, 1e-9),
+            "tokens": self.tokens,
+            "elapsed": self.elapsed,
+        }
+        self._write_log(record)
+        return record
+
+    def _postfix(self, record: Dict[str, Any]) -> Dict[str, str]:
+        postfix = {"tok/s": f"{record['tokens_per_s']:.0f}", "ppl": f"{record['ppl']:.1f}"}
+        if self.config.max_time is not None:
+            postfix["time left"] = _duration(max(self.config.max_time - self.elapsed, 0.0))
+        return postfix
+
+    def _evaluate(self, initial_states: Sequence[str] = ("zero",)) -> Dict[str, Any]:
+        """Held-out perplexity (rank 0 only); logged as an ``"eval"`` record."""
+        if not self.env.is_main:
+            return {}
+        record: Dict[str, Any] = {"step": self.step, "eval": {}}
+        for initial in initial_states:
+            record["eval"][initial] = heldout_perplexity(
+                self.bilm, self.loss.softmax, self.vocab, self.dev_documents, initial, batch_size=self.rows
+            )
+        self._write_log(record)
+        return record
+
+    def _write_log(self, record: Dict[str, Any]) -> None:
+        if self.env.is_main:
+            with (self.output_dir / LOG_NAME).open("a", encoding="utf8") as f:
+                f.write(json.dumps(record) + "\n")
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self) -> None:
+        """Every process contributes its data position, LSTM state and RNG; rank 0 writes."""
+        per_process = self.env.gather(
+            {
+                "data": self.stream.state_dict(),
+                "lstm_state": [self.state.hidden.cpu(), self.state.memory.cpu()],
+                "rng": rng_state(),
+            }
+        )
+        if not self.env.is_main:
+            return
+        save_checkpoint(
+            self.output_dir / CHECKPOINT_NAME,
+            {
+                "step": self.step,
+                "tokens": self.tokens,
+                "elapsed": self.elapsed,
+                "world": self.env.world,
+                "config": self.config.to_dict(),
+                "options": self.bilm.options.to_dict(),
+                "vocab": self.vocab.to_list(),
+                "bilm": self.bilm.state_dict(),
+                "softmax": self.loss.softmax.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "processes": per_process,
+            },
+        )
+
+    def _restore(self, checkpoint: Dict[str, Any]) -> None:
+        if checkpoint["world"] != self.env.world:
+            raise ValueError(
+                f"the checkpoint was written by {checkpoint['world']} process(es), this run has "
+                f"{self.env.world}: resume with the same number of processes"
+            )
+        self.bilm.load_state_dict(checkpoint["bilm"])
+        self.loss.softmax.load_state_dict(checkpoint["softmax"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        mine = checkpoint["processes"][self.env.rank]
+        self.stream.load_state_dict(mine["data"])
+        hidden, memory = mine["lstm_state"]
+        self.state = LSTMState(hidden.to(self.env.device), memory.to(self.env.device))
+        set_rng_state(mine["rng"])
+        self.step = int(checkpoint["step"])
+        self.tokens = int(checkpoint["tokens"])
+        self.elapsed = float(checkpoint["elapsed"])
+
+    # ------------------------------------------------------------------ the end
+    def _finish(self) -> Dict[str, Any]:
+        """Export (rank 0): warm start, standard files, vocabulary; final held-out perplexities."""
+        metrics: Dict[str, Any] = {"step": self.step, "tokens": self.tokens, "elapsed": self.elapsed}
+        if self.env.is_main:
+            bilm = self.bilm
+            bilm.options = _with_training_keys(bilm.options, self.config, len(self.vocab), self.tokens)
+            if self.config.warm_documents:
+                bilm.warm_up(read_documents(self.reader, max_tokens=10**9, max_documents=self.config.warm_documents))
+            if self.dev_documents:
+                states = INITIAL_STATES if bilm.warm_hidden is not None else ("zero", "carry")
+                metrics["eval"] = self._evaluate(states)["eval"]
+            bilm.to_files(self.output_dir / "options.json", self.output_dir / "weights.hdf5")
+            self.vocab.to_file(self.output_dir / "vocab.txt")
+            self._write_log({"final": metrics})
+        self.env.barrier()
+        return metrics if self.env.is_main else {}
+
+    # ------------------------------------------------------------------ set-up
+    def _build_vocab(self) -> Vocabulary:
+        """Rank 0 counts the corpus (one streaming pass); every process gets the same words."""
+        words: Optional[List[str]] = None
+        if self.env.is_main:
+            documents = tqdm(self.reader.texts(), desc="counting words", unit="doc", disable=not self.progress)
+            words = Vocabulary.build(documents, self.config.vocab_size, self.config.min_count).to_list()
+        return Vocabulary(self.env.broadcast(words))
+
+    def _dev_documents(self, dev_path: Optional[PathLike]) -> List[List[str]]:
+        if dev_path is None or not self.env.is_main:
+            return []
+        documents = read_documents(
+            CorpusReader(dev_path, self.config.lang, self.config.paragraphs), self.config.eval_tokens
+        )
+        if not documents:
+            raise ValueError(f"the held-out corpus {dev_path} has no documents")
+        return documents
+
+
+def _optimizer(config: TrainingConfig, parameters) -> torch.optim.Optimizer:
+    if config.optimizer == "adagrad":
+        # bilm-tf: Adagrad with initial accumulator 1.0
+        return torch.optim.Adagrad(parameters, lr=config.learning_rate, initial_accumulator_value=1.0)
+    return torch.optim.Adam(parameters, lr=config.learning_rate)
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    numpy.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _with_training_keys(options: ElmoOptions, config: TrainingConfig, vocab_size: int, tokens: int) -> ElmoOptions:
+    return replace(options, training={**options.training, **training_keys(config, vocab_size, tokens)})
+
+
+def _truncate_log(path: Path, step: int) -> None:
+    """On resume, drop records the killed run wrote after its last checkpoint."""
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text(encoding="utf8").splitlines() if _record_step(line) <= step]
+    path.write_text("".join(line + "\n" for line in kept), encoding="utf8")
+
+
+def _record_step(line: str) -> float:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return math.inf  # a line cut by the kill
+    return float(record.get("step", record.get("final", {}).get("step", math.inf)))
+
+
+def _duration(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}"

@@ -1,0 +1,209 @@
+import shutil
+
+import numpy
+import pytest
+import spacy
+import torch
+from spacy.tokens import Doc
+
+from spacy_elmo import BiLM, ElmoFileError
+from spacy_elmo.layers import get_bilm
+from spacy_elmo.pipeline_component import _token_budget_groups, install_vector_hooks
+
+from .conftest import N_LAYERS, WIDTH, elmo_config
+
+TEXTS = [
+    "The cat sat on the mat .",
+    "Colorless green ideas sleep furiously .",
+    "Hello  world , again and again .",
+    "",
+    "One",
+]
+
+
+def words_of(doc: Doc):
+    return [t.text for t in doc if not t.is_space]
+
+
+def test_default_config_builds_an_untrained_bilm_and_says_so() -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    with pytest.warns(UserWarning, match="untrained"):
+        nlp.initialize()
+    doc = nlp("Untrained but working .")
+    assert doc.tensor.shape == (4, 128)
+
+
+def test_use_before_initialize_is_a_clear_error(bilm_files) -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config(bilm_files))
+    with pytest.raises(ValueError, match="nlp.initialize"):
+        nlp("No weights yet .")
+
+
+def test_layers_equal_embed_sentences_over_the_same_sentences(nlp_elmo, bilm_files) -> None:
+    bilm = BiLM.from_files(*bilm_files)
+    words = ["Hello", "there", "\n", "friend", ".", "Second", "sentence", "here", "."]
+    starts = [True, False, False, False, False, True, False, False, False]
+    doc = nlp_elmo(Doc(nlp_elmo.vocab, words=words, sent_starts=starts))
+    assert doc._.elmo_layers.shape == (N_LAYERS, len(words), WIDTH)
+    expected = bilm.embed_sentences([["Hello", "there", "friend", "."], ["Second", "sentence", "here", "."]])
+    layers = doc._.elmo_layers
+    numpy.testing.assert_allclose(layers[:, [0, 1, 3, 4]], expected[0], atol=1e-6)
+    numpy.testing.assert_allclose(layers[:, 5:], expected[1], atol=1e-6)
+    assert not layers[:, 2].any()  # the whitespace token
+    numpy.testing.assert_allclose(doc.tensor, layers.mean(axis=0), atol=1e-6)
+
+
+def test_long_text_uses_overlapping_windows(bilm_files) -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={**elmo_config(bilm_files, window=6, overlap=2), "store_layers": True})
+    nlp.initialize()
+    words = [f"w{i % 7}" for i in range(20)]
+    doc = nlp(Doc(nlp.vocab, words=words))
+    bilm = get_bilm(nlp.get_pipe("elmo").model)
+    # Window 0 covers tokens 0-5 and owns 0-4; window 1 covers 4-9 and owns 5-8.
+    first, second = bilm.embed_sentences([words[0:6], words[4:10]])
+    numpy.testing.assert_allclose(doc._.elmo_layers[:, 0:5], first[:, 0:5], atol=1e-6)
+    numpy.testing.assert_allclose(doc._.elmo_layers[:, 5:9], second[:, 1:5], atol=1e-6)
+
+
+def test_tensor_weights_choose_the_mix(bilm_files) -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={**elmo_config(bilm_files), "store_layers": True, "tensor_weights": [0.0, 0.0, 1.0]})
+    nlp.initialize()
+    doc = nlp("Only the top layer .")
+    numpy.testing.assert_allclose(doc.tensor, doc._.elmo_layers[2], atol=1e-6)
+    bad = spacy.blank("en")
+    bad.add_pipe("elmo", config={**elmo_config(bilm_files), "tensor_weights": [1.0, 1.0]})
+    with pytest.raises(ValueError, match="tensor_weights has 2 values"):
+        bad.initialize()
+
+
+@pytest.mark.parametrize("static_vectors", [False, True])
+def test_vectors_and_similarity_come_from_elmo(nlp_elmo, static_vectors: bool) -> None:
+    if static_vectors:
+        for word in ("cat", "dog", "sat", "the"):
+            nlp_elmo.vocab.set_vector(word, numpy.ones(5, dtype="float32"))
+    doc = nlp_elmo("the cat sat  the dog sat")
+    tensor = doc.tensor
+    assert doc[1].has_vector and doc.has_vector and doc[0:2].has_vector
+    numpy.testing.assert_array_equal(doc[1].vector, tensor[1])
+    words = [i for i, t in enumerate(doc) if not t.is_space]
+    numpy.testing.assert_allclose(doc.vector, tensor[words].mean(axis=0), rtol=1e-6)
+    numpy.testing.assert_allclose(doc[2:5].vector, tensor[[2, 4]].mean(axis=0), rtol=1e-6)
+    a, b = tensor[1], tensor[5]
+    cosine = float(a @ b / numpy.linalg.norm(a) / numpy.linalg.norm(b))
+    assert doc[1].similarity(doc[5]) == pytest.approx(cosine, rel=1e-5)
+    # The same word in another context gets another vector: contextual, not static.
+    assert doc[2].similarity(doc[6]) < 0.9999
+    assert doc[0:3].similarity(doc[4:7]) == pytest.approx(
+        float(doc[0:3].vector @ doc[4:7].vector / numpy.linalg.norm(doc[0:3].vector) / numpy.linalg.norm(doc[4:7].vector)),
+        rel=1e-5,
+    )
+    assert doc[3].similarity(doc[1]) == 0.0  # whitespace token: zero vector
+
+
+def test_empty_and_whitespace_docs(nlp_elmo) -> None:
+    empty = nlp_elmo("")
+    assert empty.tensor.shape == (0, WIDTH)
+    assert empty._.elmo_layers.shape == (N_LAYERS, 0, WIDTH)
+    assert empty.vector.shape == (WIDTH,) and not empty.vector.any()
+    blank = nlp_elmo("   \n\n ")
+    assert blank.tensor.shape == (len(blank), WIDTH) and not blank.tensor.any()
+    docs = list(nlp_elmo.pipe(["", "   "]))
+    assert [d.tensor.shape[0] for d in docs] == [0, len(docs[1])]
+
+
+def test_pipe_keeps_order_and_matches_single_docs(nlp_elmo) -> None:
+    nlp_elmo.get_pipe("elmo").cfg["pipe_batch_tokens"] = 7
+    singles = [nlp_elmo(text).tensor for text in TEXTS]
+    piped = list(nlp_elmo.pipe(TEXTS, batch_size=3))
+    assert [d.text for d in piped] == TEXTS
+    for doc, tensor in zip(piped, singles):
+        numpy.testing.assert_allclose(doc.tensor, tensor, atol=1e-6)
+
+
+def test_token_budget_groups_sort_by_length() -> None:
+    nlp = spacy.blank("en")
+    docs = [nlp.make_doc(" ".join(["x"] * n)) for n in (5, 1, 3, 8, 2)]
+    groups = list(_token_budget_groups(docs, 6))
+    assert [[len(d) for d in g] for g in groups] == [[1, 2, 3], [5], [8]]
+
+
+def test_n_process_2_works_and_gives_the_same_tensors(nlp_elmo) -> None:
+    texts = TEXTS * 4
+    expected = [doc.tensor for doc in nlp_elmo.pipe(texts)]
+    docs = list(nlp_elmo.pipe(texts, n_process=2, batch_size=4))
+    assert [d.text for d in docs] == texts
+    for doc, tensor in zip(docs, expected):
+        numpy.testing.assert_allclose(doc.tensor, tensor, atol=1e-5)
+        install_vector_hooks(doc)  # hooks do not survive the trip between processes
+        if len(doc):
+            numpy.testing.assert_array_equal(doc[0].vector, doc.tensor[0])
+
+
+def test_initialize_never_overwrites_loaded_weights(nlp_elmo) -> None:
+    bilm = get_bilm(nlp_elmo.get_pipe("elmo").model)
+    with torch.no_grad():
+        bilm.char_cnn.projection.bias.add_(1.0)
+    before = nlp_elmo("Keep my weights .").tensor
+    nlp_elmo.initialize()
+    assert get_bilm(nlp_elmo.get_pipe("elmo").model) is bilm
+    numpy.testing.assert_array_equal(nlp_elmo("Keep my weights .").tensor, before)
+
+
+def test_real_allennlp_files_load(fixture_dir) -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": {
+        "options_file": str(fixture_dir / "options.json"),
+        "weight_file": str(fixture_dir / "lm_weights.hdf5"),
+    }, "store_layers": True})
+    nlp.initialize()
+    doc = nlp("The quick brown fox .")
+    assert doc._.elmo_layers.shape == (3, 5, 32)
+    expected = BiLM.from_files(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5").embed_sentences([words_of(doc)])[0]
+    numpy.testing.assert_allclose(doc._.elmo_layers, expected, atol=1e-6)
+
+
+def test_disk_round_trip_is_self_contained(tmp_path, bilm_files) -> None:
+    originals = tmp_path / "originals"
+    originals.mkdir()
+    copies = [shutil.copy(path, originals / path.name) for path in bilm_files]
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config(copies))
+    nlp.initialize()
+    expected = [doc.tensor for doc in nlp.pipe(TEXTS)]
+    nlp.to_disk(tmp_path / "pipeline")
+    shutil.rmtree(originals)  # the saved pipeline must not need them
+    assert (tmp_path / "pipeline" / "elmo" / "bilm" / "weights.hdf5").is_file()
+    loaded = spacy.load(tmp_path / "pipeline")
+    for doc, tensor in zip(loaded.pipe(TEXTS), expected):
+        numpy.testing.assert_array_equal(doc.tensor, tensor)
+    standard = BiLM.from_files(tmp_path / "pipeline" / "elmo" / "bilm" / "options.json",
+                               tmp_path / "pipeline" / "elmo" / "bilm" / "weights.hdf5")
+    assert standard.options == get_bilm(loaded.get_pipe("elmo").model).options
+
+
+def test_bytes_round_trip(nlp_elmo, bilm_files) -> None:
+    expected = [doc.tensor for doc in nlp_elmo.pipe(TEXTS)]
+    data = nlp_elmo.to_bytes()
+    fresh = spacy.blank("en")
+    fresh.add_pipe("elmo", config={"model": {"lstm_dim": 4, "projection_dim": 3, "filters": [[1, 2]]}})
+    fresh.get_pipe("elmo").from_bytes(nlp_elmo.get_pipe("elmo").to_bytes())
+    for doc, tensor in zip(fresh.pipe(TEXTS), expected):
+        numpy.testing.assert_array_equal(doc.tensor, tensor)
+    again = spacy.blank("en")
+    again.add_pipe("elmo", config=elmo_config(bilm_files))
+    again.from_bytes(data)
+    for doc, tensor in zip(again.pipe(TEXTS), expected):
+        numpy.testing.assert_array_equal(doc.tensor, tensor)
+
+
+def test_bad_weight_configs_are_clear_errors(bilm_files, tmp_path) -> None:
+    nlp = spacy.blank("en")
+    with pytest.raises(ValueError, match="both options_file and weight_file"):
+        nlp.add_pipe("elmo", config={"model": {"options_file": str(bilm_files[0])}})
+    nlp.add_pipe("elmo", config={"model": {"options_file": str(bilm_files[0]), "weight_file": str(tmp_path / "nope.hdf5")}})
+    with pytest.raises(ElmoFileError, match="does not exist"):
+        nlp.initialize()

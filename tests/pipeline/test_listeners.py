@@ -1,0 +1,280 @@
+import numpy
+import pytest
+import spacy
+import torch
+
+from spacy_elmo import BiLM
+from spacy_elmo.layers import ScalarMix, get_bilm
+from spacy_elmo.layers.scalar_mix import mix_weights
+
+from .conftest import N_LAYERS, WIDTH, build_ner_textcat, elmo_config, listener_config, make_examples
+
+TEXTS = ["Alice went to Paris .", "It was great .", "Bob stayed in London"]
+
+
+def count_bilm_calls(monkeypatch) -> list:
+    calls = []
+    original = BiLM.forward
+
+    def counting(self, sentences, state=None):
+        calls.append(len(sentences))
+        return original(self, sentences, state)
+
+    monkeypatch.setattr(BiLM, "forward", counting)
+    return calls
+
+
+def train(nlp, examples, steps: int = 1, **kwargs):
+    optimizer = nlp.create_optimizer()
+    losses = {}
+    for _ in range(steps):
+        nlp.update(examples, sgd=optimizer, losses=losses, **kwargs)
+    return losses
+
+
+# ---------------------------------------------------------------------- scalar mix
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_scalar_mix_gradients_match_finite_differences(layer_norm: bool) -> None:
+    rng = numpy.random.default_rng(0)
+    mix = ScalarMix(3, 4, layer_norm=layer_norm, l2=0.3)
+    mix.initialize()
+    mix.set_param("W", rng.normal(size=3).astype("float64"))
+    mix.set_param("gamma", numpy.asarray([1.7], dtype="float64"))
+    Xs = [rng.normal(size=(3, n, 4)) for n in (2, 0, 3)]
+    dYs = [rng.normal(size=(n, 4)) for n in (2, 0, 3)]
+
+    def loss() -> float:
+        Ys, _ = mix(Xs, is_train=False)
+        W = mix.get_param("W")
+        return sum(float((Y * dY).sum()) for Y, dY in zip(Ys, dYs)) + 0.3 * float((W**2).sum())
+
+    Ys, backprop = mix(Xs, is_train=True)
+    dXs = backprop(dYs)
+    eps = 1e-6
+    for name in ("W", "gamma"):
+        param = mix.get_param(name)
+        for i in range(param.size):
+            param[i] += eps
+            up = loss()
+            param[i] -= 2 * eps
+            down = loss()
+            param[i] += eps
+            assert mix.get_grad(name)[i] == pytest.approx((up - down) / (2 * eps), rel=1e-5, abs=1e-7)
+    for X, dX in zip(Xs, dXs):
+        for index in numpy.ndindex(*X.shape):
+            X[index] += eps
+            up = loss()
+            X[index] -= 2 * eps
+            down = loss()
+            X[index] += eps
+            assert dX[index] == pytest.approx((up - down) / (2 * eps), rel=1e-4, abs=1e-6)
+
+
+def test_scalar_mix_starts_as_the_average() -> None:
+    mix = ScalarMix(3, 2)
+    mix.initialize()
+    X = numpy.arange(12, dtype="float32").reshape(3, 2, 2)
+    (Y,) = mix.predict([X])
+    numpy.testing.assert_allclose(Y, X.mean(axis=0), rtol=1e-6)
+    numpy.testing.assert_allclose(mix_weights(mix), [1 / 3] * 3, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------- listeners
+def test_two_listeners_share_one_biLM_pass(bilm_files, monkeypatch) -> None:
+    nlp = build_ner_textcat(bilm_files)
+    elmo = nlp.get_pipe("elmo")
+    assert elmo.listening_components == ["ner", "textcat"]
+    examples = make_examples(nlp)
+    calls = count_bilm_calls(monkeypatch)
+    losses = train(nlp, examples, steps=2)  # spaCy's output layers start at zero: step 1 has no gradient
+    # One biLM call for two listeners, each distinct sentence once; step 2 hits the cache.
+    assert calls == [len({eg.text for eg in examples})]
+    assert losses["ner"] > 0 and losses["textcat"] > 0
+    ner_mix, cat_mix = (
+        next(node for node in nlp.get_pipe(name).model.walk() if node.name == "elmo_scalar_mix")
+        for name in ("ner", "textcat")
+    )
+    assert ner_mix is not cat_mix
+    assert not numpy.allclose(ner_mix.get_param("W"), 0.0)  # each task learns its own mix
+
+
+def test_frozen_biLM_keeps_its_weights_and_caches_features(bilm_files, monkeypatch) -> None:
+    nlp = build_ner_textcat(bilm_files)
+    bilm = get_bilm(nlp.get_pipe("elmo").model)
+    before = [p.detach().clone() for p in bilm.parameters()]
+    examples = make_examples(nlp)
+    calls = count_bilm_calls(monkeypatch)
+    train(nlp, examples, steps=3)
+    assert calls == [len({eg.text for eg in examples})]  # epochs 2 and 3 come from the feature cache
+    assert all(torch.equal(a, b) for a, b in zip(before, bilm.parameters()))
+    assert len(nlp.get_pipe("elmo").model.attrs["feature_cache"]) == len({eg.text for eg in examples})
+
+
+class CpuGradScaler:
+    """thinc's PyTorchGradScaler logic (scale the output gradients, unscale the parameter
+    gradients) on CPU, where thinc refuses to scale: a scale applied twice or an unscale
+    missed would show in the gradients."""
+
+    found_inf = False
+
+    def __init__(self, scale: float) -> None:
+        self.scale_factor = scale
+
+    def scale(self, tensors, inplace=False):
+        return [t.mul_(self.scale_factor) for t in tensors] if isinstance(tensors, list) else tensors.mul_(self.scale_factor)
+
+    def unscale(self, tensors) -> bool:
+        for tensor in tensors:
+            tensor.div_(self.scale_factor)
+        return False
+
+
+@pytest.mark.parametrize("max_batch_tokens", [4096, 12])  # 12: one sentence per biLM batch
+@pytest.mark.parametrize("scaled", [False, True])
+def test_fine_tuning_sums_the_gradients_of_every_listener(bilm_files, max_batch_tokens: int, scaled: bool) -> None:
+    """The biLM receives the sum of all listeners' gradients, scaled and unscaled exactly once."""
+    nlp = build_ner_textcat(bilm_files, freeze=False, max_batch_tokens=max_batch_tokens)
+    elmo = nlp.get_pipe("elmo")
+    bilm = get_bilm(elmo.model)
+    examples = make_examples(nlp, 3)
+    docs = [eg.predicted for eg in examples]
+    rng = numpy.random.default_rng(0)
+    grads_a = [rng.normal(size=(N_LAYERS, len(doc), WIDTH)).astype("float32") for doc in docs]
+    grads_b = [rng.normal(size=(N_LAYERS, len(doc), WIDTH)).astype("float32") for doc in docs]
+
+    bilm.zero_grad()
+    output = bilm([[t.text for t in doc] for doc in docs])
+    loss = sum(
+        (output.layers[:, row, 1 : len(doc) + 1] * torch.from_numpy(a + b)).sum()
+        for row, (doc, a, b) in enumerate(zip(docs, grads_a, grads_b))
+    )
+    loss.backward()
+    expected = [p.grad.clone() for p in bilm.parameters()]
+
+    bilm.zero_grad()
+    if scaled:
+        elmo.model.shims[0]._grad_scaler = CpuGradScaler(1024.0)
+    losses = {}
+    elmo.update(examples, losses=losses)
+    first, second = elmo.listeners
+    first._backprop(grads_a)
+    second._backprop(grads_b)
+    for param, grad in zip(bilm.parameters(), expected):
+        torch.testing.assert_close(param.grad, grad, rtol=1e-4, atol=1e-5)
+    assert losses["elmo"] == pytest.approx(sum(float((g**2).sum()) for g in grads_a + grads_b), rel=1e-5)
+
+
+def test_fine_tuning_updates_the_biLM_in_training(bilm_files) -> None:
+    nlp = build_ner_textcat(bilm_files, freeze=False)
+    bilm = get_bilm(nlp.get_pipe("elmo").model)
+    before = [p.detach().clone() for p in bilm.parameters()]
+    losses = train(nlp, make_examples(nlp), steps=2)
+    assert losses["elmo"] > 0
+    assert not all(torch.equal(a, b) for a, b in zip(before, bilm.parameters()))
+
+
+def test_precision_options_reach_the_shim(bilm_files) -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config(bilm_files, mixed_precision=True,
+                                            grad_scaler_config={"enabled": True, "init_scale": 256.0}))
+    shim = nlp.get_pipe("elmo").model.shims[0]
+    assert shim._mixed_precision is True
+    assert shim._grad_scaler._enabled and float(shim._grad_scaler._scale) == 256.0
+
+
+def test_missing_or_disabled_upstream_is_a_clear_error(bilm_files) -> None:
+    nlp = build_ner_textcat(bilm_files)
+    with nlp.select_pipes(disable=["elmo"]):
+        with pytest.raises(ValueError, match="found no ELMo features"):
+            nlp("Alice went home .")
+    alone = spacy.blank("en")
+    alone.add_pipe("ner", config={"model": {
+        "@architectures": "spacy.TransitionBasedParser.v2", "state_type": "ner", "extra_state_tokens": False,
+        "hidden_width": 16, "maxout_pieces": 2, "use_upper": True, "nO": None, "tok2vec": listener_config(),
+    }})
+    alone.initialize(lambda: make_examples(alone))  # shape inference at initialization is fine
+    with pytest.raises(ValueError, match="found no ELMo features"):
+        alone("Alice went home .")
+    with pytest.raises(ValueError, match="found no ELMo features"):
+        alone.update(make_examples(alone))
+
+
+def test_frozen_component_must_annotate(bilm_files) -> None:
+    nlp = build_ner_textcat(bilm_files)
+    examples = make_examples(nlp)
+    with pytest.raises(ValueError, match="annotating_components"):
+        nlp.update(examples, exclude=["elmo"])
+    losses = nlp.update(examples, exclude=["elmo"], annotates=["elmo"])
+    assert losses["ner"] > 0
+
+
+def test_listener_with_wrong_sizes_names_them(bilm_files) -> None:
+    with pytest.raises(ValueError, match="n_layers=3 and width=10, but the 'elmo' biLM gives 3 layers of width 16"):
+        build_ner_textcat(bilm_files, listener={"width": 10})
+
+
+def test_layer_norm_l2_and_embed_options_train(bilm_files) -> None:
+    embed = {"@architectures": "spacy.MultiHashEmbed.v2", "width": 8, "attrs": ["NORM", "SHAPE"],
+             "rows": [100, 50], "include_static_vectors": False}
+    nlp = build_ner_textcat(bilm_files, listener={"layer_norm": True, "l2": 0.01, "dropout": 0.2, "embed": embed})
+    losses = train(nlp, make_examples(nlp), steps=2)
+    assert losses["ner"] > 0
+    assert nlp.get_pipe("textcat").model.get_ref("tok2vec").get_dim("nO") == WIDTH + 8
+
+
+def test_predictions_do_not_depend_on_the_batch(bilm_files) -> None:
+    nlp = build_ner_textcat(bilm_files)
+    train(nlp, make_examples(nlp), steps=2)
+    singles = [nlp(text).cats for text in TEXTS]
+    batched = [doc.cats for doc in nlp.pipe(TEXTS)]
+    for one, many in zip(singles, batched):
+        assert one == pytest.approx(many, abs=1e-6)
+
+
+def test_replace_listeners_makes_components_independent(bilm_files, tmp_path) -> None:
+    nlp = build_ner_textcat(bilm_files)
+    train(nlp, make_examples(nlp), steps=2)
+    expected = [(doc.cats, [(e.text, e.label_) for e in doc.ents]) for doc in nlp.pipe(TEXTS)]
+    nlp.replace_listeners("elmo", "textcat", ["model.tok2vec"])
+    assert nlp.get_pipe("elmo").listening_components == ["ner"]
+    assert nlp.config["components"]["textcat"]["model"]["tok2vec"]["bilm"]["@architectures"] == "spacy_elmo.ElmoBiLM.v1"
+    with nlp.select_pipes(disable=["elmo", "ner"]):
+        cats = [doc.cats for doc in nlp.pipe(TEXTS)]
+    for got, (want, _) in zip(cats, expected):
+        assert got == pytest.approx(want, abs=1e-6)
+    nlp.to_disk(tmp_path / "replaced")
+    loaded = spacy.load(tmp_path / "replaced")
+    for doc, (cats, ents) in zip(loaded.pipe(TEXTS), expected):
+        assert doc.cats == pytest.approx(cats, abs=1e-6)
+        assert [(e.text, e.label_) for e in doc.ents] == ents
+    train(loaded, make_examples(loaded), steps=1)  # the replaced component still trains
+
+
+def test_sourced_components_keep_listening(bilm_files, tmp_path) -> None:
+    nlp = build_ner_textcat(bilm_files)
+    train(nlp, make_examples(nlp), steps=2)
+    expected = [doc.cats for doc in nlp.pipe(TEXTS)]
+    nlp.to_disk(tmp_path / "source")
+    target = spacy.blank("en")
+    source = spacy.load(tmp_path / "source")
+    target.add_pipe("elmo", source=source)
+    target.add_pipe("textcat", source=source)
+    assert target.get_pipe("elmo").listening_components == ["textcat"]
+    for doc, cats in zip(target.pipe(TEXTS), expected):
+        assert doc.cats == pytest.approx(cats, abs=1e-6)
+
+
+def test_trained_pipeline_round_trips_to_disk(bilm_files, tmp_path) -> None:
+    nlp = build_ner_textcat(bilm_files, listener={"l2": 0.1})
+    train(nlp, make_examples(nlp), steps=2)
+    expected = [(doc.tensor, doc.cats) for doc in nlp.pipe(TEXTS)]
+    nlp.to_disk(tmp_path / "trained")
+    loaded = spacy.load(tmp_path / "trained")
+    saved_state = get_bilm(nlp.get_pipe("elmo").model).state_dict()
+    for name, value in get_bilm(loaded.get_pipe("elmo").model).state_dict().items():
+        assert torch.equal(value, saved_state[name]), name
+    # Same weights; the original's token cache holds char-CNN outputs computed in other batch
+    # shapes during training, which may differ in the last float bits.
+    for doc, (tensor, cats) in zip(loaded.pipe(TEXTS), expected):
+        numpy.testing.assert_allclose(doc.tensor, tensor, atol=1e-5)
+        assert doc.cats == pytest.approx(cats, abs=1e-6)

@@ -1,0 +1,123 @@
+"""End-to-end runs of the tiny preset: learning, export, reload, fine-tuning, the CLI."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from spacy_elmo import BiLM, ElmoOptions
+from spacy_elmo.cli import app, parse_duration
+from spacy_elmo.training import export_pipeline, get_preset, pretrain
+from spacy_elmo.training.checkpoint import load_checkpoint
+
+from .helpers import write_corpus, write_repetitive_corpus
+
+
+def _records(output_dir):
+    return [json.loads(line) for line in (output_dir / "log.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pretrain")
+    write_repetitive_corpus(root / "train.txt", 300)
+    write_repetitive_corpus(root / "dev.txt", 9)
+    preset = get_preset("tiny")
+    config = preset.training.updated(max_steps=60, eval_every=10, log_every=10)
+    metrics = pretrain(
+        root / "train.txt",
+        root / "out",
+        preset.options,
+        config,
+        dev_path=root / "dev.txt",
+        resume=False,
+        progress=False,
+    )
+    return root, metrics
+
+
+def test_heldout_perplexity_falls(trained):
+    root, metrics = trained
+    evals = [r["eval"]["zero"]["average"] for r in _records(root / "out") if "eval" in r]
+    assert len(evals) >= 6
+    assert evals[-1] < 0.5 * evals[0]
+    assert metrics["eval"]["zero"]["average"] < 4.0  # three sentences: nearly deterministic text
+    losses = [r["loss"] for r in _records(root / "out") if "loss" in r]
+    assert losses[-1] < losses[0]
+
+
+def test_export_is_standard_and_reloads(trained):
+    root, metrics = trained
+    out = root / "out"
+    options = json.loads((out / "options.json").read_text())
+    assert options["n_tokens_vocab"] == len((out / "vocab.txt").read_text().splitlines())
+    assert options["unroll_steps"] == get_preset("tiny").training.window
+    reloaded = BiLM.from_files(out / "options.json", out / "weights.hdf5", state="warm")
+    assert reloaded.warm_hidden is not None
+    checkpoint = load_checkpoint(out / "checkpoint.pt")
+    trained_bilm = BiLM(ElmoOptions.from_dict(checkpoint["options"]))
+    trained_bilm.load_state_dict(checkpoint["bilm"])
+    sentences = [["the", "cat", "sat"], ["a", "new", "word", "!"]]
+    for got, want in zip(
+        BiLM.from_files(out / "options.json", out / "weights.hdf5").embed_sentences(sentences),
+        trained_bilm.embed_sentences(sentences),
+    ):
+        assert got.shape == want.shape and abs(got - want).max() < 1e-6
+    assert len(reloaded.embed_sentences(sentences)) == 2
+    assert set(metrics["eval"]) == {"zero", "warm", "carry"}
+
+
+def test_init_from_continues_from_standard_files(trained, tmp_path):
+    root, _ = trained
+    preset = get_preset("tiny")
+    config = preset.training.updated(max_steps=1, log_every=1, warm_documents=0)
+    write_corpus(tmp_path / "other.txt", 50)
+    pretrain(tmp_path / "other.txt", tmp_path / "fresh", preset.options, config, resume=False, progress=False)
+    write_repetitive_corpus(tmp_path / "same.txt", 50)
+    pretrain(tmp_path / "same.txt", tmp_path / "fresh_same", preset.options, config, resume=False, progress=False)
+    pretrain(
+        tmp_path / "same.txt",
+        tmp_path / "tuned",
+        preset.options,
+        config,
+        resume=False,
+        progress=False,
+        init_from=(root / "out" / "options.json", root / "out" / "weights.hdf5"),
+    )
+    fresh = _records(tmp_path / "fresh_same")[0]["loss"]
+    tuned = _records(tmp_path / "tuned")[0]["loss"]
+    # the softmax is new, but the LSTM states already separate the contexts: learning starts lower
+    assert tuned < fresh
+    assert load_checkpoint(tmp_path / "tuned" / "checkpoint.pt")["softmax"]["weight"].shape[0] == len(
+        (tmp_path / "tuned" / "vocab.txt").read_text().splitlines()
+    )
+
+
+def test_cli_reports_bad_input_clearly(tmp_path):
+    result = CliRunner().invoke(
+        app, ["pretrain", str(tmp_path / "missing"), str(tmp_path / "out"), "--preset", "tiny", "--max-steps", "1"]
+    )
+    assert result.exit_code == 1
+    assert "does not exist" in result.output
+    result = CliRunner().invoke(app, ["pretrain", str(tmp_path), str(tmp_path / "out"), "--preset", "nope"])
+    assert result.exit_code == 1 and "unknown preset" in result.output
+    write_corpus(tmp_path / "c.txt", 5)
+    result = CliRunner().invoke(app, ["pretrain", str(tmp_path / "c.txt"), str(tmp_path / "out"), "--preset", "tiny"])
+    assert result.exit_code == 1 and "max_steps" in result.output
+
+
+def test_parse_duration():
+    assert parse_duration("90") == 90 and parse_duration("90m") == 5400 and parse_duration("1.5h") == 5400
+    with pytest.raises(Exception, match="not a duration"):
+        parse_duration("soon")
+
+
+def test_export_into_an_elmo_pipeline(trained, tmp_path):
+    import spacy
+
+    root, _ = trained
+    export_pipeline(root / "out", tmp_path / "pipeline")
+    nlp = spacy.load(tmp_path / "pipeline")
+    assert nlp.pipe_names == ["elmo"]
+    doc = nlp("the cat sat on the mat .")
+    assert doc.tensor.shape == (7, 2 * get_preset("tiny").options.projection_dim)
