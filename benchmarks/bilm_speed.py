@@ -2,8 +2,8 @@
 
 Prints tokens/s, the floating-point rate reached (nominal model FLOPs per token x tokens/s) as
 a fraction of this machine's measured float32 matmul rate, and the same for a straightforward implementation of the same model
-(per-step input GEMM, one direction at a time, state copies, char CNN on every token) that many
-ELMo ports use. Both run the same random weights on the same sentences in one process, and their
+(as AllenNLP's ``LstmCellWithProjection``: per-step input and state products, one direction at a
+time, state copies; the char CNN on every token). Both run the same random weights on the same sentences in one process, and their
 outputs are compared. Random weights of full size cost exactly what trained ones do.
 
     python benchmarks/bilm_speed.py [--sentences 96] [--threads 2]
@@ -90,13 +90,13 @@ def _run_direction(model: BiLM, x: torch.Tensor, lengths: List[int], direction: 
         x = torch.stack([torch.cat([x[r, : lengths[r]].flip(0), x[r, lengths[r] :]]) for r in range(batch)])
     results = []
     for index, layer in enumerate(model.lstm.layers):
-        weight = torch.cat([layer.input_weight[direction], layer.hidden_weight[direction]])
+        input_weight, hidden_weight = layer.input_weight[direction], layer.hidden_weight[direction]
         bias = layer.bias[direction] + layer.forget_bias
         h = torch.zeros(batch, opts.projection_dim)
         c = torch.zeros(batch, opts.lstm_dim)
         out = torch.zeros(batch, n_steps, opts.projection_dim)
         for t in range(n_steps):
-            gates = torch.cat([x[:, t], h], 1) @ weight + bias
+            gates = x[:, t] @ input_weight + h @ hidden_weight + bias
             i, j, f, o = gates.chunk(4, 1)
             new_c = (torch.sigmoid(i) * torch.tanh(j) + torch.sigmoid(f) * c).clamp(-opts.cell_clip, opts.cell_clip)
             new_h = ((torch.sigmoid(o) * torch.tanh(new_c)) @ layer.projection[direction]).clamp(
@@ -128,7 +128,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=96)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--max-batch-tokens", type=int, default=4096)
+    parser.add_argument("--max-batch-tokens", type=int, default=8192)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -138,10 +138,9 @@ def main() -> None:
     with torch.no_grad():
         for param in model.parameters():
             param.normal_(0.0, 0.02)
-    peak = matmul_rate()
+    peak = matmul_rate()  # measured again at the end: the best of both, on a shared machine
     print(f"Original size: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters; "
           f"{args.sentences} sentences, {n_tokens} tokens; {args.threads} threads")
-    print(f"measured float32 matmul rate: {peak / 1e9:.1f} GFLOP/s")
 
     # Nominal model FLOPs per token, the usual utilisation convention: the char CNN and the LSTM
     # for every token; boundary positions and padding are not counted.
@@ -156,6 +155,8 @@ def main() -> None:
     model.embed_sentences(sentences)
     _, cached_time = timed(lambda: model.embed_sentences(sentences))
 
+    peak = max(peak, matmul_rate())
+    print(f"measured float32 matmul rate (best of start and end): {peak / 1e9:.1f} GFLOP/s")
     rows = [
         ("spacy-elmo (no cache)", ours_time),
         ("spacy-elmo (warm cache)", cached_time),
