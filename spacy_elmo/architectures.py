@@ -1,7 +1,7 @@
 """Registered architectures of spacy-elmo: they compose the layers in :mod:`spacy_elmo.layers`."""
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Callable, List, Optional
 
 from spacy.tokens import Doc
 from spacy.util import registry
@@ -98,4 +98,15 @@ def build_elmo_listener(
     model = concatenate(mixed, embed)
     if embed.has_dim("nO") is True:  # else concatenate learns it at initialization
         model.set_dim("nO", width + embed.get_dim("nO"))
+    # A head may hand its labels Y to a tok2vec whose width is still unknown (spaCy's
+    # TextCatReduce does, through chain); concatenate would pass them on and the embedding would
+    # take the number of labels for its width. The widths here come from the parts alone.
+    model.init = _without_labels(model.init)
     return model
+
+
+def _without_labels(init: Callable) -> Callable:
+    def init_from_inputs(model: Model, X: Optional[Any] = None, Y: Optional[Any] = None) -> None:
+        init(model, X=X, Y=None)
+
+    return init_from_inputs

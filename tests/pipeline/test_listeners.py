@@ -278,3 +278,22 @@ def test_trained_pipeline_round_trips_to_disk(bilm_files, tmp_path) -> None:
     for doc, (tensor, cats) in zip(loaded.pipe(TEXTS), expected):
         numpy.testing.assert_allclose(doc.tensor, tensor, atol=1e-5)
         assert doc.cats == pytest.approx(cats, abs=1e-6)
+
+
+def test_textcat_listener_with_static_vectors_initializes(bilm_files) -> None:
+    """TextCatReduce hands its labels to a tok2vec of unknown width; the embedding must not take
+    the number of labels for its width ("Attempt to change dimension 'nO' ... from 8 to 2")."""
+    embed = {"@architectures": "spacy.MultiHashEmbed.v2", "width": 8, "attrs": ["NORM"],
+             "rows": [100], "include_static_vectors": True}
+    nlp = spacy.blank("en")
+    for i, word in enumerate(["went", "home", "It", "was", "great", "awful", "."]):
+        nlp.vocab.set_vector(word, numpy.full(4, i, dtype="f"))
+    nlp.add_pipe("elmo", config=elmo_config(bilm_files))
+    nlp.add_pipe("textcat", config={"model": {
+        "@architectures": "spacy.TextCatReduce.v1", "exclusive_classes": True, "use_reduce_first": False,
+        "use_reduce_last": False, "use_reduce_max": False, "use_reduce_mean": True, "nO": None,
+        "tok2vec": listener_config(embed=embed),
+    }})
+    nlp.initialize(lambda: make_examples(nlp))
+    assert nlp.get_pipe("textcat").model.get_ref("tok2vec").get_dim("nO") == WIDTH + 8
+    assert train(nlp, make_examples(nlp), steps=1)["textcat"] > 0
