@@ -146,6 +146,8 @@ class ElmoOptions:
             text = path.read_text(encoding="utf8")
         except OSError as err:
             raise ElmoFileError(f"Cannot read ELMo options file {path}: {err}") from err
+        except UnicodeDecodeError as err:  # a binary file (a pickle, an hdf5 file) in its place
+            raise ElmoFileError(f"ELMo options file {path} is not UTF-8 JSON text: {err}") from err
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:

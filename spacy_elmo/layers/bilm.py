@@ -14,13 +14,15 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy
 from spacy.tokens import Doc
-from thinc.api import ArgsKwargs, Model, PyTorchGradScaler, PyTorchShim, get_torch_default_device, torch2xp, xp2torch
+from thinc.api import (
+    ArgsKwargs, Model, PyTorchGradScaler, PyTorchShim, get_array_module, get_torch_default_device, torch2xp, xp2torch
+)
 from thinc.types import Floats3d
 
 from ..bilm import BiLM, ElmoOptions
 from ..bilm.model import StateMode
 from ..feature_cache import FeatureCache
-from ..segmentation import SKIPPED, check_window, plan_segments
+from ..segmentation import SKIPPED, SegmentPlan, check_window, plan_segments
 from .arrays import split_by_lengths
 from .bilm_io import bilm_from_bytes, bilm_to_bytes
 
@@ -151,55 +153,92 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[object] = None
 
 def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
     plan = plan_segments(docs, model.attrs["window"], model.attrs["overlap"])
-    if is_train and not model.attrs["freeze"]:
-        flat, backprop_flat = _run_trainable(model, plan.sentences)
-    else:
-        flat, backprop_flat = _run_frozen(model, plan.sentences, use_cache=is_train), None
+    if not is_train or model.attrs["freeze"]:
+        return _run_frozen(model, docs, plan, use_cache=is_train), _no_gradient
+    flat, backprop_flat = _run_trainable(model, plan.sentences)
     xp = model.ops.xp
     # One zero column at the end is the source of every skipped (whitespace) token.
     padded = xp.concatenate([flat, xp.zeros((flat.shape[0], 1, flat.shape[2]), dtype=flat.dtype)], axis=1)
     index = model.ops.asarray1i(_concat_sources(plan.sources, plan.n_positions))
-    gathered = padded[:, index]
-    outputs = split_by_lengths(xp, gathered, [len(doc) for doc in docs], axis=1)
+    outputs = split_by_lengths(xp, padded[:, index], [len(doc) for doc in docs], axis=1)
 
     def backprop(d_outputs: List[Floats3d]) -> List[Doc]:
-        if backprop_flat is not None:
-            d_padded = xp.zeros_like(padded)
-            d_padded[:, index] = xp.concatenate(d_outputs, axis=1)
-            backprop_flat(d_padded[:, :-1])
+        d_padded = xp.zeros_like(padded)
+        d_padded[:, index] = xp.concatenate(d_outputs, axis=1)
+        backprop_flat(d_padded[:, :-1])
         return []
 
     return outputs, backprop
 
 
-def _run_frozen(model: Model, sentences: List[List[str]], use_cache: bool) -> Floats3d:
-    """All sentences' layers, concatenated along tokens: (n_layers + 1, n_positions, width).
+def _no_gradient(d_outputs: List[Floats3d]) -> List[Doc]:
+    return []
 
-    No gradient is recorded. In training, results are looked up in and added to the bounded
-    feature cache (not in ``"carry"`` mode, where outputs depend on call history).
+
+def _run_frozen(model: Model, docs: List[Doc], plan: SegmentPlan, use_cache: bool) -> List[Floats3d]:
+    """Each doc's layers, (n_layers + 1, n_tokens, width), with no gradient recorded.
+
+    Every biLM batch is written into the docs' output arrays as soon as it is computed, so
+    besides the outputs, memory holds one batch (and the feature cache), whatever the length of
+    the docs. In training, results are looked up in and added to the bounded feature cache
+    (not in ``"carry"`` mode, where outputs depend on call history). A sentence that occurs
+    several times runs once (not in carry mode: there, rows matter).
     """
     bilm = get_bilm(model)
+    ops = model.ops
+    outputs = [ops.alloc3f(model.get_dim("nL"), len(doc), model.get_dim("nO")) for doc in docs]
+    place = _placements(outputs, plan)
     cache: Optional[FeatureCache] = model.attrs["feature_cache"]
     if not use_cache or bilm.state_mode == "carry" or cache.max_bytes == 0:
         cache = None
-    keys = [tuple(sentence) for sentence in sentences]
-    found = cache.get_many(keys, _fingerprint(bilm)) if cache is not None else [None] * len(keys)
-    # A sentence that occurs several times runs once (not in carry mode: there, rows matter).
-    first_of: Dict[Tuple[str, ...], int] = {}
-    todo = [i for i, value in enumerate(found) if value is None]
-    if bilm.state_mode != "carry":
-        todo = [i for i in todo if first_of.setdefault(keys[i], i) == i]
+    keys = [tuple(sentence) for sentence in plan.sentences]
+    copies: Dict[Tuple[str, ...], List[int]] = {}
+    for i, key in enumerate(keys):
+        copies.setdefault(key if bilm.state_mode != "carry" else (i,), []).append(i)
+    groups = list(copies.values())
+    found = cache.get_many([keys[g[0]] for g in groups], _fingerprint(bilm)) if cache is not None else [None] * len(groups)
+    for group, value in zip(groups, found):
+        if value is not None:
+            for i in group:
+                place(i, value)
+    todo = [g for g, value in zip(groups, found) if value is None]
     shim = model.shims[0]
-    for batch in bilm.batches([sentences[i] for i in todo]) if todo else ():
-        rows = [todo[b] for b in batch]
-        output = shim.predict(ArgsKwargs(args=([sentences[i] for i in rows],), kwargs={}))
-        layers = torch2xp(output.layers.float(), ops=model.ops)
-        for row, i in enumerate(rows):
-            found[i] = model.ops.xp.ascontiguousarray(layers[:, row, 1 : len(sentences[i]) + 1])
+    for batch in bilm.batches([plan.sentences[g[0]] for g in todo]) if todo else ():
+        output = shim.predict(ArgsKwargs(args=([plan.sentences[todo[b][0]] for b in batch],), kwargs={}))
+        layers = torch2xp(output.layers.float(), ops=ops)
+        for row, b in enumerate(batch):
+            value = layers[:, row, 1 : len(plan.sentences[todo[b][0]]) + 1]
+            for i in todo[b]:
+                place(i, value)
             if cache is not None:
-                cache.put(keys[i], found[i])
-    found = [value if value is not None else found[first_of[key]] for key, value in zip(keys, found)]
-    return _concat_layers(model, found)
+                cache.put(keys[todo[b][0]], ops.xp.ascontiguousarray(value))
+    return outputs
+
+
+def _placements(outputs: List[Floats3d], plan: SegmentPlan) -> Callable[[int, Floats3d], None]:
+    """A function that writes sentence ``i``'s layers, (n_layers + 1, len, width), into ``outputs``.
+
+    Which tokens of which doc a sentence's positions fill is worked out once, on the host, from
+    ``plan.sources``; overlap positions that another window owns, and whitespace tokens, are
+    left out (their rows stay as they are: zero, or the owning window's).
+    """
+    doc_of = numpy.full(plan.n_positions, -1, dtype=numpy.int64)
+    token_of = numpy.zeros(plan.n_positions, dtype=numpy.int64)
+    for d, sources in enumerate(plan.sources):
+        tokens = numpy.flatnonzero(sources != SKIPPED)
+        doc_of[sources[tokens]] = d
+        token_of[sources[tokens]] = tokens
+    starts = numpy.cumsum([0] + [len(sentence) for sentence in plan.sentences])
+
+    def place(i: int, value: Floats3d) -> None:
+        positions = numpy.arange(starts[i], starts[i + 1])
+        owned = numpy.flatnonzero(doc_of[positions] >= 0)
+        if len(owned):
+            output = outputs[int(doc_of[positions[owned[0]]])]
+            xp = get_array_module(output)
+            output[:, xp.asarray(token_of[positions[owned]])] = value[:, xp.asarray(owned)]
+
+    return place
 
 
 def _run_trainable(model: Model, sentences: List[List[str]]) -> Tuple[Floats3d, Callable[[Floats3d], None]]:

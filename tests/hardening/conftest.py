@@ -1,0 +1,18 @@
+import pytest
+import spacy
+from spacy.language import Language
+
+from ..pipeline.conftest import bilm_files, elmo_config, one_torch_thread  # noqa: F401  (shared fixtures)
+
+
+@pytest.fixture(scope="module")
+def nlp_elmo(bilm_files) -> Language:  # noqa: F811
+    """A blank English pipeline with the tiny random biLM, every layer stored on the doc.
+
+    Module-scoped: hypothesis runs many examples through one pipeline (the pipe holds no state
+    between docs in the default "zero" state mode).
+    """
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={**elmo_config(bilm_files), "store_layers": True})
+    nlp.initialize()
+    return nlp
