@@ -10,9 +10,6 @@ from typing import Any, Dict, Optional
 
 from ..bilm import ElmoOptions
 
-PUBLISHED_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
-
-
 @dataclass(frozen=True)
 class TrainingConfig:
     """Everything a pretraining run needs besides the model sizes; see ``spacy-elmo pretrain --help``."""
@@ -79,15 +76,8 @@ class Preset:
 
 
 def _published(lstm_dim: int, projection_dim: int, n_highway: int) -> ElmoOptions:
-    return ElmoOptions(
-        lstm_dim=lstm_dim,
-        projection_dim=projection_dim,
-        n_layers=2,
-        n_highway=n_highway,
-        char_embedding_dim=16,
-        filters=PUBLISHED_FILTERS,
-        n_characters=262,
-    )
+    """A published size: ElmoOptions' defaults are the published char CNN and 2 LSTM layers."""
+    return ElmoOptions(lstm_dim=lstm_dim, projection_dim=projection_dim, n_highway=n_highway)
 
 
 # bilm-tf's published training: batch 128 per GPU x 3 GPUs, 20-token windows, 8192 negatives,
