@@ -47,9 +47,8 @@ class BiLMShim(PyTorchShim):
         )
 
     def copy(self) -> "BiLMShim":
-        """A deep copy made through the file format: torch modules holding locks cannot deepcopy."""
-        bilm = bilm_from_bytes(bilm_to_bytes(self._model), self.device) if self._model is not None else None
-        return BiLMShim(bilm, self._mixed_precision, copy.deepcopy(self._grad_scaler))
+        """A deep copy with every setting of the biLM (its token cache starts empty)."""
+        return BiLMShim(copy.deepcopy(self._model), self._mixed_precision, copy.deepcopy(self._grad_scaler))
 
     def to_device(self, device_type: str, device_id: int) -> None:  # pragma: no cover - GPU only
         if self._model is not None:
