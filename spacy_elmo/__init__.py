@@ -8,6 +8,7 @@ from importlib import import_module
 from typing import Any
 
 from .bilm import BiLM, ElmoFileError, ElmoOptions
+from .pretrained import pretrained_files
 
 __version__ = "0.1.0"
 
@@ -16,7 +17,7 @@ _SPACY_EXPORTS = {
     "install_vector_hooks": "spacy_elmo.pipeline_component",
     "ElmoListener": "spacy_elmo.layers",
 }
-__all__ = ["BiLM", "ElmoFileError", "ElmoOptions", "__version__", *_SPACY_EXPORTS]
+__all__ = ["BiLM", "ElmoFileError", "ElmoOptions", "pretrained_files", "__version__", *_SPACY_EXPORTS]
 
 
 def __getattr__(name: str) -> Any:

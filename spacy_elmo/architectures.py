@@ -15,6 +15,7 @@ from .layers import ElmoBiLMLayer, ElmoListener, ScalarMix
 
 @registry.architectures("spacy_elmo.ElmoBiLM.v1")
 def build_elmo_bilm(
+    pretrained: Optional[str] = "en",
     options_file: Optional[Path] = None,
     weight_file: Optional[Path] = None,
     lstm_dim: int = 256,
@@ -36,8 +37,10 @@ def build_elmo_bilm(
 ) -> Model[List[Doc], List[Floats3d]]:
     """The ELMo biLM: docs in, one (n_layers + 1, n_tokens, 2 * projection_dim) array per doc out.
 
-    With ``options_file`` and ``weight_file`` (standard bilm-tf / AllenNLP files) the weights are
-    read once, at ``nlp.initialize()``; otherwise a fresh biLM of the given sizes is built there.
+    The weights are read once, at ``nlp.initialize()``, from ``options_file`` and ``weight_file``
+    (standard bilm-tf / AllenNLP files) when given, else from the biLM bundled as ``pretrained``
+    (see :mod:`spacy_elmo.pretrained`); with ``pretrained = null`` and no files a fresh, untrained
+    biLM of the given sizes is built (the sizes are ignored otherwise).
     ``freeze`` keeps the biLM's weights fixed (features computed without gradients and cached
     across epochs, up to ``feature_cache_mb``). ``window``/``overlap`` split text without
     sentence boundaries (see :mod:`spacy_elmo.segmentation`). ``max_batch_tokens`` bounds the
@@ -54,6 +57,7 @@ def build_elmo_bilm(
     )
     grad_scaler = PyTorchGradScaler(**grad_scaler_config) if grad_scaler_config else None
     return ElmoBiLMLayer(
+        pretrained=pretrained,
         options_file=options_file,
         weight_file=weight_file,
         options=options,

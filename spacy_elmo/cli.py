@@ -1,6 +1,7 @@
-"""The command line: ``spacy-elmo pretrain`` (also ``python -m spacy_elmo pretrain``)."""
+"""The command line: ``spacy-elmo pretrain`` and ``spacy-elmo copy-pretrained`` (also ``python -m spacy_elmo ...``)."""
 
 import re
+import shutil
 from pathlib import Path
 from typing import Optional, Tuple
 
@@ -68,6 +69,7 @@ def pretrain(
 
     from .bilm import ElmoFileError
     from .training import export_pipeline, get_preset
+    from .training.checkpoint import OutputError
     from .training import pretrain as run_pretraining
 
     if threads is not None:
@@ -97,7 +99,7 @@ def pretrain(
         )
         init = None if init_from is None else (Path(init_from[0]), Path(init_from[1]))
         metrics = run_pretraining(input_path, output_dir, chosen.options, config, dev, init, resume, progress)
-    except (ValueError, FileNotFoundError, ElmoFileError) as err:
+    except (ValueError, FileNotFoundError, ElmoFileError, OutputError) as err:
         typer.secho(f"Error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
     if not metrics:  # not the main process of a distributed run
@@ -112,6 +114,26 @@ def pretrain(
     if pipeline is not None:
         export_pipeline(output_dir, pipeline, lang=config.lang)
         typer.echo(f"Saved a spaCy pipeline with the elmo component to {pipeline}")
+
+
+@app.command("copy-pretrained")
+def copy_pretrained(
+    output_dir: Path = typer.Argument(..., metavar="OUTPUT_DIR", help="Gets options.json and weights.hdf5"),
+    name: str = typer.Option("en", help="Which bundled biLM"),
+) -> None:
+    """Copy a biLM bundled with spacy-elmo, as standard files: for configs that name files, other
+    ELMo implementations, or `pretrain --init-from` to fine-tune it on your domain."""
+    from .pretrained import pretrained_files
+
+    try:
+        files = pretrained_files(name)
+    except (ValueError, FileNotFoundError) as err:
+        typer.secho(f"Error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from err
+    output_dir.mkdir(parents=True, exist_ok=True)
+    for path in files:
+        shutil.copyfile(path, output_dir / path.name)
+    typer.echo(f"Copied the bundled biLM {name!r} to {output_dir / files[0].name} and {output_dir / files[1].name}")
 
 
 def parse_duration(text: str) -> float:

@@ -34,6 +34,7 @@ LAYERS_ATTR = "elmo_layers"
 DEFAULT_MODEL_CONFIG = """
 [model]
 @architectures = "spacy_elmo.ElmoBiLM.v1"
+pretrained = "en"
 options_file = null
 weight_file = null
 lstm_dim = 256

@@ -225,16 +225,22 @@ def ner_doc(nlp: Language, example: Example) -> Tuple[Doc, int]:
     return doc, repairs
 
 
-def textcat_doc(nlp: Language, example: Example, labels: Sequence[str]) -> Doc:
+def textcat_doc(nlp: Language, example: Example, labels: Sequence[str], max_tokens: int = 0) -> Doc:
+    """The example as a Doc with one-hot ``doc.cats``; only its first ``max_tokens`` tokens if > 0."""
     doc = nlp.make_doc(example.text)
+    if 0 < max_tokens < len(doc):
+        doc = doc[:max_tokens].as_doc()
     doc.cats = {label: float(label == example.label) for label in labels}
     return doc
 
 
 def write_task(
-    nlp: Language, name: str, examples: List[Example], seed: int, out_dir: Path, stats: Dict
+    nlp: Language, name: str, examples: List[Example], seed: int, out_dir: Path, stats: Dict, max_tokens: int = 0
 ) -> Dict[str, List[Example]]:
-    """Split, convert and write ``out_dir/<name>/{train,dev,test}.spacy``; returns the split examples."""
+    """Split, convert and write ``out_dir/<name>/{train,dev,test}.spacy``; returns the split examples.
+
+    ``max_tokens`` > 0 keeps only the first tokens of each text-classification document (the split
+    and the LM corpus's exclusion still work on whole documents)."""
     if not examples:
         raise ValueError(f"task {name} has no documents (did fetch-data run?)")
     groups = near_duplicate_groups(examples)
@@ -253,7 +259,7 @@ def write_task(
                 doc, n = ner_doc(nlp, example)
                 repairs += n
             else:
-                doc = textcat_doc(nlp, example, labels)
+                doc = textcat_doc(nlp, example, labels, max_tokens)
             docs.append(doc)
         DocBin(docs=docs, store_user_data=False).to_disk(task_dir / f"{split}.spacy")
         counts = Counter(ent.label_ for doc in docs for ent in doc.ents) if examples[0].tags else Counter(
@@ -261,6 +267,8 @@ def write_task(
         task_stats["splits"][split] = {"docs": len(docs), "labels": dict(sorted(counts.items()))}
     if examples[0].tags:
         task_stats["bio_repairs"] = repairs
+    if max_tokens > 0:
+        task_stats["max_tokens"] = max_tokens
     srsly.write_json(task_dir / "splits.json", {s: [e.source for e in items] for s, items in split_examples.items()})
     srsly.write_json(task_dir / "stats.json", task_stats)
     typer.echo(f"{name}: " + ", ".join(f"{s} {len(split_examples[s])}" for s in SPLITS) + f" -> {task_dir}")
@@ -383,7 +391,9 @@ def held_out_texts(splits: Iterable[Dict[str, List[Example]]]) -> List[str]:
 # --- CLI ------------------------------------------------------------------------------------
 
 
-def build(assets: Path, corpus: Path, seed: int, lm_dev_fraction: float, lm_task_train: bool) -> Dict:
+def build(
+    assets: Path, corpus: Path, seed: int, lm_dev_fraction: float, lm_task_train: bool, topics_max_tokens: int = 0
+) -> Dict:
     """Write every task's DocBins and the LM corpus; returns the LM statistics."""
     nlp = spacy.blank("en")
     ner, ner_stats = deduplicate(read_bio(assets / "wnut16" / "data" / "ner.txt"))
@@ -394,7 +404,7 @@ def build(assets: Path, corpus: Path, seed: int, lm_dev_fraction: float, lm_task
     splits = {
         "ner": write_task(nlp, "ner", ner, seed, corpus, ner_stats),
         "sentiment": write_task(nlp, "sentiment", sentiment, seed, corpus, sentiment_stats),
-        "topics": write_task(nlp, "topics", topics, seed, corpus, topics_stats),
+        "topics": write_task(nlp, "topics", topics, seed, corpus, topics_stats, topics_max_tokens),
     }
     held_out_docs = held_out_texts(splits.values())
     held_out = HeldOut(held_out_docs)
@@ -419,10 +429,11 @@ def main(
     seed: int = typer.Option(0, help="Seed of the 80/10/10 splits and of the LM document order"),
     lm_dev_fraction: float = typer.Option(0.02, min=0.0, max=0.5, help="Fraction of each LM source's documents held out"),
     lm_task_train: bool = typer.Option(True, help="Add the Rotten Tomatoes and WNUT train texts to the LM corpus"),
+    topics_max_tokens: int = typer.Option(0, min=0, help="Keep the first N tokens of each BBC article (0: all)"),
 ) -> None:
     """Build corpus/{ner,sentiment,topics}/{train,dev,test}.spacy and corpus/lm/{train,dev}.txt."""
     try:
-        lm_stats = build(assets, corpus, seed, lm_dev_fraction, lm_task_train)
+        lm_stats = build(assets, corpus, seed, lm_dev_fraction, lm_task_train, topics_max_tokens)
     except (ValueError, FileNotFoundError) as err:
         typer.secho(f"Error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err

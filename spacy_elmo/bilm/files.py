@@ -5,9 +5,6 @@ that does not fit says which dataset is wrong and what was expected. A warm star
 :meth:`BiLM.warm_up`) is kept in an extra group ``spacy_elmo/`` that other implementations ignore.
 """
 
-import contextlib
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterator, Tuple, Type, TypeVar, Union
@@ -16,6 +13,7 @@ import h5py
 import numpy
 import torch
 
+from .atomic import atomic_path
 from .errors import ElmoFileError
 from .model import BiLM
 from .options import ElmoOptions
@@ -61,13 +59,13 @@ def read_model(cls: Type[ModelT], options_file: PathLike, weight_file: PathLike,
 
 def write_model(model: BiLM, options_file: PathLike, weight_file: PathLike) -> None:
     """Write both files, each atomically: a crash leaves the old file or the new one."""
-    with _atomic_path(Path(weight_file)) as tmp, h5py.File(tmp, "w") as f:
+    with atomic_path(Path(weight_file)) as tmp, h5py.File(tmp, "w") as f:
         for name, dataset in layout(model).items():
             f.create_dataset(name, data=dataset.get())
         if model.warm_hidden is not None and model.warm_memory is not None:
             f.create_dataset(WARM_HIDDEN, data=model.warm_hidden.float().cpu().numpy())
             f.create_dataset(WARM_MEMORY, data=model.warm_memory.float().cpu().numpy())
-    with _atomic_path(Path(options_file)) as tmp:
+    with atomic_path(Path(options_file)) as tmp:
         model.options.to_file(tmp)
 
 
@@ -149,17 +147,3 @@ def _read_dataset(f: h5py.File, name: str, shape: Tuple[int, ...], path: Path) -
     if not numpy.isfinite(array).all():
         raise ElmoFileError(f"ELMo weight file {path}: dataset {name!r} contains NaN or infinite values")
     return array
-
-
-@contextlib.contextmanager
-def _atomic_path(target: Path) -> Iterator[Path]:
-    """A temporary path beside ``target``, moved onto it when the block succeeds."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        yield tmp
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)

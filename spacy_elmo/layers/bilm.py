@@ -22,6 +22,7 @@ from thinc.types import Floats3d
 from ..bilm import BiLM, ElmoOptions
 from ..bilm.model import StateMode
 from ..feature_cache import FeatureCache
+from ..pretrained import pretrained_files
 from ..segmentation import SKIPPED, SegmentPlan, check_window, plan_segments
 from .arrays import split_by_lengths
 from .bilm_io import bilm_from_bytes, bilm_to_bytes
@@ -57,6 +58,7 @@ class BiLMShim(PyTorchShim):
 
 def ElmoBiLMLayer(
     *,
+    pretrained: Optional[str],
     options_file: Optional[Path],
     weight_file: Optional[Path],
     options: ElmoOptions,
@@ -71,13 +73,16 @@ def ElmoBiLMLayer(
     mixed_precision: bool,
     grad_scaler: Optional[PyTorchGradScaler],
 ) -> Model[List[Doc], List[Floats3d]]:
-    """The biLM layer; ``options`` gives the sizes of a fresh model when no files are named.
+    """The biLM layer: from ``options_file``/``weight_file`` if given, else from the bundled biLM
+    ``pretrained``, else fresh with the sizes of ``options``.
 
     Dims: ``nO`` the width of every layer (2 x projection_dim), ``nL`` the number of layers
     (n_layers + 1); known at construction for a fresh model, at initialization for files.
     """
     if (options_file is None) != (weight_file is None):
-        raise ValueError("elmo: give both options_file and weight_file, or neither for a fresh biLM")
+        raise ValueError("elmo: give both options_file and weight_file, or neither (for the bundled biLM)")
+    if options_file is None and pretrained is not None:
+        options_file, weight_file = pretrained_files(pretrained)
     check_window(window, overlap)
     if feature_cache_mb < 0:
         raise ValueError(f"elmo feature_cache_mb must be 0 or more, got {feature_cache_mb}")
@@ -122,7 +127,7 @@ def get_bilm(model: Model) -> BiLM:
     if bilm is None:
         raise ValueError(
             "The elmo biLM has no weights yet: call nlp.initialize() (it loads the configured "
-            "options_file/weight_file, or builds a fresh biLM), or load a saved pipeline."
+            "options_file/weight_file or the bundled biLM, or builds a fresh one), or load a saved pipeline."
         )
     return bilm
 

@@ -1,12 +1,10 @@
 """Checkpoints: everything a run needs to continue exactly where it stopped.
 
-One file, ``OUTPUT_DIR/checkpoint.pt``, replaced atomically (written to a temporary file in the
-same directory, flushed to disk, then ``os.replace``), so a kill at any moment leaves either
-the previous checkpoint or the new one. It holds only tensors and plain containers and is read
+One file, ``OUTPUT_DIR/checkpoint.pt``, replaced atomically (see :mod:`spacy_elmo.bilm.atomic`),
+so a kill or a full disk at any moment leaves either the previous checkpoint or the new one. It holds only tensors and plain containers and is read
 with ``torch.load(weights_only=True)``: loading a checkpoint never runs pickled code.
 """
 
-import os
 import random
 import tempfile
 from pathlib import Path
@@ -15,23 +13,39 @@ from typing import Any, Dict
 import numpy
 import torch
 
+from ..bilm.atomic import atomic_path, remove_stale_temporaries
+
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT_VERSION = 1
 
 
+class OutputError(RuntimeError):
+    """A file of the run could not be written (full disk, permissions); the message says what survived."""
+
+
+def prepare_output_dir(directory: Path) -> None:
+    """Fail before any work if ``directory`` cannot be written; clear temporaries of killed writes."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as err:
+        raise OutputError(
+            f"cannot write to the output directory {directory}: {err.strerror or err}; choose one you can write to"
+        ) from err
+    for name in (CHECKPOINT_NAME, "options.json", "weights.hdf5"):
+        remove_stale_temporaries(directory / name)
+
+
 def save_checkpoint(path: Path, state: Dict[str, Any]) -> None:
     """Write ``state`` (plus the format version) to ``path`` atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        try:
             torch.save({"format": FORMAT_VERSION, **state}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        except RuntimeError as err:  # torch's writer wraps the OSError of a full disk
+            if isinstance(err.__context__, OSError):
+                raise err.__context__ from err
+            raise
 
 
 def load_checkpoint(path: Path) -> Dict[str, Any]:

@@ -8,13 +8,14 @@ the checkpoint, except the limits and intervals (max_steps, max_time, checkpoint
 eval_every, log_every, eval_tokens), which the new command may change.
 """
 
+import contextlib
 import json
 import math
 import random
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy
 import torch
@@ -23,7 +24,15 @@ from tqdm import tqdm
 
 from ..bilm import BiLM, ElmoOptions
 from ..bilm.lstm import LSTMState
-from .checkpoint import CHECKPOINT_NAME, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from .checkpoint import (
+    CHECKPOINT_NAME,
+    OutputError,
+    load_checkpoint,
+    prepare_output_dir,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from .config import TrainingConfig, training_keys
 from .corpus import CorpusReader, read_documents
 from .distributed import Distributed, all_sum, init_distributed, shutdown
@@ -84,6 +93,8 @@ class Trainer:
         self.env = env
         self.output_dir = output_dir
         self.progress = progress and env.is_main
+        if env.is_main:
+            prepare_output_dir(output_dir)
         checkpoint_path = output_dir / CHECKPOINT_NAME
         checkpoint = load_checkpoint(checkpoint_path) if resume and checkpoint_path.exists() else None
         if checkpoint is not None:
@@ -109,14 +120,15 @@ class Trainer:
         self.stream = WindowStream(self.reader, self.vocab, self.rows, config.window, env.rank, env.world)
         self.state = self.loss.zero_state(self.rows)
         self.step = 0
+        self.saved_step: Optional[int] = None
         self.tokens = 0
         self.elapsed = 0.0
         torch.manual_seed(config.seed + 1 + env.rank)  # dropout and negatives differ per process
         if checkpoint is not None:
             self._restore(checkpoint)
         if env.is_main:
-            output_dir.mkdir(parents=True, exist_ok=True)
-            _truncate_log(output_dir / LOG_NAME, self.step)
+            with self._writing(LOG_NAME):
+                _truncate_log(output_dir / LOG_NAME, self.step)
 
     @property
     def bilm(self) -> BiLM:
@@ -213,8 +225,23 @@ class Trainer:
 
     def _write_log(self, record: Dict[str, Any]) -> None:
         if self.env.is_main:
-            with (self.output_dir / LOG_NAME).open("a", encoding="utf8") as f:
+            with self._writing(LOG_NAME), (self.output_dir / LOG_NAME).open("a", encoding="utf8") as f:
                 f.write(json.dumps(record) + "\n")
+
+    @contextlib.contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """Turn a failed write (full disk, permissions) into an error that says what survived."""
+        try:
+            yield
+        except OSError as err:
+            if self.saved_step is None:
+                survived = "No checkpoint had been written yet."
+            else:
+                survived = f"The checkpoint of step {self.saved_step} ({self.output_dir / CHECKPOINT_NAME}) is intact."
+            raise OutputError(
+                f"cannot write {what} in {self.output_dir} at step {self.step}: {err.strerror or err}. {survived} "
+                "Free some space (or fix the permissions) and run the same command again to continue from it."
+            ) from err
 
     # ------------------------------------------------------------------ checkpoints
     def save(self) -> None:
@@ -228,6 +255,11 @@ class Trainer:
         )
         if not self.env.is_main:
             return
+        with self._writing(CHECKPOINT_NAME):
+            self._save_checkpoint(per_process)
+        self.saved_step = self.step
+
+    def _save_checkpoint(self, per_process: List[Dict[str, Any]]) -> None:
         save_checkpoint(
             self.output_dir / CHECKPOINT_NAME,
             {
@@ -259,7 +291,7 @@ class Trainer:
         hidden, memory = mine["lstm_state"]
         self.state = LSTMState(hidden.to(self.env.device), memory.to(self.env.device))
         set_rng_state(mine["rng"])
-        self.step = int(checkpoint["step"])
+        self.step = self.saved_step = int(checkpoint["step"])
         self.tokens = int(checkpoint["tokens"])
         self.elapsed = float(checkpoint["elapsed"])
 
@@ -275,8 +307,9 @@ class Trainer:
             if self.dev_documents:
                 states = INITIAL_STATES if bilm.warm_hidden is not None else ("zero", "carry")
                 metrics["eval"] = self._evaluate(states)["eval"]
-            bilm.to_files(self.output_dir / "options.json", self.output_dir / "weights.hdf5")
-            self.vocab.to_file(self.output_dir / "vocab.txt")
+            with self._writing("the exported options.json, weights.hdf5 and vocab.txt"):
+                bilm.to_files(self.output_dir / "options.json", self.output_dir / "weights.hdf5")
+                self.vocab.to_file(self.output_dir / "vocab.txt")
             self._write_log({"final": metrics})
         self.env.barrier()
         return metrics if self.env.is_main else {}

@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import stat
 
 import h5py
 import numpy
@@ -42,6 +43,13 @@ def test_round_trip_gives_bit_identical_outputs(tmp_path, state):
     reloaded = BiLM.from_files(tmp_path / "options.json", tmp_path / "weights.hdf5", state=state)
     for a, b in zip(model.embed_sentences(SENTENCES), reloaded.embed_sentences(SENTENCES)):
         numpy.testing.assert_array_equal(a, b)
+
+
+def test_written_files_get_the_usual_permissions_and_no_temporaries(tmp_path):
+    random_bilm().to_files(tmp_path / "options.json", tmp_path / "weights.hdf5")
+    (tmp_path / "reference").write_text("")  # what open(path, "w") gives, not mkstemp's private 0o600
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
+    assert modes == dict.fromkeys(["options.json", "weights.hdf5", "reference"], modes["reference"])
 
 
 @pytest.fixture

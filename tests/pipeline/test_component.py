@@ -1,4 +1,5 @@
 import shutil
+import warnings
 
 import numpy
 import pytest
@@ -6,7 +7,7 @@ import spacy
 import torch
 from spacy.tokens import Doc
 
-from spacy_elmo import BiLM, ElmoFileError
+from spacy_elmo import BiLM, ElmoFileError, pretrained_files
 from spacy_elmo.layers import get_bilm
 from spacy_elmo.pipeline_component import _token_budget_groups, install_vector_hooks
 
@@ -25,13 +26,30 @@ def words_of(doc: Doc):
     return [t.text for t in doc if not t.is_space]
 
 
-def test_default_config_builds_an_untrained_bilm_and_says_so() -> None:
+def test_default_config_loads_the_bundled_english_bilm() -> None:
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # in particular, no "untrained" warning
+        nlp.initialize()
+    doc = nlp("The bank raised its rates .")
+    bundled = BiLM.from_files(*pretrained_files("en"))
+    numpy.testing.assert_allclose(doc.tensor, bundled.embed_sentences([[t.text for t in doc]])[0].mean(axis=0), atol=1e-5)
+    assert doc.tensor.shape == (6, 128)
+
+
+def test_no_pretrained_and_no_files_builds_an_untrained_bilm_and_says_so() -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": {"pretrained": None, "lstm_dim": 8, "projection_dim": 3, "filters": [[1, 2]]}})
     with pytest.warns(UserWarning, match="untrained"):
         nlp.initialize()
-    doc = nlp("Untrained but working .")
-    assert doc.tensor.shape == (4, 128)
+    assert nlp("Untrained but working .").tensor.shape == (4, 6)
+
+
+def test_unknown_bundled_name_is_a_clear_error() -> None:
+    nlp = spacy.blank("en")
+    with pytest.raises(ValueError, match="no bundled biLM named 'xx'.*ships: en"):
+        nlp.add_pipe("elmo", config={"model": {"pretrained": "xx"}})
 
 
 def test_use_before_initialize_is_a_clear_error(bilm_files) -> None:
@@ -189,7 +207,7 @@ def test_bytes_round_trip(nlp_elmo, bilm_files) -> None:
     expected = [doc.tensor for doc in nlp_elmo.pipe(TEXTS)]
     data = nlp_elmo.to_bytes()
     fresh = spacy.blank("en")
-    fresh.add_pipe("elmo", config={"model": {"lstm_dim": 4, "projection_dim": 3, "filters": [[1, 2]]}})
+    fresh.add_pipe("elmo", config={"model": {"pretrained": None, "lstm_dim": 4, "projection_dim": 3, "filters": [[1, 2]]}})
     fresh.get_pipe("elmo").from_bytes(nlp_elmo.get_pipe("elmo").to_bytes())
     for doc, tensor in zip(fresh.pipe(TEXTS), expected):
         numpy.testing.assert_array_equal(doc.tensor, tensor)

@@ -8,12 +8,15 @@ from pathlib import Path
 import numpy
 import pytest
 import spacy
+import torch
 from spacy.cli.debug_config import debug_config
 from spacy.cli.init_config import fill_config
 from spacy.cli.train import train
 from spacy.tokens import DocBin
 
 import spacy_elmo
+from spacy_elmo import BiLM
+from spacy_elmo.layers import get_bilm
 
 from .conftest import WIDTH, make_examples
 
@@ -73,10 +76,13 @@ def test_spacy_train_command_finds_everything_through_entry_points(corpus: Path,
     check_trained(tmp_path / "out" / "model-last", config)
 
 
-def test_spacy_train_fine_tunes_with_freeze_false(corpus: Path, tmp_path: Path) -> None:
-    overrides = overrides_for("textcat_elmo.cfg", corpus, **{"components.elmo.model.freeze": False})
-    with pytest.warns(UserWarning, match="untrained"):
-        train(CONFIGS / "textcat_elmo.cfg", tmp_path / "out", overrides=overrides)
+def test_spacy_train_fine_tunes_with_freeze_false(corpus: Path, bilm_files, tmp_path: Path) -> None:
+    files = {"paths.elmo_options": str(bilm_files[0]), "paths.elmo_weights": str(bilm_files[1])}
+    overrides = overrides_for("textcat_elmo.cfg", corpus, **files, **{"components.elmo.model.freeze": False})
+    train(CONFIGS / "textcat_elmo.cfg", tmp_path / "out", overrides=overrides)
     nlp = spacy.load(tmp_path / "out" / "model-last")
     assert nlp.get_pipe("elmo").model.attrs["freeze"] is False
+    tuned = get_bilm(nlp.get_pipe("elmo").model)
+    original = BiLM.from_files(*bilm_files)
+    assert any(not torch.equal(a, b) for a, b in zip(tuned.parameters(), original.parameters()))  # it did train
     assert numpy.isfinite(nlp("It was great .").tensor).all()

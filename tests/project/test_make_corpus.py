@@ -206,3 +206,18 @@ def test_leakage_check_finds_a_leaked_document(tmp_path: Path) -> None:
     # a 13-word run inside a longer line is caught too
     lm.write_text("Yesterday the committee approved the plan for new roads and bridges across the northern region.\n")
     assert len(corpus.check_lm([lm], held_out)) == 1
+
+
+def test_topics_truncation_changes_only_the_topics_docs(built: Dict[str, Path]) -> None:
+    out = built["root"] / "corpus_truncated"
+    result = CliRunner().invoke(corpus_app(), [str(built["root"] / "assets"), str(out), "--seed", "3", "--topics-max-tokens", "5"])
+    assert result.exit_code == 0, result.output
+    for split in ("train", "dev", "test"):
+        whole = read_docs(built["corpus"] / "topics" / f"{split}.spacy")
+        cut = read_docs(out / "topics" / f"{split}.spacy")
+        assert [[t.text for t in doc[:5]] for doc in whole] == [[t.text for t in doc] for doc in cut]
+        assert [doc.cats for doc in whole] == [doc.cats for doc in cut]
+    assert any(len(doc) > 5 for doc in read_docs(built["corpus"] / "topics" / "train.spacy"))  # the cut did something
+    for path in ("topics/splits.json", "ner/train.spacy", "sentiment/test.spacy", "lm/train.txt", "lm/dev.txt"):
+        assert (out / path).read_bytes() == (built["corpus"] / path).read_bytes(), path
+    assert srsly.read_json(out / "topics" / "stats.json")["max_tokens"] == 5

@@ -5,7 +5,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from spacy_elmo import BiLM, ElmoOptions
+from spacy_elmo import BiLM, ElmoOptions, pretrained_files
 from spacy_elmo.cli import app, parse_duration
 from spacy_elmo.training import export_pipeline, get_preset, pretrain
 from spacy_elmo.training.checkpoint import load_checkpoint
@@ -121,3 +121,12 @@ def test_export_into_an_elmo_pipeline(trained, tmp_path):
     assert nlp.pipe_names == ["elmo"]
     doc = nlp("the cat sat on the mat .")
     assert doc.tensor.shape == (7, 2 * get_preset("tiny").options.projection_dim)
+
+
+def test_copy_pretrained_gives_the_bundled_files(tmp_path):
+    result = CliRunner().invoke(app, ["copy-pretrained", str(tmp_path / "en")])
+    assert result.exit_code == 0, result.output
+    for path in pretrained_files("en"):
+        assert (tmp_path / "en" / path.name).read_bytes() == path.read_bytes()
+    result = CliRunner().invoke(app, ["copy-pretrained", str(tmp_path / "xx"), "--name", "xx"])
+    assert result.exit_code == 1 and "no bundled biLM named 'xx'" in result.output

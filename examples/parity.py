@@ -5,7 +5,7 @@
 3. Shows what ELMo adds: layer 0 is the same for a word in any sentence, layers 1-2 depend on
    the sentence around it.
 
-Run it with ``make demo``.
+Run it with ``make parity``.
 """
 
 import json

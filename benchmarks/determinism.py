@@ -1,0 +1,104 @@
+"""How far the same text's vectors move when everything around it changes, on the bundled biLM.
+
+Runs real sentences (the AllenNLP fixture's 30 newswire sentences and the contextual-similarity
+examples) through ``nlp.pipe`` with the bundled English biLM, then again with other batch sizes,
+a shuffled order, 4 threads at once, 2 processes and after a save/load round trip. It prints the
+largest absolute difference of any layer value to the reference run (batch size 8), beside the
+float32 error itself (the reference against the same biLM in float64).
+
+    python benchmarks/determinism.py
+"""
+
+import json
+import random
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import numpy
+import spacy
+import torch
+from spacy.language import Language
+
+from spacy_elmo.layers import get_bilm
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+from contextual_similarity import CASES  # noqa: E402
+
+Layers = Dict[str, numpy.ndarray]
+
+
+def sentences() -> List[str]:
+    fixture = json.loads((ROOT / "tests" / "fixtures" / "allennlp_elmo" / "sentences.json").read_text())
+    return [s for group in fixture for s in group] + [s for case in CASES for s in case[1:]]
+
+
+def run(nlp: Language, texts: List[str], **kwargs: object) -> Layers:
+    return {doc.text: doc._.elmo_layers for doc in nlp.pipe(texts, **kwargs)}
+
+
+def in_threads(nlp: Language, texts: List[str], n: int = 4) -> List[Layers]:
+    results: List[Layers] = [{} for _ in range(n)]
+
+    def work(i: int) -> None:
+        results[i] = run(nlp, texts, batch_size=8)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def float64_layers(nlp: Language, texts: List[str]) -> Layers:
+    bilm = get_bilm(nlp.get_pipe("elmo").model)
+    bilm.to(torch.float64)
+    bilm.token_cache.clear()
+    try:
+        words = [[t.text for t in nlp.make_doc(text)] for text in texts]
+        return dict(zip(texts, bilm.embed_sentences(words)))
+    finally:
+        bilm.to(torch.float32)
+        bilm.token_cache.clear()
+
+
+def largest_difference(runs: List[Layers], reference: Layers) -> float:
+    return max(float(numpy.abs(got[t] - reference[t]).max()) for got in runs for t in reference if reference[t].size)
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    texts = sentences()
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"store_layers": True})
+    nlp.initialize()
+    reference = run(nlp, texts, batch_size=8)
+    shuffled = texts[:]
+    random.Random(0).shuffle(shuffled)
+    with tempfile.TemporaryDirectory() as tmp:
+        nlp.to_disk(tmp)
+        loaded = spacy.load(tmp)
+    variants: Dict[str, Callable[[], List[Layers]]] = {
+        "batch size 1": lambda: [run(nlp, texts, batch_size=1)],
+        "batch size 64": lambda: [run(nlp, texts, batch_size=64)],
+        "shuffled order (batch size 8)": lambda: [run(nlp, shuffled, batch_size=8)],
+        "4 threads at once (batch size 8)": lambda: in_threads(nlp, texts),
+        "2 processes (batch size 8)": lambda: [run(nlp, texts, batch_size=8, n_process=2)],
+        "saved and loaded (batch size 8)": lambda: [run(loaded, texts, batch_size=8)],
+        "float64 biLM (the float32 error)": lambda: [float64_layers(nlp, texts)],
+    }
+    n_tokens = sum(len(v[0]) for v in reference.values())
+    scale = max(float(numpy.abs(v).max()) for v in reference.values())
+    print(f"{len(texts)} texts, {n_tokens} tokens, bundled biLM; largest |layer value| {scale:.2f}")
+    print("| compared to the reference (batch size 8) | largest absolute difference |")
+    print("|---|---:|")
+    for name, variant in variants.items():
+        print(f"| {name} | {largest_difference(variant(), reference):.2e} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""The biLMs that ship inside the package, as standard ELMo files.
+
+``en`` is the English biLM that ``project/`` pretrains (the ``small`` preset of
+``spacy-elmo pretrain``; sizes, data and held-out perplexities in ``en/README.md``). It is the
+default of the ``elmo`` component, so ``nlp.add_pipe("elmo")`` gives contextual vectors with no
+configuration.
+"""
+
+from pathlib import Path
+from typing import Tuple
+
+PRETRAINED_DIR = Path(__file__).parent
+PRETRAINED = ("en",)
+
+
+def pretrained_files(name: str = "en") -> Tuple[Path, Path]:
+    """``(options.json, weights.hdf5)`` of the bundled biLM ``name``, for ``BiLM.from_files``."""
+    if name not in PRETRAINED:
+        raise ValueError(f"no bundled biLM named {name!r}; the package ships: {', '.join(PRETRAINED)}")
+    options_file = PRETRAINED_DIR / name / "options.json"
+    weight_file = PRETRAINED_DIR / name / "weights.hdf5"
+    missing = [str(p) for p in (options_file, weight_file) if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"the bundled biLM {name!r} is incomplete, missing {', '.join(missing)}: reinstall spacy-elmo"
+        )
+    return options_file, weight_file
