@@ -5,7 +5,7 @@ from typing import Any, Callable, List, Optional
 
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model, PyTorchGradScaler, chain, concatenate
+from thinc.api import Maxout, Model, PyTorchGradScaler, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
 
 from .bilm import ElmoOptions
@@ -83,6 +83,7 @@ def build_elmo_listener(
     l2: float = 0.0,
     dropout: float = 0.0,
     embed: Optional[Model[List[Doc], List[Floats2d]]] = None,
+    encode: Optional[Model[List[Floats2d], List[Floats2d]]] = None,
     bilm: Optional[Model[List[Doc], List[Floats3d]]] = None,
 ) -> Model[List[Doc], List[Floats2d]]:
     """A ``tok2vec`` for downstream components: the upstream biLM's layers, mixed for this task.
@@ -91,17 +92,25 @@ def build_elmo_listener(
     output layers (lstm n_layers + 1). The task-specific mix (see :func:`ScalarMix`) has
     ``layer_norm``, ``l2`` and ``dropout``. With ``embed`` (e.g. spacy.MultiHashEmbed.v2), its
     vectors are concatenated after ELMo's: the paper's ``[x_k; ELMo_k]``; output width is then
-    ``width + embed width``. ``bilm`` replaces the listener by an own biLM; it is what
-    ``nlp.replace_listeners`` writes, rarely set by hand.
+    ``width + embed width``. With ``encode`` (e.g. spacy.MaxoutWindowEncoder.v2) those features
+    go through a task-specific contextual encoder, as the paper feeds ELMo into the task's RNN:
+    a maxout layer with layer normalization (as in spacy.MultiHashEmbed.v2) brings them to the
+    encoder's width, which is then the output width. So ``embed`` + ``encode`` as in spaCy's
+    spacy.Tok2Vec.v2 give that tok2vec with ELMo added to its input. ``bilm`` replaces the
+    listener by an own biLM; it is what ``nlp.replace_listeners`` writes, rarely set by hand.
     """
     source = bilm if bilm is not None else ElmoListener(upstream, width, n_layers)
     mixed = chain(source, ScalarMix(n_layers, width, layer_norm=layer_norm, l2=l2, dropout=dropout))
     mixed.set_dim("nO", width)
-    if embed is None:
+    if embed is None and encode is None:
         return mixed
-    model = concatenate(mixed, embed)
-    if embed.has_dim("nO") is True:  # else concatenate learns it at initialization
+    model = mixed if embed is None else concatenate(mixed, embed)
+    if embed is not None and embed.has_dim("nO") is True:  # else concatenate learns it at initialization
         model.set_dim("nO", width + embed.get_dim("nO"))
+    if encode is not None:
+        encoded_width = encode.get_dim("nO")
+        model = chain(model, with_array(Maxout(encoded_width, nP=3, normalize=True)), encode)
+        model.set_dim("nO", encoded_width)
     # A head may hand its labels Y to a tok2vec whose width is still unknown (spaCy's
     # TextCatReduce does, through chain); concatenate would pass them on and the embedding would
     # take the number of labels for its width. The widths here come from the parts alone.
