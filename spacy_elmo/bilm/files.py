@@ -7,7 +7,7 @@ that does not fit says which dataset is wrong and what was expected. A warm star
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterator, Tuple, Type, TypeVar, Union
+from typing import Callable, Dict, Tuple, Type, TypeVar, Union
 
 import h5py
 import numpy
