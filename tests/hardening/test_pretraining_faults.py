@@ -22,7 +22,7 @@ from spacy_elmo.training.checkpoint import load_checkpoint
 from ..training.helpers import write_corpus
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-ARGS = ("--preset", "tiny", "--negatives", "8", "--checkpoint-every", "10", "--max-steps", "40", "--seed", "5", "--no-progress")
+ARGS = ("--preset", "tiny", "--negatives", "8", "--checkpoint-every", "10", "--seed", "5", "--no-progress")
 
 # Runs the CLI with torch.save patched: the SECOND checkpoint write stops half-way, killed by SIGKILL.
 KILL_MID_WRITE = """
@@ -47,13 +47,15 @@ app(args=sys.argv[1:])
 """
 
 
-def pretrain(corpus: Path, output_dir: Path, file_size_limit: Optional[int] = None) -> subprocess.CompletedProcess:
+def pretrain(
+    corpus: Path, output_dir: Path, max_steps: int = 40, file_size_limit: Optional[int] = None
+) -> subprocess.CompletedProcess:
     def limit_file_size() -> None:  # what a full disk does to a write: it fails part-way (EFBIG here)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
 
     return subprocess.run(
-        [sys.executable, "-m", "spacy_elmo", "pretrain", str(corpus), str(output_dir), *ARGS],
+        [sys.executable, "-m", "spacy_elmo", "pretrain", str(corpus), str(output_dir), *ARGS, "--max-steps", str(max_steps)],
         env=ENV, capture_output=True, text=True, timeout=180,
         preexec_fn=limit_file_size if file_size_limit is not None else None,
     )
@@ -99,10 +101,7 @@ def test_unwritable_output_directory_fails_at_once_and_clearly(uninterrupted: Pa
 @pytest.mark.slow
 def test_disk_full_at_a_checkpoint_keeps_the_previous_one_and_resumes(uninterrupted: Path, tmp_path: Path) -> None:
     corpus, run = uninterrupted / "corpus.txt", tmp_path / "run"
-    first = subprocess.run(
-        [sys.executable, "-m", "spacy_elmo", "pretrain", str(corpus), str(run), *ARGS[:-5], "--max-steps", "10", "--seed", "5", "--no-progress"],
-        env=ENV, capture_output=True, text=True, timeout=180,
-    )
+    first = pretrain(corpus, run, max_steps=10)
     assert first.returncode == 0, first.stderr
     checkpoint_size = (run / "checkpoint.pt").stat().st_size
     before = (run / "checkpoint.pt").read_bytes()
@@ -125,7 +124,7 @@ def test_disk_full_at_a_checkpoint_keeps_the_previous_one_and_resumes(uninterrup
 def test_sigkill_in_the_middle_of_a_checkpoint_write(uninterrupted: Path, tmp_path: Path) -> None:
     corpus, run = uninterrupted / "corpus.txt", tmp_path / "run"
     killed = subprocess.run(
-        [sys.executable, "-c", KILL_MID_WRITE, "pretrain", str(corpus), str(run), *ARGS],
+        [sys.executable, "-c", KILL_MID_WRITE, "pretrain", str(corpus), str(run), *ARGS, "--max-steps", "40"],
         env=ENV, capture_output=True, text=True, timeout=180,
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
