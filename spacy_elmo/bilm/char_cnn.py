@@ -9,6 +9,7 @@ from typing import List
 import torch
 from torch import Tensor, nn
 
+from .chars import CHAR_PADDING
 from .options import ElmoOptions
 
 
@@ -47,7 +48,8 @@ class CharCNN(nn.Module):
         Each filter is a valid 1-D convolution over character positions; its maximum over
         positions goes through the activation (max first, then activation, as in bilm-tf).
         """
-        chars = self.char_embedding(char_ids).transpose(1, 2)  # (n_tokens, char_dim, max_chars)
+        char_ids = char_ids[:, : self._positions_needed(char_ids)]
+        chars = self.char_embedding(char_ids).transpose(1, 2)  # (n_tokens, char_dim, positions)
         features: List[Tensor] = [
             self.activation(conv(chars).amax(dim=-1)) for conv in self.convolutions
         ]
@@ -55,3 +57,15 @@ class CharCNN(nn.Module):
         for highway in self.highways:
             x = highway(x)
         return self.projection(x)
+
+    def _positions_needed(self, char_ids: Tensor) -> int:
+        """How many leading character positions give the same maxima as all of them.
+
+        Every window that lies wholly in the padding after the longest token gives one and the
+        same value per filter, so keeping one such window for the widest filter is exact; short
+        tokens then cost a fraction of the 50 positions. Shape: (n_tokens, max_characters).
+        """
+        written = (char_ids != CHAR_PADDING).any(dim=0).nonzero()
+        longest = int(written.max()) + 1 if len(written) else 0
+        widest = max(width for width, _ in self.options.filters)
+        return min(char_ids.shape[1], longest + widest)

@@ -8,16 +8,18 @@ computed before the time loop, in large matrix products over many timesteps; the
 only does the recurrent product, for both directions and the whole batch at once.
 """
 
-from typing import List, NamedTuple, Tuple
+import math
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from .options import ElmoOptions
 
 # Positions (steps x batch) whose input projections are computed in one product: large enough
-# for an efficient matrix product, small enough to bound memory (268 MB at the Original size).
-PRECOMPUTED_POSITIONS = 2048
+# for an efficient matrix product, small enough to bound memory (134 MB at the Original size).
+PRECOMPUTED_POSITIONS = 1024
 
 
 class LSTMState(NamedTuple):
@@ -52,42 +54,59 @@ class ProjectedLSTM(nn.Module):
         for weight in (self.input_weight, self.hidden_weight, self.projection):
             nn.init.uniform_(weight, -0.05, 0.05)
 
-    def forward(self, inputs: Tensor, lengths: Tensor, hidden: Tensor, memory: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        """Run both directions over a batch.
+    def forward(
+        self, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor, workspace: Optional[Tensor] = None
+    ) -> Tuple[Tensor, Tensor, Tensor]:
+        """Run both directions over a batch whose rows are sorted by length, longest first.
 
         Shapes: ``inputs`` (time, 2, batch, input_dim), already reversed for direction 1;
-        ``lengths`` (batch,) int64 on the inputs' device; ``hidden`` (2, batch, projection_dim);
-        ``memory`` (2, batch, lstm_dim). Returns the outputs (time, 2, batch, projection_dim),
-        and the states after each row's last valid step (rows do not update past their length).
+        ``active[t]`` is the number of rows still running at step t (non-increasing), so step t
+        computes rows ``:active[t]`` only and padding costs nothing; ``hidden`` (2, batch,
+        projection_dim); ``memory`` (2, batch, lstm_dim). ``workspace``, only without autograd:
+        at least :meth:`workspace_size` floats, reused for every window's gates (a fresh
+        allocation this large costs page faults; all layers can share one). Returns the outputs
+        (time, 2, batch, projection_dim), zero past each row's length, and the states after
+        each row's last step.
         """
-        n_steps, _, batch, input_dim = inputs.shape
-        bias = (self.bias + self.forget_bias).unsqueeze(1)  # (2, 1, 4 * lstm_dim)
-        shortest = int(lengths.min())
-        # Without autograd, each step overwrites its slice of the precomputed gates in place,
-        # saving passes over (2, batch, 4 * lstm_dim) per step; autograd needs fresh tensors.
-        in_place = not torch.is_grad_enabled()
-        chunk = max(1, PRECOMPUTED_POSITIONS // batch)
+        n_steps, _, batch, _ = inputs.shape
+        # The bias rides in the input product as the weight of one more input that is always 1:
+        # cheaper than broadcasting it into the gates before the product.
+        weight = torch.cat([self.input_weight, (self.bias + self.forget_bias).unsqueeze(1)], dim=1)
+        inputs = torch.cat([inputs, inputs.new_ones(n_steps, 2, batch, 1)], dim=-1)
+        # With a workspace, each step overwrites its slice of the precomputed gates and the
+        # states in place, saving passes over (2, batch, 4 * lstm_dim) per step; autograd needs
+        # fresh tensors.
+        in_place = workspace is not None
+        if in_place:
+            hidden, memory = hidden.clone(), memory.clone()
+        chunk = _window_steps(n_steps, batch)
         outputs: List[Tensor] = []
         for start in range(0, n_steps, chunk):
-            window = inputs[start : start + chunk]
-            flat = window.transpose(0, 1).reshape(2, -1, input_dim)
-            pre_gates = torch.baddbmm(bias, flat, self.input_weight).view(2, window.shape[0], batch, -1)
+            rows = active[start]  # the window's later steps need no more rows than its first
+            window = inputs[start : start + chunk, :, :rows]
+            flat = window.transpose(0, 1).reshape(2, -1, weight.shape[1])
+            out = None
+            if in_place:
+                shape = (2, flat.shape[1], 4 * self.lstm_dim)
+                out = workspace[: math.prod(shape)].view(shape)
+            pre_gates = torch.bmm(flat, weight, out=out).view(2, window.shape[0], rows, -1)
             for offset in range(window.shape[0]):
-                step = start + offset
+                running = active[start + offset]
+                step_gates = pre_gates[:, offset, :running]
                 if in_place:
-                    gates = pre_gates[:, offset].baddbmm_(hidden, self.hidden_weight)
-                    new_hidden, new_memory = self._cell_in_place(gates, memory)
+                    gates = step_gates.baddbmm_(hidden[:, :running], self.hidden_weight)
+                    new_hidden, new_memory = self._cell_in_place(gates, memory[:, :running])
                 else:
-                    gates = torch.baddbmm(pre_gates[:, offset], hidden, self.hidden_weight)
-                    new_hidden, new_memory = self._cell(gates, memory)
-                if step < shortest:
-                    hidden, memory = new_hidden, new_memory
-                else:
-                    running = (lengths > step).view(1, batch, 1)
-                    hidden = torch.where(running, new_hidden, hidden)
-                    memory = torch.where(running, new_memory, memory)
-                outputs.append(new_hidden)
+                    gates = torch.baddbmm(step_gates, hidden[:, :running], self.hidden_weight)
+                    new_hidden, new_memory = self._cell(gates, memory[:, :running])
+                hidden = _update_rows(hidden, new_hidden, in_place)
+                memory = _update_rows(memory, new_memory, in_place)
+                outputs.append(F.pad(new_hidden, (0, 0, 0, batch - running)))
         return torch.stack(outputs), hidden, memory
+
+    def workspace_size(self, n_steps: int, batch: int) -> int:
+        """Floats of the gates buffer that :meth:`forward` needs for this batch."""
+        return 2 * _window_steps(n_steps, batch) * batch * 4 * self.lstm_dim
 
     def _cell(self, gates: Tensor, memory: Tensor) -> Tuple[Tensor, Tensor]:
         """One step from gate pre-activations (2, batch, 4 * lstm_dim) and memory (2, batch, lstm_dim).
@@ -104,7 +123,7 @@ class ProjectedLSTM(nn.Module):
     def _cell_in_place(self, gates: Tensor, memory: Tensor) -> Tuple[Tensor, Tensor]:
         """:meth:`_cell` computed in the storage of ``gates``, with the same roundings.
 
-        The returned memory is a view of ``gates``: the caller must not reuse that slice.
+        The returned memory is a view of ``gates``, to be copied out before the next window.
         """
         in_gate, cell_input, forget_gate, out_gate = gates.chunk(4, dim=-1)
         in_gate.sigmoid_().mul_(cell_input.tanh_())
@@ -162,19 +181,59 @@ class BiLSTMStack(nn.Module):
         LM its own reversed stream); ``lengths`` (batch,) int64. Returns one tensor per layer,
         (time, 2, batch, projection_dim) in reading order, and the final state.
         """
-        x = inputs
+        # Rows longest first, so that the rows still running at any step are a prefix.
+        order = torch.argsort(lengths, descending=True, stable=True)
+        restore = torch.argsort(order)
+        active = _active_rows(lengths[order].tolist(), inputs.shape[0])
+        x = inputs.index_select(2, order)
+        hidden, memory = state.hidden.index_select(2, order), state.memory.index_select(2, order)
         outputs: List[Tensor] = []
         hiddens: List[Tensor] = []
         memories: List[Tensor] = []
+        n_steps, _, batch, _ = x.shape
+        workspace = None  # every layer has the same gate width: one buffer serves them all
+        if not torch.is_grad_enabled():
+            workspace = x.new_empty(self.layers[0].workspace_size(n_steps, batch))
         for index, layer in enumerate(self.layers):
-            y, hidden, memory = layer(self.dropout(x), lengths, state.hidden[index], state.memory[index])
+            y, final_hidden, final_memory = layer(self.dropout(x), active, hidden[index], memory[index], workspace)
             if index > 0 and self.options.use_skip_connections:
                 y = y + x
-            outputs.append(y)
-            hiddens.append(hidden)
-            memories.append(memory)
+            outputs.append(y.index_select(2, restore))
+            hiddens.append(final_hidden)
+            memories.append(final_memory)
             x = y
-        return outputs, LSTMState(torch.stack(hiddens), torch.stack(memories))
+        final = LSTMState(torch.stack(hiddens).index_select(2, restore), torch.stack(memories).index_select(2, restore))
+        return outputs, final
+
+
+def _window_steps(n_steps: int, batch: int) -> int:
+    """Timesteps whose input products are computed together (see ``PRECOMPUTED_POSITIONS``)."""
+    return min(n_steps, max(1, PRECOMPUTED_POSITIONS // batch))
+
+
+def _active_rows(sorted_lengths: Sequence[int], n_steps: int) -> List[int]:
+    """For rows sorted by length, longest first: how many are still running at each step."""
+    running = len(sorted_lengths)
+    active: List[int] = []
+    for step in range(n_steps):
+        while running and sorted_lengths[running - 1] <= step:
+            running -= 1
+        active.append(running)
+    return active
+
+
+def _update_rows(state: Tensor, new_rows: Tensor, in_place: bool) -> Tensor:
+    """``state`` (2, batch, width) with its first ``new_rows.shape[1]`` rows replaced.
+
+    In place without autograd; otherwise a new tensor, as autograd still needs the old state.
+    """
+    running = new_rows.shape[1]
+    if in_place:
+        state[:, :running] = new_rows
+        return state
+    if running == state.shape[1]:
+        return new_rows
+    return torch.cat([new_rows, state[:, running:]], dim=1)
 
 
 def _reverse_index(lengths: Tensor, n_steps: int) -> Tensor:

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from .char_cnn import CharCNN
-from .chars import boundary_char_ids, token_char_ids
+from .chars import CHAR_PADDING, boundary_char_ids, token_char_ids
 from .lstm import BiLSTMStack, LSTMState
 from .options import ElmoOptions
 from .token_cache import TokenCache
@@ -230,16 +230,20 @@ class BiLM(nn.Module):
         return self.embed_tokens(list(rows)), torch.from_numpy(index)
 
     def _encode(self, tokens: Sequence[Hashable], positions: Sequence[int]) -> Tensor:
-        """Run the char CNN over ``tokens[p] for p in positions``, in bounded chunks."""
-        max_chars = self.options.max_characters_per_token
-        char_ids = numpy.stack(
-            [self._char_ids(tokens[p], max_chars) for p in positions]
-        ) if len(positions) else numpy.zeros((0, max_chars), dtype=numpy.int64)
-        char_ids_t = torch.from_numpy(char_ids).to(self.device)
-        chunks = [self.char_cnn(chunk) for chunk in char_ids_t.split(CHAR_CNN_CHUNK)]
-        if not chunks:
+        """Run the char CNN over ``tokens[p] for p in positions``, in bounded chunks.
+
+        Tokens go through shortest first, so that each chunk's padding is cut short
+        (see :meth:`CharCNN._positions_needed`). Shape: (len(positions), projection_dim).
+        """
+        if not len(positions):
             return self.char_cnn.projection.weight.new_zeros((0, self.options.projection_dim))
-        return torch.cat(chunks)
+        max_chars = self.options.max_characters_per_token
+        char_ids = numpy.stack([self._char_ids(tokens[p], max_chars) for p in positions])
+        order = numpy.argsort((char_ids != CHAR_PADDING).sum(axis=1), kind="stable")
+        sorted_ids = torch.from_numpy(char_ids[order]).to(self.device)
+        encoded = torch.cat([self.char_cnn(chunk) for chunk in sorted_ids.split(CHAR_CNN_CHUNK)])
+        restore = torch.from_numpy(numpy.argsort(order)).to(self.device)
+        return encoded[restore]
 
     def _char_ids(self, token: Hashable, max_chars: int) -> numpy.ndarray:
         if token == SENTENCE_START:

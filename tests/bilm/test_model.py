@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM
+from spacy_elmo.bilm import lstm
 
 from ..helpers import random_bilm, tiny_options
 
@@ -176,13 +177,18 @@ def test_bad_arguments_are_reported():
         tiny_options(activation="gelu")
 
 
-def test_inference_path_matches_the_autograd_path():
-    """Without gradients the LSTM works in place; it must compute the very same values."""
+@pytest.mark.parametrize("precomputed_positions", [1, 7, 2048])
+def test_inference_path_matches_the_autograd_path(monkeypatch, precomputed_positions):
+    """Without gradients the LSTM works in place, reusing one buffer across windows of
+    timesteps; it must compute the very same values and final states."""
+    monkeypatch.setattr(lstm, "PRECOMPUTED_POSITIONS", precomputed_positions)
     model = random_bilm()
     with torch.no_grad():
-        fast = model(SENTENCES).layers
-    slow = model(SENTENCES).layers.detach()
-    torch.testing.assert_close(fast, slow, atol=1e-6, rtol=1e-6)
+        fast = model(SENTENCES)
+    slow = model(SENTENCES)
+    torch.testing.assert_close(fast.layers, slow.layers.detach(), atol=1e-6, rtol=1e-6)
+    for fast_state, slow_state in zip(fast.state, slow.state):
+        torch.testing.assert_close(fast_state, slow_state.detach(), atol=1e-6, rtol=1e-6)
 
 
 def test_a_deep_copy_gives_the_same_vectors():
@@ -194,3 +200,18 @@ def test_a_deep_copy_gives_the_same_vectors():
     assert len(clone.token_cache) == 0
     for a, b in zip(model.embed_sentences(SENTENCES), clone.embed_sentences(SENTENCES)):
         numpy.testing.assert_allclose(a, b, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_char_cnn_cut_at_the_padding_gives_the_maxima_of_all_positions(seed):
+    """Short tokens skip windows wholly in padding: the same vectors as over all 50 positions."""
+    from spacy_elmo.bilm.chars import token_char_ids
+
+    model = random_bilm(seed)
+    words = ["a", "I", "to", "ELMo", "naïve", "🙂", "x" * 9, "<S>"]
+    short = torch.from_numpy(numpy.stack([token_char_ids(w, 50) for w in words]))
+    with_long = torch.cat([short, torch.from_numpy(token_char_ids("y" * 60, 50)).unsqueeze(0)])
+    assert model.char_cnn._positions_needed(short) < 50 == model.char_cnn._positions_needed(with_long)
+    with torch.no_grad():
+        cut, full = model.char_cnn(short), model.char_cnn(with_long)[: len(words)]
+    torch.testing.assert_close(cut, full, atol=1e-6, rtol=1e-6)
