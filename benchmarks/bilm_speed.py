@@ -146,7 +146,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--max-batch-tokens", type=int, default=16384)
+    parser.add_argument("--max-batch-tokens", type=int, default=16384, help="BiLM max_batch_tokens (its default)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -62,7 +62,7 @@ class BiLM(nn.Module):
         options: ElmoOptions,
         state: StateMode = "zero",
         cache_size: int = 20_000,
-        max_batch_tokens: int = 8192,
+        max_batch_tokens: int = 16384,
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
