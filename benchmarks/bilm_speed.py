@@ -10,7 +10,7 @@ ones do. The nominal count is the published model's: every token through the cha
 positions, the LSTM at every token. spacy-elmo does less work for the same outputs (each distinct
 token of a batch once, no padding windows or padded steps); the share of distinct tokens is printed.
 
-    python benchmarks/bilm_speed.py [--sentences 1000] [--max-batch-tokens 16384] [--threads 2]
+    python benchmarks/bilm_speed.py [--sentences 1000] [--max-batch-tokens 16384] [--threads 2] [--repeats 3]
 """
 
 import argparse
@@ -136,10 +136,14 @@ def _run_direction(model: BiLM, x: torch.Tensor, lengths: List[int], direction: 
     return results
 
 
-def timed(fn):
-    start = time.perf_counter()
-    result = fn()
-    return result, time.perf_counter() - start
+def timed(fn, repeats: int = 1):
+    """The result of ``fn`` and its best time over ``repeats`` runs (other VMs share the host)."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    return result, best
 
 
 def main() -> None:
@@ -147,6 +151,7 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--max-batch-tokens", type=int, default=16384, help="BiLM max_batch_tokens (its default)")
+    parser.add_argument("--repeats", type=int, default=3, help="Timed runs of each; the best counts")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -168,12 +173,16 @@ def main() -> None:
     print(f"distinct tokens per batch: {distinct / n_tokens:.0%} of all tokens")
 
     model.embed_sentences(sentences[:4])  # warm up kernels
-    ours, ours_time = timed(lambda: model.embed_sentences(sentences))
-    base, base_time = timed(lambda: step_by_step(model, sentences))
+    ours_time = base_time = float("inf")
+    for _ in range(args.repeats):  # interleaved, so that a noisy minute hits both alike
+        ours, seconds = timed(lambda: model.embed_sentences(sentences))
+        ours_time = min(ours_time, seconds)
+        base, seconds = timed(lambda: step_by_step(model, sentences))
+        base_time = min(base_time, seconds)
     difference = max(float(numpy.abs(a - b).max()) for a, b in zip(ours, base))
     model.token_cache = type(model.token_cache)(50_000)
     model.embed_sentences(sentences)
-    _, cached_time = timed(lambda: model.embed_sentences(sentences))
+    _, cached_time = timed(lambda: model.embed_sentences(sentences), args.repeats)
 
     peak = max(peak, matmul_rate())
     print(f"measured float32 matmul rate (best of start and end): {peak / 1e9:.1f} GFLOP/s")
