@@ -5,7 +5,8 @@ direction axis of size 2 (0 = forward, 1 = backward). The backward direction rea
 sentence reversed *within its own length*, so both directions step through time together and
 padding never reaches a state. Per layer, the input half of the gate pre-activations is
 computed before the time loop, in large matrix products over many timesteps; the time loop
-only does the recurrent product, for both directions and the whole batch at once.
+only does the recurrent product, for both directions at once and, with rows sorted longest
+first, only for the prefix of rows still running, so padding costs no recurrent work.
 """
 
 import math
@@ -195,15 +196,16 @@ class BiLSTMStack(nn.Module):
         if not torch.is_grad_enabled():
             workspace = x.new_empty(self.layers[0].workspace_size(n_steps, batch))
         for index, layer in enumerate(self.layers):
-            y, final_hidden, final_memory = layer(self.dropout(x), active, hidden[index], memory[index], workspace)
+            y, layer_hidden, layer_memory = layer(self.dropout(x), active, hidden[index], memory[index], workspace)
             if index > 0 and self.options.use_skip_connections:
                 y = y + x
             outputs.append(y.index_select(2, restore))
-            hiddens.append(final_hidden)
-            memories.append(final_memory)
+            hiddens.append(layer_hidden)
+            memories.append(layer_memory)
             x = y
-        final = LSTMState(torch.stack(hiddens).index_select(2, restore), torch.stack(memories).index_select(2, restore))
-        return outputs, final
+        final_hidden = torch.stack(hiddens).index_select(2, restore)
+        final_memory = torch.stack(memories).index_select(2, restore)
+        return outputs, LSTMState(final_hidden, final_memory)
 
 
 def _window_steps(n_steps: int, batch: int) -> int:
