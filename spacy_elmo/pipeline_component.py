@@ -28,6 +28,7 @@ from .bilm import BiLM
 from .layers import ElmoListener, get_bilm, set_bilm
 from .layers.bilm_io import bilm_from_bytes, bilm_to_bytes
 from .layers.listener import FEATURES_ATTR
+from .threads import Threads, check_threads, torch_threads
 
 LAYERS_ATTR = "elmo_layers"
 
@@ -68,6 +69,7 @@ for _attr in (FEATURES_ATTR, LAYERS_ATTR):
         "store_layers": False,
         "tensor_weights": None,
         "pipe_batch_tokens": 8192,
+        "threads": "auto",
     },
 )
 def make_elmo(
@@ -77,6 +79,7 @@ def make_elmo(
     store_layers: bool,
     tensor_weights: Optional[List[float]],
     pipe_batch_tokens: int,
+    threads: Threads,
 ) -> "Elmo":
     """ELMo vectors for ``doc.tensor``, ``token.vector`` & co, and features for listeners.
 
@@ -84,6 +87,8 @@ def make_elmo(
     ``tensor_weights``: one weight per biLM output layer for ``doc.tensor``; null = average.
     ``pipe_batch_tokens``: in ``nlp.pipe``, docs are sorted by length and processed in groups of
     at most this many tokens, which bounds the memory the layers of a batch take.
+    ``threads``: torch threads for the biLM; ``"auto"`` takes all cores on an idle machine and
+    leaves other busy processes their cores (see :mod:`spacy_elmo.threads`).
     """
     return Elmo(
         nlp.vocab,
@@ -92,6 +97,7 @@ def make_elmo(
         store_layers=store_layers,
         tensor_weights=tensor_weights,
         pipe_batch_tokens=pipe_batch_tokens,
+        threads=threads,
     )
 
 
@@ -107,9 +113,11 @@ class Elmo(TrainablePipe):
         store_layers: bool = False,
         tensor_weights: Optional[List[float]] = None,
         pipe_batch_tokens: int = 8192,
+        threads: Threads = "auto",
     ) -> None:
         if pipe_batch_tokens < 1:
             raise ValueError(f"elmo pipe_batch_tokens must be at least 1, got {pipe_batch_tokens}")
+        check_threads(threads)
         self.vocab = vocab
         self.model = model
         self.name = name
@@ -118,6 +126,7 @@ class Elmo(TrainablePipe):
             "store_layers": store_layers,
             "tensor_weights": list(tensor_weights) if tensor_weights is not None else None,
             "pipe_batch_tokens": pipe_batch_tokens,
+            "threads": threads,
         }
         self._pid = os.getpid()
 
@@ -170,9 +179,11 @@ class Elmo(TrainablePipe):
     # ------------------------------------------------------------------ prediction
     def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
         """Each doc's layers, (n_layers + 1, n_tokens, width), on the device of the model's ops."""
-        self._limit_torch_threads_in_workers()
         docs = list(docs)
-        return self.model.predict(docs) if docs else []
+        if not docs:
+            return []
+        with torch_threads(self._threads()):
+            return self.model.predict(docs)
 
     def set_annotations(self, docs: Sequence[Doc], layers: Sequence[Floats3d]) -> None:
         """Set ``doc.tensor`` (n_tokens, width), the vector hooks, and the layers where needed."""
@@ -209,15 +220,16 @@ class Elmo(TrainablePipe):
             )
         return self.model.ops.asarray1f(weights)
 
-    def _limit_torch_threads_in_workers(self) -> None:
-        """In a worker forked by ``nlp.pipe(n_process=...)``, use one torch thread.
+    def _threads(self) -> Threads:
+        """The ``threads`` setting; one thread in a worker forked by ``nlp.pipe(n_process=...)``.
 
         Several processes each running torch's full thread pool oversubscribe the cores and
         can deadlock in a thread pool inherited through fork.
         """
         if os.getpid() != self._pid:
             torch.set_num_threads(1)
-            self._pid = os.getpid()
+            return 1
+        return self.cfg["threads"]
 
     # ------------------------------------------------------------------ training
     def update(
@@ -240,7 +252,8 @@ class Elmo(TrainablePipe):
         docs = [eg.predicted for eg in examples]
         if not self.listeners:
             return losses
-        outputs, backprop_layers = self.model.begin_update(docs)
+        with torch_threads(self._threads()):
+            outputs, backprop_layers = self.model.begin_update(docs)
         batch_id = ElmoListener.get_batch_id(docs)
         if self.model.attrs["freeze"]:
             for listener in self.listeners:

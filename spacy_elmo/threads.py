@@ -1,0 +1,82 @@
+"""How many torch threads the biLM uses, so that it degrades to its fair share on a shared CPU.
+
+Torch's default is one thread per core. Alone on the machine that is fastest; beside another
+CPU-bound job, the threads of one matrix product wait for each other whenever the scheduler
+parks one of them, and throughput collapses far below a fair share (measured on 2 cores: 26%
+of the idle words/s with 2 threads beside a competing torch job, 66% with 1 thread). ``"auto"``
+counts the runnable threads of other processes before each biLM call and leaves them their
+cores: all cores on an idle machine, fewer when others are busy.
+"""
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Literal, Optional, Union
+
+import torch
+
+Threads = Union[int, Literal["auto"]]
+
+_LOADAVG = Path("/proc/loadavg")
+_OWN_TASKS = Path("/proc/self/task")
+
+
+def check_threads(threads: Threads) -> None:
+    """A clear error for a setting that is neither a positive count nor ``"auto"``."""
+    if threads != "auto" and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise ValueError(f"elmo threads must be a positive number of torch threads or \"auto\", got {threads!r}")
+
+
+def available_cores() -> int:
+    """Cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def busy_elsewhere() -> Optional[int]:
+    """Runnable threads of other processes right now, or None where the OS does not tell (non-Linux).
+
+    The kernel's count of runnable threads (/proc/loadavg, field 4 "running/total") less this
+    process's own runnable threads (/proc/self/task/*/stat).
+    """
+    try:
+        running = int(_LOADAVG.read_text().split()[3].split("/")[0])
+        own = sum(1 for task in _OWN_TASKS.iterdir() if _task_state(task) == "R")
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0, running - own)
+
+
+def resolve_threads(threads: Threads) -> int:
+    """The thread count for the next biLM call: ``threads`` itself, or the cores others leave free."""
+    if threads != "auto":
+        return int(threads)
+    cores = available_cores()
+    others = busy_elsewhere()
+    if others is None:
+        return cores
+    return max(1, min(cores, cores - others))
+
+
+@contextmanager
+def torch_threads(threads: Threads) -> Iterator[int]:
+    """Run the block with the resolved number of torch threads, then restore the previous count."""
+    wanted = resolve_threads(threads)
+    previous = torch.get_num_threads()
+    if wanted != previous:
+        torch.set_num_threads(wanted)
+    try:
+        yield wanted
+    finally:
+        if wanted != previous:
+            torch.set_num_threads(previous)
+
+
+def _task_state(task: Path) -> str:
+    """The state letter of one thread: the field after the parenthesised command name."""
+    try:
+        stat = (task / "stat").read_text()
+    except OSError:  # the thread ended meanwhile
+        return ""
+    return stat[stat.rindex(")") + 2 :][:1]
