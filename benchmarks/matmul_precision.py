@@ -1,0 +1,52 @@
+"""Matrix-product rate of this CPU in float32 and bfloat16, at the biLM's shapes.
+
+bf16 pays only where the CPU multiplies it natively (AMX or AVX512-BF16); elsewhere torch
+emulates it, far slower than float32. Run before choosing a precision on a new machine:
+
+    python benchmarks/matmul_precision.py
+"""
+
+import time
+from typing import Tuple
+
+import torch
+import typer
+
+# Small enough that one emulated bf16 product takes seconds, not minutes.
+SHAPES: Tuple[Tuple[int, int, int], ...] = (
+    (1024, 1024, 1024),  # an input product
+    (64, 128, 4096),  # one recurrent step of the Small biLM (projection 128, lstm 1024)
+)
+
+app = typer.Typer(add_completion=False)
+
+
+def gflops(m: int, k: int, n: int, dtype: torch.dtype, seconds: float) -> float:
+    """Best rate over repeated products within about ``seconds``."""
+    a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+    a @ b
+    best, spent = 0.0, 0.0
+    while spent < seconds:
+        start = time.perf_counter()
+        a @ b
+        took = time.perf_counter() - start
+        spent += took
+        best = max(best, 2 * m * k * n / took / 1e9)
+    return best
+
+
+@app.command()
+def main(threads: int = typer.Option(0, help="torch threads (0: torch's default)"), seconds: float = 3.0) -> None:
+    if threads:
+        torch.set_num_threads(threads)
+    typer.echo(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability "
+               f"{torch.backends.cpu.get_cpu_capability()}")
+    typer.echo("| m x k x n | float32 GFLOP/s | bfloat16 GFLOP/s | bf16 / fp32 |\n|---|---|---|---|")
+    for m, k, n in SHAPES:
+        fp32 = gflops(m, k, n, torch.float32, seconds)
+        bf16 = gflops(m, k, n, torch.bfloat16, seconds)
+        typer.echo(f"| {m} x {k} x {n} | {fp32:.1f} | {bf16:.1f} | {bf16 / fp32:.2f}x |")
+
+
+if __name__ == "__main__":
+    app()
