@@ -9,7 +9,12 @@ own scorers, as ``spacy evaluate`` does. Written to ``OUTPUT_DIR/seed<k>.json``:
   documents whose highest-scoring class is the gold class, computed here: spaCy's scorer has
   no accuracy) and ``macro_f1`` (spaCy's ``cats_macro_f``, over the argmax for exclusive
   classes), plus ``macro_auc``;
-- ``per_label``: ``{label: {"p", "r", "f"}}`` from spaCy's scorer.
+- ``per_label``: ``{label: {"p", "r", "f"}}`` from spaCy's scorer;
+- ``items``: one ``[numerator, denominator]`` pair per test document, in the test file's order,
+  such that the headline metric is ``sum(numerators) / sum(denominators)``: NER
+  ``[2 * correct entities, predicted + gold entities]`` (so the sum gives micro F1), text
+  classification ``[1 if the argmax class is right else 0, 1]``. scripts/compare.py resamples
+  them for paired bootstrap confidence intervals.
 
 Metrics files of seeds that are not evaluated in this run are removed from OUTPUT_DIR, so the
 results table never mixes runs made with other settings.
@@ -50,11 +55,25 @@ def argmax_accuracy(examples: List[Example]) -> float:
     """Share of examples whose top predicted class is the top gold class."""
     if not examples:
         raise ValueError("no examples to score")
-    correct = sum(
-        max(eg.predicted.cats, key=eg.predicted.cats.get) == max(eg.reference.cats, key=eg.reference.cats.get)
+    return sum(correct for correct, _ in accuracy_items(examples)) / len(examples)
+
+
+def entity_items(examples: List[Example]) -> List[List[int]]:
+    """Per document ``[2 * correct entities, predicted + gold entities]``: summed, micro F1."""
+    items = []
+    for eg in examples:
+        gold = {(e.start_char, e.end_char, e.label_) for e in eg.reference.ents}
+        predicted = {(e.start_char, e.end_char, e.label_) for e in eg.predicted.ents}
+        items.append([2 * len(gold & predicted), len(gold) + len(predicted)])
+    return items
+
+
+def accuracy_items(examples: List[Example]) -> List[List[int]]:
+    """Per document ``[1 if the top predicted class is the top gold class else 0, 1]``."""
+    return [
+        [int(max(eg.predicted.cats, key=eg.predicted.cats.get) == max(eg.reference.cats, key=eg.reference.cats.get)), 1]
         for eg in examples
-    )
-    return correct / len(examples)
+    ]
 
 
 def task_metrics(nlp: Language, examples: List[Example]) -> Dict[str, object]:
@@ -64,6 +83,7 @@ def task_metrics(nlp: Language, examples: List[Example]) -> Dict[str, object]:
         return {
             "metrics": {"f1": scores["ents_f"], "precision": scores["ents_p"], "recall": scores["ents_r"]},
             "per_label": scores["ents_per_type"],
+            "items": entity_items(examples),
         }
     if "textcat" in nlp.pipe_names:
         return {
@@ -73,6 +93,7 @@ def task_metrics(nlp: Language, examples: List[Example]) -> Dict[str, object]:
                 "macro_auc": scores["cats_macro_auc"],
             },
             "per_label": scores["cats_f_per_type"],
+            "items": accuracy_items(examples),
         }
     raise ValueError(f"pipeline {nlp.pipe_names} has neither ner nor textcat")
 

@@ -80,14 +80,14 @@ def split_indices(groups: Sequence[Sequence[int]], seed: int, dev: float = 0.1, 
     return {name: sorted(items) for name, items in splits.items()}
 
 
-def near_duplicate_groups(examples: Sequence[Example], threshold: float = 0.5) -> List[List[int]]:
+def near_duplicate_groups(texts: Sequence[str], threshold: float = 0.5) -> List[List[int]]:
     """Indices grouped so that near-duplicates share a group (and so a split).
 
     Two texts are near-duplicates when at least ``threshold`` of the 13-word sequences of the
     shorter one occur in the other (BBC news has many rewrites of one story). Texts shorter than
     13 words are singletons: exact duplicates are already gone.
     """
-    parent = list(range(len(examples)))
+    parent = list(range(len(texts)))
 
     def find(i: int) -> int:
         while parent[i] != i:
@@ -95,7 +95,7 @@ def near_duplicate_groups(examples: Sequence[Example], threshold: float = 0.5) -
             i = parent[i]
         return i
 
-    grams = [set(ngrams(words(e.text))) for e in examples]
+    grams = [set(ngrams(words(text))) for text in texts]
     owners: Dict[str, List[int]] = defaultdict(list)
     for i, gram_set in enumerate(grams):
         for gram in gram_set:
@@ -106,7 +106,7 @@ def near_duplicate_groups(examples: Sequence[Example], threshold: float = 0.5) -
             if count >= threshold * min(len(gram_set), len(grams[j])):
                 parent[find(i)] = find(j)
     groups: Dict[int, List[int]] = defaultdict(list)
-    for i in range(len(examples)):
+    for i in range(len(texts)):
         groups[find(i)].append(i)
     return sorted(groups.values())
 
@@ -243,7 +243,7 @@ def write_task(
     and the LM corpus's exclusion still work on whole documents)."""
     if not examples:
         raise ValueError(f"task {name} has no documents (did fetch-data run?)")
-    groups = near_duplicate_groups(examples)
+    groups = near_duplicate_groups([e.text for e in examples])
     indices = split_indices(groups, seed)
     split_examples = {split: [examples[i] for i in indices[split]] for split in SPLITS}
     labels = sorted({e.label for e in examples if e.label})

@@ -47,7 +47,7 @@ def load_metrics(metrics_dir: Path) -> Tuple[Scores, Scores, Runs]:
     scores: Scores = defaultdict(list)
     ner_labels: Scores = defaultdict(list)
     runs: Runs = set()
-    files = sorted(metrics_dir.rglob("*.json"))
+    files = sorted(metrics_dir.rglob("seed*.json"))  # fold*.json: cross-validation, scripts/compare.py
     if not files:
         raise FileNotFoundError(f"no metrics files under {metrics_dir}")
     for path in files:

@@ -9,7 +9,14 @@ PROJECT_DIR = Path(__file__).resolve().parents[2] / "project"
 
 
 def load_script(name: str) -> ModuleType:
-    """project/scripts/<name>.py as a module (cached in sys.modules under project_<name>)."""
+    """project/scripts/<name>.py as a module (cached in sys.modules under project_<name>).
+
+    The scripts directory goes on ``sys.path``, as when a script runs, for their imports of
+    each other (``from evaluate import ...``).
+    """
+    scripts_dir = str(PROJECT_DIR / "scripts")
+    if scripts_dir not in sys.path:
+        sys.path.append(scripts_dir)
     module_name = f"project_{name}"
     if module_name not in sys.modules:
         spec = importlib.util.spec_from_file_location(module_name, PROJECT_DIR / "scripts" / f"{name}.py")

@@ -5,6 +5,7 @@ import spacy
 import srsly
 import typer
 from spacy.tokens import DocBin
+from spacy.scorer import Scorer
 from spacy.training import Example
 from typer.testing import CliRunner
 
@@ -86,3 +87,22 @@ def test_missing_pipeline_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "seed0").mkdir()
     with pytest.raises(FileNotFoundError, match="no model-best or model-last"):
         evaluate.find_model(tmp_path / "seed0")
+
+
+def test_entity_items_sum_to_spacys_micro_f1() -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("ner")
+    cases = [  # (text, gold, predicted) entity offsets
+        ("Bob met Ann in Paris", [(0, 3, "person"), (8, 11, "person"), (15, 20, "geo-loc")], [(0, 3, "person"), (15, 20, "person")]),
+        ("nothing here", [], [(0, 7, "product")]),
+        ("Ann again", [(0, 3, "person")], []),
+        ("no entities", [], []),
+    ]
+    examples = []
+    for text, gold, predicted in cases:
+        eg = Example.from_dict(nlp.make_doc(text), {"entities": gold})
+        eg.predicted.ents = [eg.predicted.char_span(s, e, label=label) for s, e, label in predicted]
+        examples.append(eg)
+    items = evaluate.entity_items(examples)
+    assert items == [[2, 5], [0, 1], [0, 1], [0, 0]]
+    assert sum(n for n, _ in items) / sum(d for _, d in items) == pytest.approx(Scorer(nlp).score(examples)["ents_f"])

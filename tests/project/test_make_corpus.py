@@ -74,7 +74,7 @@ def test_near_duplicates_are_grouped() -> None:
     rewrite = "Updated: " + story[: len(story) * 3 // 4] + " and more words at the end of it all"
     other = " ".join(rng.choice(WORDS) for _ in range(60))
     examples = [corpus.Example(t, str(i), t, label="x") for i, t in enumerate([story, other, rewrite])]
-    assert corpus.near_duplicate_groups(examples) == [[0, 2], [1]]
+    assert corpus.near_duplicate_groups([e.text for e in examples]) == [[0, 2], [1]]
 
 
 def test_deduplicate_keeps_one_copy_and_drops_conflicts() -> None:

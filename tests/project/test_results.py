@@ -86,7 +86,7 @@ def test_cli_writes_table_and_plots(tmp_path: Path) -> None:
 
 
 def test_cli_rejects_a_file_that_is_not_metrics(tmp_path: Path) -> None:
-    write_json(tmp_path / "m" / "x.json", {"system": "cnn"})
+    write_json(tmp_path / "m" / "seed0.json", {"system": "cnn"})
     result = CliRunner().invoke(typer_app(), [str(tmp_path / "m"), str(tmp_path / "out")])
     assert result.exit_code == 1
     assert "is not a metrics file" in result.output
@@ -103,3 +103,10 @@ def typer_app():
     app = typer.Typer()
     app.command()(results.main)
     return app
+
+
+def test_cross_validation_folds_stay_out_of_the_seed_table(tmp_path: Path) -> None:
+    write_json(tmp_path / "m" / "cnn" / "ner" / "seed0.json", {"system": "cnn", "task": "ner", "seed": 0, "metrics": {"f1": 0.5}, "per_label": {}})
+    write_json(tmp_path / "m" / "cv" / "cnn" / "ner" / "fold0.json", {"system": "cnn", "task": "ner", "seed": 0, "metrics": {"f1": 0.9}})
+    scores, _, runs = results.load_metrics(tmp_path / "m")
+    assert scores[("cnn", "ner", "f1")] == [0.5] and runs == {("cnn", "ner", 0)}

@@ -1,0 +1,96 @@
+from pathlib import Path
+from typing import List
+
+import pytest
+import spacy
+import srsly
+import typer
+from spacy.tokens import Doc, DocBin
+from typer.testing import CliRunner
+
+from .scripts import PROJECT_DIR, load_script
+
+crossval = load_script("crossval")
+
+NAMES = ["Ann", "Bob", "Cyd", "Dee", "Eve", "Fay", "Gus", "Hal", "Ivy", "Jo", "Kim", "Lou"]
+
+
+def ner_docs(texts: List[str]) -> List[Doc]:
+    nlp = spacy.blank("en")
+    docs = []
+    for text in texts:
+        doc = nlp.make_doc(text)
+        doc.ents = [doc.char_span(0, len(text.split()[0]), label="person")]
+        docs.append(doc)
+    return docs
+
+
+def write_corpus(tmp_path: Path) -> Path:
+    texts = [f"{name} went to the market on day {i} of the long and dusty summer holidays" for i, name in enumerate(NAMES)]
+    texts.append(texts[0] + " again")  # a near-duplicate of the first: must share its fold
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name, part in (("train", texts[:9]), ("dev", texts[9:11]), ("test", texts[11:])):
+        DocBin(docs=ner_docs(part)).to_disk(corpus / f"{name}.spacy")
+    return corpus
+
+
+def app() -> typer.Typer:
+    application = typer.Typer()
+    application.command("split")(crossval.split)
+    application.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(crossval.run)
+    return application
+
+
+def test_deal_folds_keeps_groups_and_balances() -> None:
+    groups = [[0, 5], [1], [2], [3, 4, 6], [7], [8], [9]]
+    folds = crossval.deal_folds(groups, k=3, seed=0)
+    assert sorted(i for fold in folds for i in fold) == list(range(10))
+    for group in groups:
+        assert sum(set(group) <= set(fold) for fold in folds) == 1
+    assert max(map(len, folds)) - min(map(len, folds)) <= 2  # at most the largest group's size - 1
+    assert crossval.deal_folds(groups, k=3, seed=0) == folds
+    with pytest.raises(ValueError, match="at least 3 folds"):
+        crossval.deal_folds(groups, k=2, seed=0)
+
+
+def test_fold_roles_rotate_dev_and_test() -> None:
+    assert crossval.fold_roles(4, 3) == {"test": [3], "dev": [0], "train": [1, 2]}
+    tests = [crossval.fold_roles(4, f)["test"][0] for f in range(4)]
+    devs = [crossval.fold_roles(4, f)["dev"][0] for f in range(4)]
+    assert sorted(tests) == sorted(devs) == [0, 1, 2, 3]
+
+
+def test_split_tests_every_document_once(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path)
+    result = CliRunner().invoke(app(), ["split", str(corpus), str(tmp_path / "cv"), "--k", "3"])
+    assert result.exit_code == 0, result.output
+    nlp = spacy.blank("en")
+    tested = []
+    for fold in range(3):
+        parts = {role: [d.text for d in DocBin().from_disk(tmp_path / "cv" / f"fold{fold}" / f"{role}.spacy").get_docs(nlp.vocab)]
+                 for role in ("train", "dev", "test")}
+        assert len(set(parts["train"]) | set(parts["dev"]) | set(parts["test"])) == 13
+        assert not set(parts["train"]) & set(parts["test"]) and not set(parts["dev"]) & set(parts["test"])
+        tested += parts["test"]
+    assert sorted(tested) == sorted(set(tested)) and len(tested) == 13
+    folds = srsly.read_json(tmp_path / "cv" / "folds.json")["folds"]
+    assert any({0, 12} <= set(fold) for fold in folds)  # the near-duplicate pair stays together
+
+
+def test_run_trains_scores_and_resumes(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path)
+    assert CliRunner().invoke(app(), ["split", str(corpus), str(tmp_path / "cv"), "--k", "3"]).exit_code == 0
+    args = ["run", str(PROJECT_DIR / "configs" / "ner_cnn.cfg"), str(tmp_path / "cv"), str(tmp_path / "runs"),
+            str(tmp_path / "metrics"), "--system", "cnn", "--task", "ner", "--folds", "1",
+            "--max-steps", "4", "--eval-frequency", "2", "--training.patience", "0"]
+    result = CliRunner().invoke(app(), args)
+    assert result.exit_code == 0, result.output
+    data = srsly.read_json(tmp_path / "metrics" / "fold1.json")
+    assert (data["system"], data["task"], data["fold"]) == ("cnn", "ner", 1)
+    assert len(data["items"]) == data["n_docs"] and 0.0 <= data["dev_score"] <= 1.0
+    assert (tmp_path / "runs" / "fold1" / "model-best").is_dir() and not (tmp_path / "runs" / "fold1" / "model-last").exists()
+    again = CliRunner().invoke(app(), args)
+    assert again.exit_code == 0 and "done" in again.output
+    wrong = CliRunner().invoke(app(), [arg if arg != "1" else "3" for arg in args])
+    assert wrong.exit_code != 0 and "0..2" in wrong.output
