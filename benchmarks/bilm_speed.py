@@ -146,7 +146,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--max-batch-tokens", type=int, default=16384, help="BiLM max_batch_tokens (its default)")
+    parser.add_argument("--max-batch-tokens", type=int, default=16384, help="BiLM max_batch_tokens: large batches suit the Original size")
     parser.add_argument("--repeats", type=int, default=3, help="Timed runs of each; the best counts")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -1,66 +1,68 @@
 """Registered architectures of spacy-elmo: they compose the layers in :mod:`spacy_elmo.layers`."""
 
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from spacy.tokens import Doc
 from spacy.util import registry
 from thinc.api import Maxout, Model, PyTorchGradScaler, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
 
-from .bilm import ElmoOptions
 from .bilm.model import StateMode
 from .layers import ElmoBiLMLayer, ElmoListener, ScalarMix
 
 
 @registry.architectures("spacy_elmo.ElmoBiLM.v1")
 def build_elmo_bilm(
-    pretrained: Optional[str] = "en",
-    options_file: Optional[Path] = None,
-    weight_file: Optional[Path] = None,
-    lstm_dim: int = 256,
-    projection_dim: int = 64,
-    n_layers: int = 2,
-    char_embedding_dim: int = 16,
-    filters: List[List[int]] = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256]],
-    n_highway: int = 1,
-    state: StateMode = "zero",
-    freeze: bool = True,
-    window: int = 64,
-    overlap: int = 16,
-    max_batch_tokens: int = 4096,
-    token_cache_size: int = 20_000,
-    feature_cache_mb: float = 512.0,
-    dropout: float = 0.0,
-    mixed_precision: bool = False,
-    grad_scaler_config: dict = {},
+    pretrained: Optional[str],
+    options_file: Optional[Path],
+    weight_file: Optional[Path],
+    lstm_dim: Optional[int],
+    projection_dim: Optional[int],
+    n_layers: Optional[int],
+    char_embedding_dim: Optional[int],
+    filters: Optional[List[List[int]]],
+    n_highway: Optional[int],
+    state: StateMode,
+    freeze: bool,
+    window: int,
+    overlap: int,
+    max_batch_tokens: int,
+    token_cache_size: int,
+    feature_cache_mb: float,
+    dropout: float,
+    mixed_precision: bool,
+    grad_scaler_config: dict,
 ) -> Model[List[Doc], List[Floats3d]]:
     """The ELMo biLM: docs in, one (n_layers + 1, n_tokens, 2 * projection_dim) array per doc out.
 
     The weights are read once, at ``nlp.initialize()``, from ``options_file`` and ``weight_file``
     (standard bilm-tf / AllenNLP files) when given, else from the biLM bundled as ``pretrained``
     (see :mod:`spacy_elmo.pretrained`); with ``pretrained = null`` and no files a fresh, untrained
-    biLM of the given sizes is built (the sizes are ignored otherwise).
+    biLM is built. The sizes (``lstm_dim`` ... ``n_highway``) are null when the files decide them;
+    a size that is set must agree with the files, and shapes a fresh biLM (unset sizes there take
+    the published Small model's, see :class:`~spacy_elmo.bilm.ElmoOptions`). Defaults: the
+    ``elmo`` factory's.
     ``freeze`` keeps the biLM's weights fixed (features computed without gradients and cached
     across epochs, up to ``feature_cache_mb``). ``window``/``overlap`` split text without
-    sentence boundaries (see :mod:`spacy_elmo.segmentation`). ``max_batch_tokens`` bounds the
+    sentence boundaries (see :mod:`spacy_elmo.layers.segmentation`). ``max_batch_tokens`` bounds the
     padded tokens per biLM call. ``mixed_precision`` and ``grad_scaler_config`` (arguments of
     thinc's PyTorchGradScaler) are passed to thinc's PyTorchShim; both only act on GPU.
     """
-    options = ElmoOptions(
-        lstm_dim=lstm_dim,
-        projection_dim=projection_dim,
-        n_layers=n_layers,
-        char_embedding_dim=char_embedding_dim,
-        filters=tuple((int(width), int(count)) for width, count in filters),
-        n_highway=n_highway,
-    )
+    sizes: Dict[str, Any] = {
+        "lstm_dim": lstm_dim,
+        "projection_dim": projection_dim,
+        "n_layers": n_layers,
+        "char_embedding_dim": char_embedding_dim,
+        "filters": tuple((int(width), int(count)) for width, count in filters) if filters is not None else None,
+        "n_highway": n_highway,
+    }
     grad_scaler = PyTorchGradScaler(**grad_scaler_config) if grad_scaler_config else None
     return ElmoBiLMLayer(
         pretrained=pretrained,
         options_file=options_file,
         weight_file=weight_file,
-        options=options,
+        sizes={name: value for name, value in sizes.items() if value is not None},
         state=state,
         freeze=freeze,
         window=window,

@@ -7,12 +7,27 @@ from typing import Optional, Tuple
 
 import typer
 
+from .training.config import PRESETS
+
+DEFAULT_PRESET = "small"
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="ELMo for spaCy: train and export biLMs.")
 
 
 @app.callback()
 def main() -> None:
     """ELMo for spaCy: train and export biLMs."""
+
+
+def default(text: str) -> str:
+    """`` [default: text]`` for an option whose default is worked out at run time, as typer shows
+    its own (the bracket escaped from rich markup, which would swallow it)."""
+    return f" \\[default: {text}]"
+
+
+def preset_default(setting: str) -> str:
+    """The default of a training setting that the preset fills in."""
+    return default(f"the preset's; {DEFAULT_PRESET}: {getattr(PRESETS[DEFAULT_PRESET].training, setting)}")
 
 
 @app.command()
@@ -23,35 +38,32 @@ def pretrain(
     output_dir: Path = typer.Argument(
         ..., metavar="OUTPUT_DIR", help="Checkpoints, log.jsonl, and at the end options.json + weights.hdf5"
     ),
-    preset: str = typer.Option(
-        "small", help="Model sizes and defaults: tiny, small, elmo-small, elmo-medium, elmo-original"
-    ),
-    dev: Optional[Path] = typer.Option(None, help="Held-out text (same formats) for perplexity"),
-    lang: Optional[str] = typer.Option(None, help="Language of the spaCy tokenizer [default: en]"),
+    preset: str = typer.Option(DEFAULT_PRESET, help=f"Model sizes and training defaults: {', '.join(PRESETS)}"),
+    dev: Optional[Path] = typer.Option(None, help="Held-out text (same formats) for perplexity" + default("none")),
+    lang: Optional[str] = typer.Option(None, help="Language of the spaCy tokenizer" + preset_default("lang")),
     paragraphs: Optional[bool] = typer.Option(
         None,
         "--paragraphs/--lines",
-        help="Plain text: a document per blank-line paragraph, or per line [default: lines]",
+        help="Plain text: a document per blank-line paragraph, or per line" + default("lines"),
     ),
-    max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps"),
-    max_time: Optional[str] = typer.Option(None, help="Stop after this much training time: seconds, or e.g. 90m, 2h"),
-    batch_size: Optional[int] = typer.Option(None, help="Rows (streams) per step in all, split over processes"),
-    window: Optional[int] = typer.Option(None, help="Tokens per row per step (truncated back-propagation length)"),
-    vocab_size: Optional[int] = typer.Option(None, help="Output vocabulary size, markers included"),
-    min_count: Optional[int] = typer.Option(None, help="Minimum count of a word in the vocabulary"),
-    negatives: Optional[int] = typer.Option(None, help="Sampled-softmax negatives per step; 0 for the full softmax"),
-    optimizer: Optional[str] = typer.Option(None, help="adagrad (the paper's) or adam"),
-    lr: Optional[float] = typer.Option(None, help="Learning rate"),
-    clip: Optional[float] = typer.Option(None, help="Gradient norm clipping"),
-    dropout: Optional[float] = typer.Option(None, help="Dropout between LSTM layers and before the softmax"),
-    checkpoint_every: Optional[int] = typer.Option(None, help="Steps between checkpoints"),
-    eval_every: Optional[int] = typer.Option(None, help="Steps between held-out evaluations"),
-    log_every: Optional[int] = typer.Option(None, help="Steps between log records"),
-    eval_tokens: Optional[int] = typer.Option(None, help="Held-out tokens to evaluate (the first ones of --dev)"),
+    max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps" + default("no limit")),
+    max_time: Optional[str] = typer.Option(None, help="Stop after this much training time: seconds, or e.g. 90m, 2h" + default("no limit")),
+    batch_size: Optional[int] = typer.Option(None, help="Rows (streams) per step in all, split over processes" + preset_default("batch_size")),
+    window: Optional[int] = typer.Option(None, help="Tokens per row per step (truncated back-propagation length)" + preset_default("window")),
+    vocab_size: Optional[int] = typer.Option(None, help="Output vocabulary size, markers included" + preset_default("vocab_size")),
+    min_count: Optional[int] = typer.Option(None, help="Minimum count of a word in the vocabulary" + preset_default("min_count")),
+    negatives: Optional[int] = typer.Option(None, help="Sampled-softmax negatives per step; 0 for the full softmax" + preset_default("n_negatives")),
+    optimizer: Optional[str] = typer.Option(None, help="adagrad (the paper's) or adam" + preset_default("optimizer")),
+    lr: Optional[float] = typer.Option(None, help="Learning rate" + preset_default("learning_rate")),
+    clip: Optional[float] = typer.Option(None, help="Gradient norm clipping" + preset_default("clip_norm")),
+    dropout: Optional[float] = typer.Option(None, help="Dropout between LSTM layers and before the softmax" + preset_default("dropout")),
+    checkpoint_every: Optional[int] = typer.Option(None, help="Steps between checkpoints" + preset_default("checkpoint_every")),
+    eval_every: Optional[int] = typer.Option(None, help="Steps between held-out evaluations" + preset_default("eval_every")),
+    log_every: Optional[int] = typer.Option(None, help="Steps between log records" + preset_default("log_every")),
+    eval_tokens: Optional[int] = typer.Option(None, help="Held-out tokens to evaluate (the first ones of --dev)" + preset_default("eval_tokens")),
     warm_documents: Optional[int] = typer.Option(
-        None, help="Training documents read for the exported warm start; 0 for none"
-    ),
-    seed: Optional[int] = typer.Option(None, help="Random seed"),
+        None, help="Training documents read for the exported warm start; 0 for none" + preset_default("warm_documents")),
+    seed: Optional[int] = typer.Option(None, help="Random seed" + preset_default("seed")),
     init_from: Optional[Tuple[str, str]] = typer.Option(
         None, metavar="OPTIONS WEIGHTS", help="Continue from a standard ELMo file pair (domain fine-tuning)"
     ),
@@ -59,7 +71,7 @@ def pretrain(
         None, help="Also save a blank spaCy pipeline with an elmo component holding the model here"
     ),
     threads: Optional[int] = typer.Option(
-        None, help="Torch threads per process [default: torch's choice; torchrun sets 1]"
+        None, help="Torch threads per process" + default("torch's choice; torchrun sets 1")
     ),
     resume: bool = typer.Option(True, help="Continue from OUTPUT_DIR/checkpoint.pt if it exists"),
     progress: bool = typer.Option(True, help="Show a progress bar"),

@@ -20,42 +20,39 @@ from spacy.tokens import Doc, Span, Token
 from spacy.training import Example, validate_examples
 from spacy.util import SimpleFrozenList, minibatch
 from spacy.vocab import Vocab
-from thinc.api import Config, Model, Optimizer, get_array_module
+from thinc.api import Model, Optimizer, get_array_module
 from thinc.types import Floats1d, Floats3d
 
-from . import architectures  # noqa: F401  (registers the architectures named in DEFAULT_CONFIG)
+from . import architectures  # noqa: F401  (registers the architectures named in DEFAULT_MODEL)
 from .bilm import BiLM
+from .bilm.model import BiLMSettings
 from .layers import ElmoListener, get_bilm, set_bilm
+from .layers.arrays import no_backprop
 from .layers.bilm_io import bilm_from_bytes, bilm_to_bytes
-from .layers.listener import FEATURES_ATTR
+from .layers.listener import FEATURES_ATTR, size_mismatch
 from .threads import Threads, check_threads, torch_threads
 
 LAYERS_ATTR = "elmo_layers"
 
-DEFAULT_MODEL_CONFIG = """
-[model]
-@architectures = "spacy_elmo.ElmoBiLM.v1"
-pretrained = "en"
-options_file = null
-weight_file = null
-lstm_dim = 256
-projection_dim = 64
-n_layers = 2
-char_embedding_dim = 16
-filters = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256]]
-n_highway = 1
-state = "zero"
-freeze = true
-window = 64
-overlap = 16
-max_batch_tokens = 4096
-token_cache_size = 20000
-feature_cache_mb = 512.0
-dropout = 0.0
-mixed_precision = false
-grad_scaler_config = {}
-"""
-DEFAULT_CONFIG = Config().from_str(DEFAULT_MODEL_CONFIG)
+# [components.elmo.model]: the bundled English biLM, frozen (see spacy_elmo.ElmoBiLM.v1). The
+# sizes are null: the biLM's files decide them. The biLM's run settings default to BiLM's own.
+DEFAULT_MODEL = {
+    "@architectures": "spacy_elmo.ElmoBiLM.v1",
+    "pretrained": "en",
+    "options_file": None,
+    "weight_file": None,
+    **dict.fromkeys(["lstm_dim", "projection_dim", "n_layers", "char_embedding_dim", "filters", "n_highway"]),
+    "state": BiLMSettings.state,
+    "freeze": True,
+    "window": 64,
+    "overlap": 16,
+    "max_batch_tokens": BiLMSettings.max_batch_tokens,
+    "token_cache_size": BiLMSettings.cache_size,
+    "feature_cache_mb": 512.0,
+    "dropout": BiLMSettings.dropout,
+    "mixed_precision": False,
+    "grad_scaler_config": {},
+}
 
 for _attr in (FEATURES_ATTR, LAYERS_ATTR):
     if not Doc.has_extension(_attr):
@@ -65,7 +62,7 @@ for _attr in (FEATURES_ATTR, LAYERS_ATTR):
 @Language.factory(
     "elmo",
     default_config={
-        "model": DEFAULT_CONFIG["model"],
+        "model": DEFAULT_MODEL,
         "store_layers": False,
         "tensor_weights": None,
         "pipe_batch_tokens": 8192,
@@ -167,14 +164,10 @@ class Elmo(TrainablePipe):
         """Refuse a listener sized for another biLM, as soon as the biLM's sizes are known."""
         if self.model.has_dim("nO") is not True or self.model.has_dim("nL") is not True:
             return
-        n_layers, width = self.model.get_dim("nL"), self.model.get_dim("nO")
-        if (listener.get_dim("nL"), listener.get_dim("nO")) != (n_layers, width):
-            raise ValueError(
-                f"The ELMo listener in '{listener.component_name}' is configured for "
-                f"n_layers={listener.get_dim('nL')} and width={listener.get_dim('nO')}, but the "
-                f"'{self.name}' biLM gives {n_layers} layers of width {width}: set n_layers and width "
-                "of spacy_elmo.ElmoListener.v1 to the biLM's sizes."
-            )
+        bilm_sizes = (self.model.get_dim("nL"), self.model.get_dim("nO"))
+        listener_sizes = (listener.get_dim("nL"), listener.get_dim("nO"))
+        if listener_sizes != bilm_sizes:
+            raise size_mismatch(listener_sizes, bilm_sizes, listener.component_name, self.name)
 
     # ------------------------------------------------------------------ prediction
     def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
@@ -257,7 +250,7 @@ class Elmo(TrainablePipe):
         batch_id = ElmoListener.get_batch_id(docs)
         if self.model.attrs["freeze"]:
             for listener in self.listeners:
-                listener.receive(batch_id, outputs, _ignore_gradient)
+                listener.receive(batch_id, outputs, no_backprop)
             return losses
         d_outputs = [self.model.ops.alloc3f(*output.shape) for output in outputs]
 
@@ -306,7 +299,7 @@ class Elmo(TrainablePipe):
         path = Path(path)
         self.cfg.update(srsly.read_json(path / "cfg"))
         if "model" not in exclude:
-            settings = self.model.attrs["bilm_settings"]
+            settings = self.model.attrs["bilm_settings"].to_dict()
             set_bilm(self.model, BiLM.from_files(path / "bilm" / "options.json", path / "bilm" / "weights.hdf5", **settings))
         return self
 
@@ -377,11 +370,6 @@ def _similarity(obj: Union[Doc, Span, Token], other: Union[Doc, Span, Token]) ->
     a, b = obj.vector, other.vector
     norms = float((a**2).sum() ** 0.5) * float((b**2).sum() ** 0.5)
     return float((a * b).sum()) / norms if norms else 0.0
-
-
-def _ignore_gradient(d_outputs: List[Floats3d]) -> List[Doc]:
-    """The backprop callback of a frozen biLM."""
-    return []
 
 
 def _token_budget_groups(docs: List[Doc], max_tokens: int) -> Iterator[List[Doc]]:

@@ -7,19 +7,18 @@ that does not fit says which dataset is wrong and what was expected. A warm star
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Tuple, Type, TypeVar, Union
+from typing import Callable, Dict, Optional, Protocol, Tuple
 
 import h5py
 import numpy
 import torch
 
-from .atomic import atomic_path
+from ..fileio import PathLike, atomic_path
+from .char_cnn import CharCNN
 from .errors import ElmoFileError
-from .model import BiLM
+from .lstm import BiLSTMStack
 from .options import ElmoOptions
 
-PathLike = Union[str, Path]
-ModelT = TypeVar("ModelT", bound=BiLM)
 WARM_HIDDEN = "spacy_elmo/warm_hidden"
 WARM_MEMORY = "spacy_elmo/warm_memory"
 
@@ -33,10 +32,22 @@ class Dataset:
     set: Callable[[numpy.ndarray], None]
 
 
-def read_model(cls: Type[ModelT], options_file: PathLike, weight_file: PathLike, **kwargs) -> ModelT:
-    """Build a model from standard files; raises :class:`ElmoFileError` naming what is wrong."""
-    options = ElmoOptions.from_file(options_file)
-    model = cls(options, **kwargs)
+class ElmoWeights(Protocol):
+    """What the files hold of a biLM (:class:`~spacy_elmo.bilm.BiLM` has it)."""
+
+    options: ElmoOptions
+    char_cnn: CharCNN
+    lstm: BiLSTMStack
+    warm_hidden: Optional[torch.Tensor]
+    warm_memory: Optional[torch.Tensor]
+
+
+def read_weights(model: ElmoWeights, weight_file: PathLike) -> None:
+    """Load ``weight_file`` into ``model``, whose options say what every dataset must be.
+
+    Raises :class:`ElmoFileError` naming what is wrong.
+    """
+    options = model.options
     path = Path(weight_file)
     if not path.is_file():
         raise ElmoFileError(f"ELMo weight file {path} does not exist")
@@ -54,10 +65,9 @@ def read_model(cls: Type[ModelT], options_file: PathLike, weight_file: PathLike,
             model.warm_memory = torch.from_numpy(
                 _read_dataset(f, WARM_MEMORY, (options.n_layers, 2, options.lstm_dim), path)
             )
-    return model
 
 
-def write_model(model: BiLM, options_file: PathLike, weight_file: PathLike) -> None:
+def write_files(model: ElmoWeights, options_file: PathLike, weight_file: PathLike) -> None:
     """Write both files, each atomically: a crash leaves the old file or the new one."""
     with atomic_path(Path(weight_file)) as tmp, h5py.File(tmp, "w") as f:
         for name, dataset in layout(model).items():
@@ -69,7 +79,7 @@ def write_model(model: BiLM, options_file: PathLike, weight_file: PathLike) -> N
         model.options.to_file(tmp)
 
 
-def layout(model: BiLM) -> Dict[str, Dataset]:
+def layout(model: ElmoWeights) -> Dict[str, Dataset]:
     """Every dataset of the standard file, bound to the model's parameters.
 
     Matrices are stored (in, out), TF's ``y = x @ W``; ``nn.Linear`` holds them transposed.

@@ -4,16 +4,18 @@ Pure PyTorch. Reads and writes the standard ``options.json`` + ``weights.hdf5`` 
 :mod:`spacy_elmo.bilm.files`.
 """
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Dict, Hashable, Iterator, List, Literal, Optional, Sequence, Tuple, Union
+import itertools
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, Hashable, Iterator, List, Literal, Optional, Sequence, Tuple
 
 import numpy
 import torch
 from torch import Tensor, nn
 
+from ..fileio import PathLike
 from .char_cnn import CharCNN
 from .chars import CHAR_PADDING, boundary_char_ids, token_char_ids
+from .files import read_weights, write_files
 from .lstm import BiLSTMStack, LSTMState
 from .options import ElmoOptions
 from .token_cache import TokenCache
@@ -26,6 +28,23 @@ SENTENCE_START: Hashable = ("<boundary>", "start")
 SENTENCE_END: Hashable = ("<boundary>", "end")
 
 CHAR_CNN_CHUNK = 1024  # tokens per char-CNN call: bounds the convolution activations
+
+
+@dataclass(frozen=True)
+class BiLMSettings:
+    """How a biLM runs, beyond what its files hold: the keyword arguments of :class:`BiLM`.
+
+    ``max_batch_tokens`` bounds the padded tokens (boundaries included) of one forward pass in
+    :meth:`BiLM.batches`; ``cache_size`` is the number of token encodings kept (0: none).
+    """
+
+    state: StateMode = "zero"
+    cache_size: int = 20_000
+    max_batch_tokens: int = 4096
+    dropout: float = 0.0
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -60,10 +79,10 @@ class BiLM(nn.Module):
     def __init__(
         self,
         options: ElmoOptions,
-        state: StateMode = "zero",
-        cache_size: int = 20_000,
-        max_batch_tokens: int = 16384,
-        dropout: float = 0.0,
+        state: StateMode = BiLMSettings.state,
+        cache_size: int = BiLMSettings.cache_size,
+        max_batch_tokens: int = BiLMSettings.max_batch_tokens,
+        dropout: float = BiLMSettings.dropout,
     ) -> None:
         super().__init__()
         if state not in STATE_MODES:
@@ -75,7 +94,7 @@ class BiLM(nn.Module):
         self.max_batch_tokens = max_batch_tokens
         self.char_cnn = CharCNN(options)
         self.lstm = BiLSTMStack(options)
-        self.lstm.dropout.p = dropout
+        self.dropout = dropout
         self.token_cache = TokenCache(cache_size)
         self.register_buffer("warm_hidden", None)
         self.register_buffer("warm_memory", None)
@@ -94,24 +113,33 @@ class BiLM(nn.Module):
     def n_output_layers(self) -> int:
         return self.options.n_layers + 1
 
+    @property
+    def dropout(self) -> float:
+        """Dropout between the LSTM layers (active in training mode only)."""
+        return float(self.lstm.dropout.p)
+
+    @dropout.setter
+    def dropout(self, p: float) -> None:
+        self.lstm.dropout.p = p
+
+    @property
+    def settings(self) -> BiLMSettings:
+        """The constructor arguments that the files do not hold."""
+        return BiLMSettings(self.state_mode, self.token_cache.max_entries, self.max_batch_tokens, self.dropout)
+
     @classmethod
-    def from_files(
-        cls,
-        options_file: Union[str, Path],
-        weight_file: Union[str, Path],
-        state: StateMode = "zero",
-        **kwargs,
-    ) -> "BiLM":
-        """Load a standard ELMo dump (bilm-tf / AllenNLP layout) of any size."""
-        from .files import read_model
+    def from_files(cls, options_file: PathLike, weight_file: PathLike, **settings: Any) -> "BiLM":
+        """Load a standard ELMo dump (bilm-tf / AllenNLP layout) of any size.
 
-        return read_model(cls, options_file, weight_file, state=state, **kwargs)
+        ``settings``: keyword arguments of the constructor (see :class:`BiLMSettings`).
+        """
+        model = cls(ElmoOptions.from_file(options_file), **settings)
+        read_weights(model, weight_file)
+        return model
 
-    def to_files(self, options_file: Union[str, Path], weight_file: Union[str, Path]) -> None:
-        """Write ``options.json`` and ``weights.hdf5`` in the standard layout."""
-        from .files import write_model
-
-        write_model(self, options_file, weight_file)
+    def to_files(self, options_file: PathLike, weight_file: PathLike) -> None:
+        """Write ``options.json`` and ``weights.hdf5`` in the standard layout, each atomically."""
+        write_files(self, options_file, weight_file)
 
     # ----------------------------------------------------------------- forward pass
     def forward(self, sentences: Sequence[Sequence[str]], state: Optional[LSTMState] = None) -> BiLMOutput:
@@ -122,13 +150,13 @@ class BiLM(nn.Module):
         """
         if len(sentences) == 0:
             raise ValueError("BiLM.forward needs at least one sentence (an empty one is fine)")
-        lengths = torch.tensor([len(s) + 2 for s in sentences], dtype=torch.int64)
-        table, index = self._token_table(sentences, int(lengths.max()))
-        lengths = lengths.to(self.device)
-        tokens = table[index.to(self.device)]  # (time, batch, projection_dim)
+        lengths = torch.tensor([len(s) + 2 for s in sentences], dtype=torch.int64, device=self.device)
+        # Padding positions take row 0, the first sentence's start: masked below.
+        table, index = self.token_table([(SENTENCE_START, *sentence, SENTENCE_END) for sentence in sentences])
+        tokens = table[index.T.to(self.device)]  # (time, batch, projection_dim)
         carry = state is None and self.state_mode == "carry"
         if state is None:
-            state = self._initial_state(len(sentences), tokens)
+            state = self.initial_state(len(sentences))
         lstm_layers, final_state = self.lstm(tokens, lengths, state)
         if carry:
             self._remember(final_state)
@@ -160,7 +188,27 @@ class BiLM(nn.Module):
         """
         if torch.is_grad_enabled():
             return self._encode(tokens, range(len(tokens)))
-        return self.token_cache.lookup(tokens, self._weights_fingerprint(), lambda todo: self._encode(tokens, todo))
+        return self.token_cache.lookup(tokens, self.fingerprint(), lambda todo: self._encode(tokens, todo))
+
+    def token_table(self, sequences: Sequence[Sequence[Hashable]]) -> Tuple[Tensor, Tensor]:
+        """The distinct tokens' vectors, each encoded once, and where each position takes its vector.
+
+        Returns the table (n_distinct, projection_dim) and an index (n_sequences, max_length)
+        into it; positions past a sequence's end point at row 0.
+        """
+        rows: Dict[Hashable, int] = {}
+        index = numpy.zeros((len(sequences), max(map(len, sequences), default=0)), dtype=numpy.int64)
+        for r, sequence in enumerate(sequences):
+            index[r, : len(sequence)] = [rows.setdefault(token, len(rows)) for token in sequence]
+        return self.embed_tokens(list(rows)), torch.from_numpy(index)
+
+    def fingerprint(self) -> Tuple:
+        """Changes whenever a parameter or buffer is replaced, moved or modified in place.
+
+        Caches of what the model computed (token encodings, features) key on it.
+        """
+        tensors = itertools.chain(self.parameters(), self.buffers())
+        return tuple((t.data_ptr(), t._version, t.dtype) for t in tensors)
 
     # ------------------------------------------------------------------ states
     def warm_up(self, sentences: Sequence[Sequence[str]]) -> None:
@@ -184,8 +232,17 @@ class BiLM(nn.Module):
         """Forget the states carried between batches in ``"carry"`` mode."""
         self._carried = None
 
-    def _initial_state(self, batch: int, like: Tensor) -> LSTMState:
-        if self.state_mode == "warm":
+    def initial_state(self, batch: int, mode: Optional[StateMode] = None, carried: Optional[LSTMState] = None) -> LSTMState:
+        """The LSTM states a batch of ``batch`` rows starts from, in ``mode`` (default: the model's).
+
+        ``"carry"`` continues row r from row r of ``carried`` (default: the state the model
+        carries from its previous batch); rows it lacks start from zero. Shapes:
+        (n_layers, 2, batch, projection_dim) and (n_layers, 2, batch, lstm_dim).
+        """
+        mode = self.state_mode if mode is None else mode
+        if mode not in STATE_MODES:
+            raise ValueError(f"state must be one of {STATE_MODES}, got {mode!r}")
+        if mode == "warm":
             if self.warm_hidden is None or self.warm_memory is None:
                 raise ValueError(
                     "state='warm' needs a warm start: call bilm.warm_up(sentences) or load "
@@ -195,12 +252,13 @@ class BiLM(nn.Module):
                 self.warm_hidden.unsqueeze(2).expand(-1, -1, batch, -1),
                 self.warm_memory.unsqueeze(2).expand(-1, -1, batch, -1),
             )
-        zeros = self.lstm.zero_state(batch, like)
-        if self.state_mode == "zero" or self._carried is None:
+        zeros = self.lstm.zero_state(batch, self.char_cnn.projection.weight)
+        carried = self._carried if carried is None else carried
+        if mode == "zero" or carried is None:
             return zeros
-        rows = min(batch, self._carried.hidden.shape[2])
-        zeros.hidden[:, :, :rows] = self._carried.hidden[:, :, :rows]
-        zeros.memory[:, :, :rows] = self._carried.memory[:, :, :rows]
+        rows = min(batch, carried.hidden.shape[2])
+        zeros.hidden[:, :, :rows] = carried.hidden[:, :, :rows]
+        zeros.memory[:, :, :rows] = carried.memory[:, :, :rows]
         return zeros
 
     def _remember(self, final: LSTMState) -> None:
@@ -216,19 +274,6 @@ class BiLM(nn.Module):
         self._carried = LSTMState(hidden, memory)
 
     # ------------------------------------------------------------------ helpers
-    def _token_table(self, sentences: Sequence[Sequence[str]], n_steps: int) -> Tuple[Tensor, Tensor]:
-        """Distinct tokens' vectors and where each position takes its vector from.
-
-        Returns the table (n_distinct, projection_dim) and an index (time, batch) into it;
-        padding positions point at the sentence-start row.
-        """
-        rows: Dict[Hashable, int] = {SENTENCE_START: 0, SENTENCE_END: 1}
-        index = numpy.zeros((n_steps, len(sentences)), dtype=numpy.int64)
-        for column, sentence in enumerate(sentences):
-            index[1 : len(sentence) + 1, column] = [rows.setdefault(tok, len(rows)) for tok in sentence]
-            index[len(sentence) + 1, column] = 1
-        return self.embed_tokens(list(rows)), torch.from_numpy(index)
-
     def _encode(self, tokens: Sequence[Hashable], positions: Sequence[int]) -> Tensor:
         """Run the char CNN over ``tokens[p] for p in positions``, in bounded chunks.
 
@@ -251,9 +296,6 @@ class BiLM(nn.Module):
         if token == SENTENCE_END:
             return self._boundary_char_ids[1]
         return token_char_ids(str(token), max_chars)
-
-    def _weights_fingerprint(self) -> Tuple:
-        return tuple((p.data_ptr(), p._version, p.dtype) for p in self.char_cnn.parameters())
 
     def batches(self, sentences: Sequence[Sequence[str]]) -> Iterator[List[int]]:
         """Indices of sentences per batch: all as given in carry mode, else length-sorted."""

@@ -1,8 +1,10 @@
-"""Array helpers shared by the layers."""
+"""Array helpers shared by the layers and the component."""
 
 from typing import List, Sequence
 
 import numpy
+from spacy.tokens import Doc
+from thinc.types import Floats3d
 
 
 def split_by_lengths(xp, array, lengths: Sequence[int], axis: int) -> List:
@@ -14,3 +16,8 @@ def split_by_lengths(xp, array, lengths: Sequence[int], axis: int) -> List:
         return []
     points = numpy.cumsum(lengths)[:-1].tolist()
     return [xp.ascontiguousarray(part) for part in xp.split(array, points, axis=axis)]
+
+
+def no_backprop(d_outputs: List[Floats3d]) -> List[Doc]:
+    """The backprop callback of layers whose inputs take no gradient (a frozen or absent biLM)."""
+    return []

@@ -10,7 +10,7 @@ a saved pipeline never goes back to them.
 import copy
 import warnings
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy
 from spacy.tokens import Doc
@@ -20,11 +20,11 @@ from thinc.api import (
 from thinc.types import Floats3d
 
 from ..bilm import BiLM, ElmoOptions
-from ..bilm.model import StateMode
-from ..feature_cache import FeatureCache
+from ..bilm.model import BiLMSettings, StateMode
 from ..pretrained import pretrained_files
-from ..segmentation import SKIPPED, SegmentPlan, check_window, plan_segments
-from .arrays import split_by_lengths
+from .arrays import no_backprop, split_by_lengths
+from .feature_cache import FeatureCache
+from .segmentation import SKIPPED, SegmentPlan, check_window, plan_segments
 from .bilm_io import bilm_from_bytes, bilm_to_bytes
 
 UNTRAINED_WARNING = (
@@ -61,7 +61,7 @@ def ElmoBiLMLayer(
     pretrained: Optional[str],
     options_file: Optional[Path],
     weight_file: Optional[Path],
-    options: ElmoOptions,
+    sizes: Dict[str, Any],
     state: StateMode,
     freeze: bool,
     window: int,
@@ -74,7 +74,8 @@ def ElmoBiLMLayer(
     grad_scaler: Optional[PyTorchGradScaler],
 ) -> Model[List[Doc], List[Floats3d]]:
     """The biLM layer: from ``options_file``/``weight_file`` if given, else from the bundled biLM
-    ``pretrained``, else fresh with the sizes of ``options``.
+    ``pretrained``, else fresh. ``sizes`` (keyword arguments of :class:`ElmoOptions`) shape a
+    fresh biLM, and must agree with the files otherwise.
 
     Dims: ``nO`` the width of every layer (2 x projection_dim), ``nL`` the number of layers
     (n_layers + 1); known at construction for a fresh model, at initialization for files.
@@ -87,6 +88,7 @@ def ElmoBiLMLayer(
     if feature_cache_mb < 0:
         raise ValueError(f"elmo feature_cache_mb must be 0 or more, got {feature_cache_mb}")
     from_files = options_file is not None
+    options = ElmoOptions(**sizes)
     return Model(
         "elmo_bilm",
         forward,
@@ -99,13 +101,8 @@ def ElmoBiLMLayer(
         attrs={
             "options_file": str(options_file) if from_files else None,
             "weight_file": str(weight_file) if from_files else None,
-            "options": options.to_dict(),
-            "bilm_settings": {
-                "state": state,
-                "cache_size": token_cache_size,
-                "max_batch_tokens": max_batch_tokens,
-                "dropout": dropout,
-            },
+            "sizes": sizes,
+            "bilm_settings": BiLMSettings(state, token_cache_size, max_batch_tokens, dropout),
             "freeze": freeze,
             "window": window,
             "overlap": overlap,
@@ -146,19 +143,32 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[object] = None
     """Make the biLM once: from the named files, else fresh (with a warning). Loaded weights stay."""
     if model.shims[0]._model is not None:
         return
-    settings = model.attrs["bilm_settings"]
+    settings = model.attrs["bilm_settings"].to_dict()
+    sizes = model.attrs["sizes"]
     if model.attrs["options_file"] is not None:
         bilm = BiLM.from_files(model.attrs["options_file"], model.attrs["weight_file"], **settings)
+        check_sizes(sizes, bilm.options, model.attrs["options_file"])
     else:
         warnings.warn(UNTRAINED_WARNING, UserWarning, stacklevel=2)
-        bilm = BiLM(ElmoOptions.from_dict(model.attrs["options"]), **settings)
+        bilm = BiLM(ElmoOptions(**sizes), **settings)
     set_bilm(model, bilm)
+
+
+def check_sizes(sizes: Dict[str, Any], options: ElmoOptions, options_file: str) -> None:
+    """Refuse sizes in the config that the biLM files contradict: the config would misinform."""
+    wrong = {name: value for name, value in sizes.items() if getattr(options, name) != value}
+    if wrong:
+        shown = ", ".join(f"{name} = {value} (the files: {getattr(options, name)})" for name, value in wrong.items())
+        raise ValueError(
+            f"elmo: the config sets {shown}, but the biLM comes from {options_file}. "
+            "Set these sizes to null in [components.elmo.model]: the files decide them."
+        )
 
 
 def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
     plan = plan_segments(docs, model.attrs["window"], model.attrs["overlap"])
     if not is_train or model.attrs["freeze"]:
-        return _run_frozen(model, docs, plan, use_cache=is_train), _no_gradient
+        return _run_frozen(model, docs, plan, use_cache=is_train), no_backprop
     flat, backprop_flat = _run_trainable(model, plan.sentences)
     xp = model.ops.xp
     # One zero column at the end is the source of every skipped (whitespace) token.
@@ -173,10 +183,6 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
         return []
 
     return outputs, backprop
-
-
-def _no_gradient(d_outputs: List[Floats3d]) -> List[Doc]:
-    return []
 
 
 def _run_frozen(model: Model, docs: List[Doc], plan: SegmentPlan, use_cache: bool) -> List[Floats3d]:
@@ -200,7 +206,7 @@ def _run_frozen(model: Model, docs: List[Doc], plan: SegmentPlan, use_cache: boo
     for i, key in enumerate(keys):
         copies.setdefault(key if bilm.state_mode != "carry" else (i,), []).append(i)
     groups = list(copies.values())
-    found = cache.get_many([keys[g[0]] for g in groups], _fingerprint(bilm)) if cache is not None else [None] * len(groups)
+    found = cache.get_many([keys[g[0]] for g in groups], bilm.fingerprint()) if cache is not None else [None] * len(groups)
     for group, value in zip(groups, found):
         if value is not None:
             for i in group:
@@ -291,7 +297,3 @@ def _concat_sources(sources: Sequence, n_positions: int):
     index[index == SKIPPED] = n_positions
     return index
 
-
-def _fingerprint(bilm: BiLM) -> Tuple:
-    """Changes whenever a parameter is replaced, moved or modified in place."""
-    return tuple((p.data_ptr(), p._version, p.dtype) for p in bilm.parameters())

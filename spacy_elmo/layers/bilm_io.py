@@ -8,6 +8,7 @@ import srsly
 import torch
 
 from ..bilm import BiLM, ElmoOptions
+from ..bilm.model import BiLMSettings
 
 
 def bilm_to_bytes(bilm: Optional[BiLM]) -> bytes:
@@ -20,13 +21,13 @@ def bilm_to_bytes(bilm: Optional[BiLM]) -> bytes:
         msg: Dict[str, Any] = {
             "options": srsly.json_loads(options_file.read_text(encoding="utf8")),
             "weights": weight_file.read_bytes(),
-            "settings": bilm_settings(bilm),
+            "settings": bilm.settings.to_dict(),
         }
     return srsly.msgpack_dumps(msg)
 
 
 def bilm_from_bytes(
-    data: bytes, device: Optional[torch.device] = None, settings: Optional[Dict[str, Any]] = None
+    data: bytes, device: Optional[torch.device] = None, settings: Optional[BiLMSettings] = None
 ) -> Optional[BiLM]:
     """The inverse of :func:`bilm_to_bytes`, on ``device``; ``settings`` override the stored ones."""
     if not data:
@@ -36,15 +37,7 @@ def bilm_from_bytes(
         options_file, weight_file = Path(tmp) / "options.json", Path(tmp) / "weights.hdf5"
         ElmoOptions.from_dict(msg["options"], source="serialized elmo options").to_file(options_file)
         weight_file.write_bytes(msg["weights"])
-        bilm = BiLM.from_files(options_file, weight_file, **(settings if settings is not None else msg["settings"]))
+        settings = settings if settings is not None else BiLMSettings(**msg["settings"])
+        bilm = BiLM.from_files(options_file, weight_file, **settings.to_dict())
     return bilm.to(device) if device is not None else bilm
 
-
-def bilm_settings(bilm: BiLM) -> Dict[str, Any]:
-    """The constructor arguments of ``bilm`` that its files do not hold."""
-    return {
-        "state": bilm.state_mode,
-        "cache_size": bilm.token_cache.max_entries,
-        "max_batch_tokens": bilm.max_batch_tokens,
-        "dropout": float(bilm.lstm.dropout.p),
-    }

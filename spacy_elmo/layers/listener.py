@@ -12,6 +12,8 @@ from spacy.tokens import Doc
 from thinc.api import Model
 from thinc.types import Floats3d
 
+from .arrays import no_backprop
+
 FEATURES_ATTR = "elmo_features"
 
 MISSING_UPSTREAM = (
@@ -21,6 +23,19 @@ MISSING_UPSTREAM = (
     "[training.annotating_components]. To make '{component}' independent of 'elmo', use "
     "nlp.replace_listeners('elmo', '{component}', ['model.tok2vec'])."
 )
+
+
+def size_mismatch(
+    listener_sizes: Tuple[int, int], bilm_sizes: Tuple[int, int], component: Optional[str] = None, upstream: Optional[str] = None
+) -> ValueError:
+    """The error for a listener sized for another biLM; sizes are (n_layers, width)."""
+    listener = f"The ELMo listener in '{component}'" if component else "An ELMo listener"
+    bilm = f"the '{upstream}' biLM" if upstream else "its upstream biLM"
+    return ValueError(
+        f"{listener} is configured for n_layers={listener_sizes[0]} and width={listener_sizes[1]}, but "
+        f"{bilm} gives {bilm_sizes[0]} layers of width {bilm_sizes[1]}: set n_layers and width of "
+        "spacy_elmo.ElmoListener.v1 to the biLM's sizes."
+    )
 
 
 class ElmoListener(Model):
@@ -50,6 +65,13 @@ class ElmoListener(Model):
         self._backprop = backprop
         self._init_sample = None
 
+    def backprop_and_clear(self, d_outputs: List[Floats3d]) -> List[Doc]:
+        """The upstream backprop, after which the listener drops the batch: a fine-tuned biLM's
+        graph and the batch's layers are freed now, not when the next batch arrives."""
+        backprop = self._backprop
+        self._batch_id = self._outputs = self._backprop = None
+        return backprop(d_outputs) if backprop is not None else []
+
     def verify_inputs(self, docs: List[Doc]) -> None:
         batch_id = self.get_batch_id(docs)
         if batch_id != self._batch_id:
@@ -74,17 +96,14 @@ def init(model: ElmoListener, X: Optional[List[Doc]] = None, Y: Optional[object]
 def forward(model: ElmoListener, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
     if is_train and model._batch_id is not None:
         model.verify_inputs(docs)
-        return model._outputs, model._backprop
+        return model._outputs, model.backprop_and_clear
     outputs = [doc._.get(FEATURES_ATTR) if Doc.has_extension(FEATURES_ATTR) else None for doc in docs]
     if all(output is not None for output in outputs):
         model._init_sample = None
-        return outputs, _no_backprop
+        return outputs, no_backprop
     if docs is model._init_sample:
         # Only for shape inference during initialization: zeros of the right shape.
         shape = (model.get_dim("nL"), model.get_dim("nO"))
-        return [model.ops.alloc3f(shape[0], len(doc), shape[1]) for doc in docs], _no_backprop
+        return [model.ops.alloc3f(shape[0], len(doc), shape[1]) for doc in docs], no_backprop
     raise ValueError(MISSING_UPSTREAM.format(component=model.component_name))
 
-
-def _no_backprop(d_outputs: List[Floats3d]) -> List[Doc]:
-    return []

@@ -11,6 +11,7 @@ from thinc.api import Model
 from thinc.types import Floats1d, Floats2d, Floats3d
 
 from .arrays import split_by_lengths
+from .listener import size_mismatch
 
 LAYER_NORM_EPS = 1e-12
 
@@ -56,11 +57,7 @@ def forward(model: Model, Xs: List[Floats3d], is_train: bool) -> Tuple[List[Floa
     lengths = [X.shape[1] for X in Xs]
     for X in Xs:
         if X.shape[0] != n_layers or X.shape[2] != width:
-            raise ValueError(
-                f"The ELMo listener is configured for n_layers={n_layers} and width={width}, but its "
-                f"upstream biLM gives {X.shape[0]} layers of width {X.shape[2]}: set n_layers and "
-                f"width of the listener (spacy_elmo.ElmoListener.v1) to the biLM's sizes."
-            )
+            raise size_mismatch((n_layers, width), (X.shape[0], X.shape[2]))
     X = xp.concatenate(Xs, axis=1) if Xs else ops.alloc3f(n_layers, 0, width)  # (L, N, D)
     W, gamma = model.get_param("W"), model.get_param("gamma")
     H, inv_std = _layer_norm(xp, X) if model.attrs["layer_norm"] else (X, None)

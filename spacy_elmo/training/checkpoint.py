@@ -1,6 +1,6 @@
 """Checkpoints: everything a run needs to continue exactly where it stopped.
 
-One file, ``OUTPUT_DIR/checkpoint.pt``, replaced atomically (see :mod:`spacy_elmo.bilm.atomic`),
+One file, ``OUTPUT_DIR/checkpoint.pt``, replaced atomically (see :mod:`spacy_elmo.fileio`),
 so a kill or a full disk at any moment leaves either the previous checkpoint or the new one. It holds only tensors and plain containers and is read
 with ``torch.load(weights_only=True)``: loading a checkpoint never runs pickled code.
 """
@@ -13,7 +13,7 @@ from typing import Any, Dict
 import numpy
 import torch
 
-from ..bilm.atomic import atomic_path, remove_stale_temporaries
+from ..fileio import atomic_path, remove_stale_temporaries
 
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT_VERSION = 1

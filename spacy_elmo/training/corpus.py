@@ -15,9 +15,10 @@ the :class:`Position` just after it, so reading can resume there.
 
 import json
 from pathlib import Path
-from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple, Union
+from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
 
-PathLike = Union[str, Path]
+from ..fileio import PathLike
+
 Tokenizer = Callable[[str], List[str]]
 
 

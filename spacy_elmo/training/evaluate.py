@@ -18,36 +18,33 @@ from typing import Dict, Sequence
 import torch
 
 from ..bilm import BiLM
-from ..bilm.lstm import LSTMState
+from ..bilm.model import STATE_MODES, StateMode
 from .softmax import SharedSoftmax
 from .vocab import BOS, EOS, Vocabulary
-
-INITIAL_STATES = ("zero", "warm", "carry")
-
 
 def heldout_perplexity(
     bilm: BiLM,
     softmax: SharedSoftmax,
     vocab: Vocabulary,
     documents: Sequence[Sequence[str]],
-    initial: str = "zero",
+    initial: StateMode = "zero",
     batch_size: int = 32,
 ) -> Dict[str, float]:
     """Perplexities ``forward``, ``backward``, ``average`` and the number of ``targets``."""
-    if initial not in INITIAL_STATES:
-        raise ValueError(f"initial state must be one of {INITIAL_STATES}, got {initial!r}")
+    if initial not in STATE_MODES:
+        raise ValueError(f"initial state must be one of {STATE_MODES}, got {initial!r}")
     if not documents:
         raise ValueError("held-out perplexity needs at least one document")
     was_training = bilm.training
     bilm.eval()
     nll = torch.zeros(2, dtype=torch.float64)
     count = 0
-    carried = None
+    carried = bilm.initial_state(batch_size, "zero")  # what "carry" continues from: zeros at first
     try:
         with torch.no_grad():
             for start in range(0, len(documents), batch_size):
                 batch = documents[start : start + batch_size]
-                state = _initial_state(bilm, initial, len(batch), carried)
+                state = bilm.initial_state(len(batch), initial, carried)
                 output = bilm(batch, state=state)
                 carried = output.state
                 batch_nll, batch_count = _document_nll(output.layers[-1], output.lengths, batch, softmax, vocab)
@@ -62,20 +59,6 @@ def heldout_perplexity(
         "average": math.exp(mean.mean()),
         "targets": count,
     }
-
-
-def _initial_state(bilm: BiLM, initial: str, batch: int, carried) -> LSTMState:
-    like = bilm.char_cnn.projection.weight
-    if initial == "warm":
-        if bilm.warm_hidden is None:
-            raise ValueError("initial='warm' needs a warm start: call bilm.warm_up(sentences) first")
-        return LSTMState(
-            bilm.warm_hidden.unsqueeze(2).expand(-1, -1, batch, -1).contiguous(),
-            bilm.warm_memory.unsqueeze(2).expand(-1, -1, batch, -1).contiguous(),
-        )
-    if initial == "carry" and carried is not None:
-        return LSTMState(carried.hidden[:, :, :batch], carried.memory[:, :, :batch])
-    return bilm.lstm.zero_state(batch, like)
 
 
 def _document_nll(

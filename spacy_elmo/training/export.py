@@ -1,9 +1,8 @@
 """Putting exported files into a spaCy pipeline."""
 
 from pathlib import Path
-from typing import Union
 
-PathLike = Union[str, Path]
+from ..fileio import PathLike
 
 
 def export_pipeline(model_dir: PathLike, output: PathLike, lang: str = "en", state: str = "warm") -> None:

@@ -6,7 +6,7 @@ its own reading order, see :mod:`.stream`) from the carried state; the top layer
 dropout, goes through the shared softmax.
 """
 
-from typing import Dict, Hashable, List, Tuple
+from typing import Tuple
 
 import torch
 from torch import Tensor, nn
@@ -56,18 +56,13 @@ class BiLMLoss(nn.Module):
         Returns (2, batch, window, P) [forward LM; backward LM] and the LSTMState after the window.
         """
         device = self.softmax.weight.device
-        table, index = self._token_table(batch.inputs)
+        forward_rows, backward_rows = batch.inputs
+        table, index = self.bilm.token_table([*forward_rows, *backward_rows])  # index: (2 * batch, window)
+        index = index.view(2, len(forward_rows), -1).permute(2, 0, 1)
         x = table[index.to(device)]  # (window, 2, batch, P)
         lengths = torch.full((x.shape[2],), x.shape[0], dtype=torch.int64, device=device)
         layers, final = self.bilm.lstm.run(x, lengths, state)
         return layers[-1].permute(1, 2, 0, 3), final
-
-    def _token_table(self, inputs: Tuple[List[List[Hashable]], List[List[Hashable]]]) -> Tuple[Tensor, Tensor]:
-        """Char-CNN vectors of the distinct tokens (n, P) and an index (window, 2, batch) into them."""
-        rows: Dict[Hashable, int] = {}
-        ids = [[[rows.setdefault(t, len(rows)) for t in row] for row in direction] for direction in inputs]
-        index = torch.tensor(ids, dtype=torch.int64).permute(2, 0, 1)  # (window, 2, batch)
-        return self.bilm.embed_tokens(list(rows)), index
 
     def zero_state(self, batch_size: int) -> LSTMState:
         return self.bilm.lstm.zero_state(batch_size, self.softmax.weight)

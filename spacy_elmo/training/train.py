@@ -15,7 +15,7 @@ import random
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy
 import torch
@@ -23,6 +23,8 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ..bilm import BiLM, ElmoOptions
+from ..bilm.model import STATE_MODES
+from ..fileio import PathLike
 from ..bilm.lstm import LSTMState
 from .checkpoint import (
     CHECKPOINT_NAME,
@@ -36,12 +38,11 @@ from .checkpoint import (
 from .config import TrainingConfig, training_keys
 from .corpus import CorpusReader, read_documents
 from .distributed import Distributed, all_sum, init_distributed, shutdown
-from .evaluate import INITIAL_STATES, heldout_perplexity
+from .evaluate import heldout_perplexity
 from .lm import BiLMLoss, detach, mean_loss
 from .stream import WindowStream
 from .vocab import Vocabulary
 
-PathLike = Union[str, Path]
 LOG_NAME = "log.jsonl"
 RUN_LIMITS = ("max_steps", "max_time", "checkpoint_every", "eval_every", "log_every", "eval_tokens")
 
@@ -112,7 +113,7 @@ class Trainer:
         _seed_everything(config.seed)
         bilm = BiLM.from_files(*init_from) if init_from and checkpoint is None else BiLM(options)
         bilm.warm_hidden = bilm.warm_memory = None  # a warm start is recomputed at export
-        bilm.lstm.dropout.p = config.dropout
+        bilm.dropout = config.dropout
         self.loss = BiLMLoss(bilm, len(self.vocab), config.n_negatives, config.dropout).to(env.device)
         self.model = DistributedDataParallel(self.loss) if env.enabled else self.loss
         self.optimizer = _optimizer(config, self.loss.parameters())
@@ -305,7 +306,7 @@ class Trainer:
             if self.config.warm_documents:
                 bilm.warm_up(read_documents(self.reader, max_tokens=10**9, max_documents=self.config.warm_documents))
             if self.dev_documents:
-                states = INITIAL_STATES if bilm.warm_hidden is not None else ("zero", "carry")
+                states = STATE_MODES if bilm.warm_hidden is not None else ("zero", "carry")
                 metrics["eval"] = self._evaluate(states)["eval"]
             with self._writing("the exported options.json, weights.hdf5 and vocab.txt"):
                 bilm.to_files(self.output_dir / "options.json", self.output_dir / "weights.hdf5")

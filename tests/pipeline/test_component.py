@@ -225,3 +225,15 @@ def test_bad_weight_configs_are_clear_errors(bilm_files, tmp_path) -> None:
     nlp.add_pipe("elmo", config={"model": {"options_file": str(bilm_files[0]), "weight_file": str(tmp_path / "nope.hdf5")}})
     with pytest.raises(ElmoFileError, match="does not exist"):
         nlp.initialize()
+
+
+def test_sizes_come_from_the_files_and_may_not_contradict_them(bilm_files) -> None:
+    options = BiLM.from_files(*bilm_files).options
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config(bilm_files, lstm_dim=options.lstm_dim))  # agrees: fine
+    nlp.initialize()
+    assert nlp.config["components"]["elmo"]["model"]["projection_dim"] is None  # null: the files decide
+    wrong = spacy.blank("en")
+    wrong.add_pipe("elmo", config=elmo_config(bilm_files, lstm_dim=options.lstm_dim + 1, n_highway=options.n_highway))
+    with pytest.raises(ValueError, match=rf"lstm_dim = {options.lstm_dim + 1} \(the files: {options.lstm_dim}\).*null"):
+        wrong.initialize()

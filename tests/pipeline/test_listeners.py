@@ -173,6 +173,15 @@ def test_fine_tuning_updates_the_biLM_in_training(bilm_files) -> None:
     assert not all(torch.equal(a, b) for a, b in zip(before, bilm.parameters()))
 
 
+@pytest.mark.parametrize("freeze", [True, False])
+def test_listeners_drop_the_batch_after_backprop(bilm_files, freeze: bool) -> None:
+    nlp = build_ner_textcat(bilm_files, freeze=freeze)
+    listeners = nlp.get_pipe("elmo").listeners
+    train(nlp, make_examples(nlp))
+    for listener in listeners:  # no layers, callback or (fine-tuned) torch graph of the batch left
+        assert (listener._batch_id, listener._outputs, listener._backprop) == (None, None, None)
+
+
 def test_precision_options_reach_the_shim(bilm_files) -> None:
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files, mixed_precision=True,

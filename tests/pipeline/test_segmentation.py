@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from spacy.tokens import Doc
 
-from spacy_elmo.segmentation import SKIPPED, _windows, plan_segments
+from spacy_elmo.layers.segmentation import SKIPPED, _windows, plan_segments
 
 
 @given(length=st.integers(0, 300), window=st.integers(1, 40), data=st.data())

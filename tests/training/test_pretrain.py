@@ -130,3 +130,12 @@ def test_copy_pretrained_gives_the_bundled_files(tmp_path):
         assert (tmp_path / "en" / path.name).read_bytes() == path.read_bytes()
     result = CliRunner().invoke(app, ["copy-pretrained", str(tmp_path / "xx"), "--name", "xx"])
     assert result.exit_code == 1 and "no bundled biLM named 'xx'" in result.output
+
+
+def test_help_shows_every_default() -> None:
+    result = CliRunner().invoke(app, ["pretrain", "--help"], env={"COLUMNS": "300", "TERMINAL_WIDTH": "300"})
+    assert result.exit_code == 0
+    small = get_preset("small").training
+    for shown in (f"[default: the preset's; small: {small.batch_size}]", f"small: {small.learning_rate}]",
+                  "[default: small]", "[default: no limit]", "[default: lines]"):
+        assert shown in result.output

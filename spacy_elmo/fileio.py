@@ -1,4 +1,6 @@
-"""Atomic file replacement: a reader (or a run killed mid-write) sees the old file or the new one.
+"""File helpers shared by the biLM, the component and training; no spaCy or torch here.
+
+Atomic file replacement: a reader (or a run killed mid-write) sees the old file or the new one.
 
 The data goes to a hidden temporary file beside the target, is flushed to disk, then
 ``os.replace``\\ d onto the target. A write that fails (full disk, quota) leaves the target as it
@@ -10,7 +12,9 @@ import contextlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Union
+
+PathLike = Union[str, Path]
 
 
 def _default_file_mode() -> int:
