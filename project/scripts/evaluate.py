@@ -9,6 +9,7 @@ own scorers, as ``spacy evaluate`` does. Written to ``OUTPUT_DIR/seed<k>.json``:
   documents whose highest-scoring class is the gold class, computed here: spaCy's scorer has
   no accuracy) and ``macro_f1`` (spaCy's ``cats_macro_f``, over the argmax for exclusive
   classes), plus ``macro_auc``;
+- ``max_steps``: the training steps the run was given (``training.max_steps`` of its config);
 - ``per_label``: ``{label: {"p", "r", "f"}}`` from spaCy's scorer;
 - ``items``: one ``[numerator, denominator]`` pair per test document, in the test file's order,
   such that the headline metric is ``sum(numerators) / sum(denominators)``: NER
@@ -105,7 +106,7 @@ def evaluate_run(run_dir: Path, test: Path, batch_size: int, gpu_id: int) -> Dic
     nlp = spacy.load(model)
     examples = list(Corpus(test)(nlp))
     words_per_second = predict(nlp, examples, batch_size)
-    return {"model": str(model), "test": str(test), "n_docs": len(examples),
+    return {"model": str(model), "test": str(test), "n_docs": len(examples), "max_steps": nlp.config["training"]["max_steps"],
             "words_per_second": words_per_second, **task_metrics(nlp, examples)}
 
 

@@ -88,14 +88,33 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def results_markdown(scores: Scores, ner_labels: Scores) -> str:
+def training_steps(metrics_dir: Path) -> List[int]:
+    """The distinct ``max_steps`` the runs of METRICS_DIR were trained with (files that record it)."""
+    return sorted({int(srsly.read_json(p)["max_steps"]) for p in metrics_dir.rglob("seed*.json")
+                   if "max_steps" in srsly.read_json(p)})
+
+
+def caption(scores: Scores, steps: Sequence[int]) -> str:
+    """What the table ran: seeds and steps, and a warning where one seed cannot show the spread."""
+    seeds = sorted({len(values) for values in scores.values()})
+    text = "Test scores in percent, mean ± sample sd over seeds (number of seeds)"
+    if steps:
+        text += f"; at most {', '.join(map(str, steps))} training steps per run"
+    text += "."
+    if seeds == [1]:
+        text += (" One seed per system: the seed-to-seed spread is unknown, and differences of a few"
+                 " points can be noise. `compare` gives confidence intervals; `all` runs 5 seeds.")
+    return text
+
+
+def results_markdown(scores: Scores, ner_labels: Scores, steps: Sequence[int] = ()) -> str:
     systems = ordered_systems([s for s, _, _ in scores])
     columns = [c for c in COLUMNS if any((s, c[0], c[1]) in scores for s in systems)]
     main = markdown_table(
         ["System"] + [title for _, _, title in columns],
         [[SYSTEMS.get(s, s)] + [cell(scores.get((s, task, metric))) for task, metric, _ in columns] for s in systems],
     )
-    text = "Test scores in percent, mean ± sample sd over seeds (number of seeds).\n\n" + main + "\n"
+    text = caption(scores, steps) + "\n\n" + main + "\n"
     labels = sorted({label for _, _, label in ner_labels})
     if labels:
         ner_systems = [s for s in systems if any((s, "ner", label) in ner_labels for label in labels)]
@@ -182,7 +201,7 @@ def main(
         typer.secho(f"Error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
     output_dir.mkdir(parents=True, exist_ok=True)
-    text = results_markdown(scores, ner_labels)
+    text = results_markdown(scores, ner_labels, training_steps(metrics_dir))
     (output_dir / "results.md").write_text(text, encoding="utf8")
     plot_bars(scores, output_dir / "results.png")
     written = ["results.md", "results.png"]

@@ -110,3 +110,10 @@ def test_cross_validation_folds_stay_out_of_the_seed_table(tmp_path: Path) -> No
     write_json(tmp_path / "m" / "cv" / "cnn" / "ner" / "fold0.json", {"system": "cnn", "task": "ner", "seed": 0, "metrics": {"f1": 0.9}})
     scores, _, runs = results.load_metrics(tmp_path / "m")
     assert scores[("cnn", "ner", "f1")] == [0.5] and runs == {("cnn", "ner", 0)}
+
+
+def test_caption_says_what_ran_and_warns_about_one_seed() -> None:
+    one = results.caption({("cnn", "ner", "f1"): [0.4]}, [300])
+    assert "at most 300 training steps" in one and "One seed per system" in one
+    many = results.caption({("cnn", "ner", "f1"): [0.4, 0.5]}, [2000])
+    assert "One seed" not in many
