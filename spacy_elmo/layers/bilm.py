@@ -168,7 +168,10 @@ def check_sizes(sizes: Dict[str, Any], options: ElmoOptions, options_file: str) 
 def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
     plan = plan_segments(docs, model.attrs["window"], model.attrs["overlap"])
     if not is_train or model.attrs["freeze"]:
-        return _run_frozen(model, docs, plan, use_cache=is_train), no_backprop
+        cache = model.attrs["feature_cache"]
+        cache.serves_prediction |= is_train
+        use_cache = is_train or (cache.serves_prediction and model.attrs["freeze"])
+        return _run_frozen(model, docs, plan, use_cache=use_cache), no_backprop
     flat, backprop_flat = _run_trainable(model, plan.sentences)
     xp = model.ops.xp
     # One zero column at the end is the source of every skipped (whitespace) token.
@@ -190,7 +193,7 @@ def _run_frozen(model: Model, docs: List[Doc], plan: SegmentPlan, use_cache: boo
 
     Every biLM batch is written into the docs' output arrays as soon as it is computed, so
     besides the outputs, memory holds one batch (and the feature cache), whatever the length of
-    the docs. In training, results are looked up in and added to the bounded feature cache
+    the docs. With ``use_cache``, results are looked up in and added to the bounded feature cache
     (not in ``"carry"`` mode, where outputs depend on call history). A sentence that occurs
     several times runs once (not in carry mode: there, rows matter).
     """

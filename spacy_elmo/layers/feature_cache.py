@@ -1,7 +1,9 @@
 """A bounded LRU cache of frozen biLM outputs, keyed by the biLM input sentence.
 
 With the biLM frozen, a training sentence's layers are the same in every epoch, so computing
-them once is enough. Outputs of the ``"zero"`` and ``"warm"`` state modes depend on nothing but
+them once is enough. Once training has used the cache, prediction uses it too: ``spacy train``
+scores the same dev sentences at every evaluation. A pipeline that only predicts (loaded, never
+trained in this process) never fills it, so serving costs no cache memory. Outputs of the ``"zero"`` and ``"warm"`` state modes depend on nothing but
 the sentence itself, which makes the token strings a complete key.
 """
 
@@ -24,6 +26,7 @@ class FeatureCache:
         self.n_bytes = 0
         self._entries: "OrderedDict[Hashable, Any]" = OrderedDict()
         self._fingerprint: Tuple = ()
+        self.serves_prediction = False  # set when training first uses the cache
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -110,6 +110,22 @@ def test_frozen_biLM_keeps_its_weights_and_caches_features(bilm_files, monkeypat
     assert len(nlp.get_pipe("elmo").model.attrs["feature_cache"]) == len({eg.text for eg in examples})
 
 
+def test_dev_evaluation_reads_the_feature_cache_once_training_filled_it(bilm_files, monkeypatch) -> None:
+    nlp = build_ner_textcat(bilm_files)
+    examples = make_examples(nlp)
+    calls = count_bilm_calls(monkeypatch)
+    nlp.evaluate(examples)  # before training: no cache, the biLM runs
+    assert calls and len(nlp.get_pipe("elmo").model.attrs["feature_cache"]) == 0
+    train(nlp, examples)
+    calls.clear()
+    first = nlp.evaluate(examples)
+    assert calls == [], "training cached these sentences: evaluation must not run the biLM"
+    first.pop("speed")
+    again = nlp.evaluate(examples)
+    again.pop("speed")
+    assert again == first
+
+
 class CpuGradScaler:
     """thinc's PyTorchGradScaler logic (scale the output gradients, unscale the parameter
     gradients) on CPU, where thinc refuses to scale: a scale applied twice or an unscale
