@@ -147,9 +147,8 @@ def signed(value: float) -> str:
     return f"{100 * value:+.1f}"
 
 
-def markdown(title: str, unit: str, results: Dict[str, Dict[str, object]]) -> str:
-    """One row per system; a comparison column group per baseline."""
-    baselines = sorted({c["baseline"] for r in results.values() for c in r["comparisons"]}, key=list(results).index)  # type: ignore[index]
+def markdown(title: str, unit: str, results: Dict[str, Dict[str, object]], baselines: List[str]) -> str:
+    """One row per system; a comparison column per baseline."""
     header = ["system", "pooled", f"mean ± sd over {unit}s"] + [f"vs {b}: diff [95% CI], wins" for b in baselines]
     lines = [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, result in results.items():
@@ -187,7 +186,7 @@ def main(
         comparisons = [compare(system_runs, runs[b], n_boot, seed) for b in baseline if b != name]
         results[name] = {"summary": summary(system_runs), "comparisons": comparisons}
     unit = next(iter(runs.values())).unit
-    table = markdown(title, unit, results)
+    table = markdown(title, unit, results, baseline)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.with_suffix(".md").write_text(table, encoding="utf8")
     srsly.write_json(output.with_suffix(".json"), {"title": title, "unit": unit, "n_boot": n_boot, "seed": seed, "systems": results})

@@ -88,15 +88,15 @@ def ElmoBiLMLayer(
     if feature_cache_mb < 0:
         raise ValueError(f"elmo feature_cache_mb must be 0 or more, got {feature_cache_mb}")
     from_files = options_file is not None
-    options = ElmoOptions(**sizes)
+    fresh = None if from_files else ElmoOptions(**sizes)
     return Model(
         "elmo_bilm",
         forward,
         init=init,
         shims=[BiLMShim(None, mixed_precision, grad_scaler)],
         dims={
-            "nO": None if from_files else options.output_dim,
-            "nL": None if from_files else options.n_layers + 1,
+            "nO": None if fresh is None else fresh.output_dim,
+            "nL": None if fresh is None else fresh.n_layers + 1,
         },
         attrs={
             "options_file": str(options_file) if from_files else None,
@@ -169,9 +169,8 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
     plan = plan_segments(docs, model.attrs["window"], model.attrs["overlap"])
     if not is_train or model.attrs["freeze"]:
         cache = model.attrs["feature_cache"]
-        cache.serves_prediction |= is_train
-        use_cache = is_train or (cache.serves_prediction and model.attrs["freeze"])
-        return _run_frozen(model, docs, plan, use_cache=use_cache), no_backprop
+        cache.used_in_training |= is_train  # here only with a frozen biLM, whose features stay valid
+        return _run_frozen(model, docs, plan, use_cache=cache.used_in_training), no_backprop
     flat, backprop_flat = _run_trainable(model, plan.sentences)
     xp = model.ops.xp
     # One zero column at the end is the source of every skipped (whitespace) token.

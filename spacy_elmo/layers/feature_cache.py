@@ -26,7 +26,7 @@ class FeatureCache:
         self.n_bytes = 0
         self._entries: "OrderedDict[Hashable, Any]" = OrderedDict()
         self._fingerprint: Tuple = ()
-        self.serves_prediction = False  # set when training first uses the cache
+        self.used_in_training = False  # set when training first uses the cache; prediction then does too
 
     def __len__(self) -> int:
         return len(self._entries)
