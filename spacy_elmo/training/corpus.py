@@ -87,13 +87,13 @@ class CorpusReader:
         if path.suffix == ".spacy":
             yield from self._docbin_documents(path, offset)
         elif path.suffix == ".jsonl":
-            for line, end in _lines(path, offset):
-                yield self.tokenize(_jsonl_text(line, path, end)), end
+            for line, end in text_lines(path, offset):
+                yield self.tokenize(jsonl_text(line, path, end)), end
         elif self.paragraphs:
             for paragraph, end in _paragraphs(path, offset):
                 yield self.tokenize(paragraph), end
         else:
-            for line, end in _lines(path, offset):
+            for line, end in text_lines(path, offset):
                 yield self.tokenize(line), end
 
     def _docbin_documents(self, path: Path, offset: int) -> Iterator[Tuple[List[str], int]]:
@@ -109,7 +109,7 @@ class CorpusReader:
             yield [t.text for t in docs[index] if not t.is_space], index + 1
 
 
-def _lines(path: Path, offset: int) -> Iterator[Tuple[str, int]]:
+def text_lines(path: Path, offset: int) -> Iterator[Tuple[str, int]]:
     """Decoded lines from byte ``offset`` on, each with the byte offset after it."""
     with path.open("rb") as f:
         f.seek(offset)
@@ -128,7 +128,7 @@ def _paragraphs(path: Path, offset: int) -> Iterator[Tuple[str, int]]:
     """Blank-line-separated paragraphs, lines joined by a space, each with the offset after it."""
     lines: List[str] = []
     end = offset
-    for line, end in _lines(path, offset):
+    for line, end in text_lines(path, offset):
         if line:
             lines.append(line)
         elif lines:
@@ -138,7 +138,7 @@ def _paragraphs(path: Path, offset: int) -> Iterator[Tuple[str, int]]:
         yield " ".join(lines), end
 
 
-def _jsonl_text(line: str, path: Path, end: int) -> str:
+def jsonl_text(line: str, path: Path, end: int) -> str:
     if not line:
         return ""
     try:

@@ -1,0 +1,126 @@
+"""What an embedding run computes: which layers it keeps, how the biLM runs, which model it is.
+
+Everything here goes into the output's manifest, and a resumed run must agree with it: output
+written with other settings or another model must never be mixed into one store.
+"""
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy
+import torch
+
+from ..bilm import BiLM, ElmoOptions
+from ..bilm.model import STATE_MODES, StateMode
+
+LAYER_CHOICES = ("all", "top", "average", "mix")
+
+
+@dataclass(frozen=True)
+class EmbedSettings:
+    """The options of ``spacy-elmo embed`` that decide the bytes of the output.
+
+    ``layers``: ``"all"`` keeps (n_layers + 1, n_tokens, width); ``"top"`` the last LSTM layer,
+    ``"average"`` the mean of the layers, ``"mix"`` the sum weighted by ``mix``: (n_tokens, width).
+    ``shard_size``: sentences per output shard (the unit of resuming and of Ray tasks).
+    ``batch_tokens``: padded tokens per biLM call. ``lang``/``whitespace``: tokenization.
+    """
+
+    state: StateMode = "zero"
+    layers: str = "all"
+    mix: Optional[Tuple[float, ...]] = None
+    lang: str = "en"
+    whitespace: bool = False
+    shard_size: int = 10_000
+    batch_tokens: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.state not in STATE_MODES:
+            raise ValueError(f"--state must be one of {', '.join(STATE_MODES)}, got {self.state!r}")
+        if self.layers not in LAYER_CHOICES:
+            raise ValueError(f"--layers must be all, top, average or mix:W0,W1,...; got {self.layers!r}")
+        if (self.layers == "mix") != (self.mix is not None):
+            raise ValueError("layer weights go with --layers mix:W0,W1,... and only there")
+        if self.shard_size < 1 or self.batch_tokens < 1:
+            raise ValueError(f"--shard-size and --batch-tokens must be at least 1, got {self.shard_size}, {self.batch_tokens}")
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = asdict(self)
+        data["mix"] = list(self.mix) if self.mix is not None else None
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "EmbedSettings":
+        mix = data.get("mix")
+        return cls(**{**data, "mix": tuple(mix) if mix is not None else None})
+
+    def check_model(self, bilm: BiLM) -> None:
+        """Refuse layer weights that do not fit the biLM, before any work."""
+        if self.mix is not None and len(self.mix) != bilm.n_output_layers:
+            raise ValueError(
+                f"--layers mix has {len(self.mix)} weights but the biLM has {bilm.n_output_layers} output "
+                "layers (token layer + LSTM layers): give one weight per layer"
+            )
+
+    def select(self, layers: numpy.ndarray) -> numpy.ndarray:
+        """The kept output of one sentence's layers, (n_layers + 1, n_tokens, width), as float32."""
+        if self.layers == "all":
+            return layers
+        if self.layers == "top":
+            return numpy.ascontiguousarray(layers[-1])
+        if self.layers == "average":
+            return layers.mean(axis=0, dtype=numpy.float32)
+        weights = numpy.asarray(self.mix, dtype=numpy.float32)
+        return numpy.tensordot(weights, layers, axes=1).astype(numpy.float32, copy=False)
+
+    @property
+    def output_ndim(self) -> int:
+        """Dimensions of one sentence's output: 3 for all layers, else 2."""
+        return 3 if self.layers == "all" else 2
+
+
+def parse_layers(text: str) -> Tuple[str, Optional[Tuple[float, ...]]]:
+    """``all``, ``top``, ``average`` or ``mix:W0,W1,W2`` -> (choice, weights or None)."""
+    choice, _, weights = text.partition(":")
+    if choice != "mix":
+        if weights or choice not in LAYER_CHOICES:
+            raise ValueError(f"--layers must be all, top, average or mix:W0,W1,...; got {text!r}")
+        return choice, None
+    try:
+        values = tuple(float(w) for w in weights.split(","))
+    except ValueError:
+        raise ValueError(f"--layers mix needs numbers, e.g. mix:0.2,0.3,0.5; got {text!r}") from None
+    return "mix", values
+
+
+def model_identity(bilm: BiLM) -> Dict[str, Any]:
+    """The biLM's options and a SHA-256 of its weights (names, dtypes, shapes and values).
+
+    Unlike :meth:`BiLM.fingerprint`, which only tells in-process changes apart, this names the
+    same weights the same way in every process and on every machine, however they were loaded.
+    """
+    digest = hashlib.sha256()
+    for name, tensor in sorted(bilm.state_dict().items()):
+        array = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{array.dtype}:{tuple(array.shape)};".encode("utf8"))
+        digest.update(array.view(-1).view(torch.uint8).numpy().tobytes() if array.numel() else b"")
+    return {"fingerprint": digest.hexdigest(), "options": bilm.options.to_dict()}
+
+
+def identity_differences(stored: Dict[str, Any], current: Dict[str, Any]) -> List[str]:
+    """Human-readable ``key: stored -> current`` lines of two JSON-like dicts (empty if equal)."""
+    keys = sorted(set(stored) | set(current))
+    return [
+        f"{key}: {json.dumps(stored.get(key))} -> {json.dumps(current.get(key))}"
+        for key in keys
+        if json.dumps(stored.get(key), sort_keys=True) != json.dumps(current.get(key), sort_keys=True)
+    ]
+
+
+def output_tail_shape(options: ElmoOptions, settings: EmbedSettings) -> Tuple[int, ...]:
+    """One sentence's output shape without its token axis: (n_layers + 1, width) or (width,)."""
+    if settings.layers == "all":
+        return (options.n_layers + 1, options.output_dim)
+    return (options.output_dim,)
