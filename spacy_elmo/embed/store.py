@@ -1,0 +1,161 @@
+"""A finished ``spacy-elmo embed`` output read back as a feature store for the ``elmo`` component.
+
+The store maps a sentence's tokens to its layers, (n_layers + 1, n_tokens, width). The component
+looks up each biLM input (a doc, a sentence of it, or a window; see
+:mod:`spacy_elmo.layers.segmentation`) and computes only what is missing, so ``spacy train``
+runs over the same corpus pay for the biLM once. A stored value equals what the biLM would
+compute only if it is the same biLM (weights, checked by the fingerprint in the manifest) in the
+same state mode; both are checked before the first lookup, and a mismatch is an error.
+
+The store is opened on first use: only the tokens are read then (an index held in memory); the
+layers are read on demand, one Parquet row group (or HDF5 dataset) at a time, the most recently
+used row groups kept.
+"""
+
+import json
+from collections import OrderedDict
+from pathlib import Path
+from typing import Dict, Hashable, List, Optional, Sequence, Tuple
+
+import numpy
+
+from ..bilm import BiLM, ElmoOptions
+from ..fileio import PathLike
+from .hdf5 import SENTENCE_TO_INDEX, finished_manifest
+from .manifest import MANIFEST_NAME, Manifest
+from .settings import EmbedSettings, model_identity, output_tail_shape
+
+Location = Tuple[str, int, int]  # (shard file, row group, row) or (dataset name, -1, -1) in HDF5
+CACHED_ROW_GROUPS = 64
+
+
+class FeatureStore:
+    """Stored layers by sentence tokens; see the module docstring."""
+
+    def __init__(self, path: PathLike) -> None:
+        self.path = Path(path)
+        self._index: Optional[Dict[Tuple[str, ...], Location]] = None
+        self._manifest: Optional[Manifest] = None
+        self._checked: Optional[Tuple] = None  # BiLM.fingerprint() of the biLM last checked
+        self._row_groups: "OrderedDict[Tuple[str, int], List[numpy.ndarray]]" = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._open())
+
+    def __deepcopy__(self, memo: Dict) -> "FeatureStore":
+        """Thinc copies models (e.g. ``nlp.replace_listeners``): the copy reopens the same path."""
+        return FeatureStore(self.path)
+
+    def get_many(self, keys: Sequence[Hashable], bilm: BiLM) -> List[Optional[numpy.ndarray]]:
+        """The stored layers of each key (a tuple of token strings), or None where not stored."""
+        index = self._open()
+        self._check(bilm)
+        return [self._read(index[key]) if key in index else None for key in keys]  # type: ignore[index]
+
+    # ------------------------------------------------------------------ opening and checks
+    def _open(self) -> Dict[Tuple[str, ...], Location]:
+        if self._index is not None:
+            return self._index
+        if self.path.is_dir() and (self.path / MANIFEST_NAME).is_file():
+            self._manifest = Manifest.read(self.path)
+            self._index = self._parquet_index()
+        elif self.path.is_file():
+            self._manifest = finished_manifest(self.path)
+            self._index = self._hdf5_index()
+        else:
+            raise FileNotFoundError(
+                f"elmo features: {self.path} is not an output of spacy-elmo embed (a Parquet directory with "
+                f"{MANIFEST_NAME} or an .hdf5 file). Make it with `spacy-elmo embed`, or set "
+                "[components.elmo] features = null."
+            )
+        settings = self._settings
+        if settings.layers != "all" or settings.state == "carry":
+            raise ValueError(
+                f"elmo features: {self.path} holds --layers {settings.layers} in the {settings.state} state; the "
+                "component needs every layer in the zero or warm state: rerun spacy-elmo embed with "
+                "--layers all and --state zero (or warm)"
+            )
+        return self._index
+
+    @property
+    def _settings(self) -> EmbedSettings:
+        assert self._manifest is not None
+        return EmbedSettings.from_dict(self._manifest.settings)
+
+    def _check(self, bilm: BiLM) -> None:
+        """Refuse a biLM other than the store's, or another state mode (checked once per weights)."""
+        if self._checked == bilm.fingerprint():
+            return
+        assert self._manifest is not None
+        stored = self._manifest.model["fingerprint"]
+        current = model_identity(bilm)["fingerprint"]
+        if stored != current:
+            raise ValueError(
+                f"elmo features: {self.path} was computed by another biLM (fingerprint {stored[:12]}, this "
+                f"pipeline's is {current[:12]}). Recompute it with `spacy-elmo embed` and this pipeline's "
+                "biLM (--options-file/--weight-file), or set [components.elmo] features = null."
+            )
+        if bilm.state_mode != self._settings.state:
+            raise ValueError(
+                f"elmo features: {self.path} was computed in the {self._settings.state!r} state but the biLM runs "
+                f"in {bilm.state_mode!r}: set the component's state to match, or recompute with --state "
+                f"{bilm.state_mode}"
+            )
+        self._checked = bilm.fingerprint()
+
+    # ------------------------------------------------------------------ Parquet
+    def _parquet_index(self) -> Dict[Tuple[str, ...], Location]:
+        import pyarrow.parquet as pq
+
+        assert self._manifest is not None
+        index: Dict[Tuple[str, ...], Location] = {}
+        for shard in sorted(self._manifest.shards):
+            name = self._manifest.shards[shard]["file"]
+            shard_file = pq.ParquetFile(self.path / name)
+            for group in range(shard_file.num_row_groups):
+                tokens = shard_file.read_row_group(group, columns=["tokens"])["tokens"].to_pylist()
+                for row, words in enumerate(tokens):
+                    index.setdefault(tuple(words), (name, group, row))
+        return index
+
+    def _read(self, location: Location) -> numpy.ndarray:
+        name, group, row = location
+        if group < 0:
+            return self._read_hdf5(name)
+        key = (name, group)
+        if key not in self._row_groups:
+            self._row_groups[key] = self._decode_row_group(name, group)
+            if len(self._row_groups) > CACHED_ROW_GROUPS:
+                self._row_groups.popitem(last=False)
+        self._row_groups.move_to_end(key)
+        return self._row_groups[key][row]
+
+    def _decode_row_group(self, name: str, group: int) -> List[numpy.ndarray]:
+        import pyarrow.parquet as pq
+
+        from .parquet import arrays_of
+
+        table = pq.ParquetFile(self.path / name).read_row_group(group, columns=["tokens", "layers"])
+        lengths = [len(words) for words in table["tokens"].to_pylist()]
+        return arrays_of(table["layers"], lengths, self._tail_shape)
+
+    @property
+    def _tail_shape(self) -> Tuple[int, ...]:
+        assert self._manifest is not None
+        return output_tail_shape(ElmoOptions.from_dict(self._manifest.model["options"]), self._settings)
+
+    # ------------------------------------------------------------------ HDF5
+    def _hdf5_index(self) -> Dict[Tuple[str, ...], Location]:
+        import h5py
+
+        index: Dict[Tuple[str, ...], Location] = {}
+        with h5py.File(self.path, "r") as f:
+            for name in sorted((n for n in f.keys() if n != SENTENCE_TO_INDEX), key=int):
+                index.setdefault(tuple(json.loads(f[name].attrs["tokens"])), (name, -1, -1))
+        return index
+
+    def _read_hdf5(self, name: str) -> numpy.ndarray:
+        import h5py
+
+        with h5py.File(self.path, "r") as f:
+            return f[name][()]
