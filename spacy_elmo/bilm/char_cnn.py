@@ -8,9 +8,23 @@ from typing import List
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from .chars import CHAR_PADDING
 from .options import ElmoOptions
+from .precision import LowPrecisionWeights
+
+
+def linear(x: Tensor, layer: nn.Linear, dtype: torch.dtype, copies: LowPrecisionWeights, name: str) -> Tensor:
+    """``layer(x)`` with the product in ``dtype``; float32 in and out. Shape: (n, in) -> (n, out).
+
+    In bf16 the bias is added after the product, in float32, rather than rounded to bf16;
+    ``copies`` keeps the bf16 weight under ``name``.
+    """
+    if dtype == torch.float32:
+        return layer(x)
+    weight = copies.get(name, dtype, [layer.weight], lambda: layer.weight)
+    return F.linear(x.to(dtype), weight).float() + layer.bias
 
 
 class Highway(nn.Module):
@@ -20,11 +34,12 @@ class Highway(nn.Module):
         super().__init__()
         self.transform = nn.Linear(width, width)
         self.carry = nn.Linear(width, width)
+        self.low_precision = LowPrecisionWeights()
 
-    def forward(self, x: Tensor) -> Tensor:
-        """Shape: (n_tokens, width) -> (n_tokens, width)."""
-        gate = torch.sigmoid(self.carry(x))
-        return gate * torch.relu(self.transform(x)) + (1.0 - gate) * x
+    def forward(self, x: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+        """Shape: (n_tokens, width) -> (n_tokens, width), products in ``dtype``, the rest float32."""
+        gate = torch.sigmoid(linear(x, self.carry, dtype, self.low_precision, "carry"))
+        return gate * torch.relu(linear(x, self.transform, dtype, self.low_precision, "transform")) + (1.0 - gate) * x
 
 
 class CharCNN(nn.Module):
@@ -41,22 +56,41 @@ class CharCNN(nn.Module):
         self.highways = nn.ModuleList(Highway(options.n_filters) for _ in range(options.n_highway))
         self.projection = nn.Linear(options.n_filters, options.projection_dim)
         self.activation = torch.relu if options.activation == "relu" else torch.tanh
+        self.low_precision = LowPrecisionWeights()
 
-    def forward(self, char_ids: Tensor) -> Tensor:
-        """Shape: (n_tokens, max_characters_per_token) int64 -> (n_tokens, projection_dim).
+    def forward(self, char_ids: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+        """Shape: (n_tokens, max_characters_per_token) int64 -> (n_tokens, projection_dim) float32.
 
         Each filter is a valid 1-D convolution over character positions; its maximum over
         positions goes through the activation (max first, then activation, as in bilm-tf).
+        ``dtype``: of the convolutions, highway and projection products (see
+        :mod:`.precision`); embeddings, activations and the output are float32.
         """
         char_ids = char_ids[:, : self._positions_needed(char_ids)]
         chars = self.char_embedding(char_ids).transpose(1, 2)  # (n_tokens, char_dim, positions)
+        chars_in_dtype = chars.to(dtype)
         features: List[Tensor] = [
-            self.activation(conv(chars).amax(dim=-1)) for conv in self.convolutions
+            self.activation(self._filter_maxima(index, chars_in_dtype)) for index in range(len(self.convolutions))
         ]
         x = torch.cat(features, dim=-1)  # (n_tokens, n_filters)
         for highway in self.highways:
-            x = highway(x)
-        return self.projection(x)
+            x = highway(x, dtype)
+        return linear(x, self.projection, dtype, self.low_precision, "projection")
+
+    def _filter_maxima(self, index: int, chars: Tensor) -> Tensor:
+        """Convolution ``index``'s maximum per filter over positions.
+
+        Shape: (n_tokens, char_dim, positions) -> (n_tokens, count), float32.
+
+        In bf16 the bias is added after the maximum, in float32 (max(x + b) = max(x) + b), and
+        only the (n_tokens, count) maxima are converted to float32, not every position: the
+        maximum is the same before or after the conversion, which keeps order.
+        """
+        conv = self.convolutions[index]
+        if chars.dtype == torch.float32:
+            return conv(chars).amax(dim=-1)
+        weight = self.low_precision.get(f"conv{index}", chars.dtype, [conv.weight], lambda: conv.weight)
+        return F.conv1d(chars, weight).amax(dim=-1).float() + conv.bias
 
     def _positions_needed(self, char_ids: Tensor) -> int:
         """How many leading character positions give the same maxima as all of them.

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from .options import ElmoOptions
+from .precision import LowPrecisionWeights
 
 # Positions (steps x batch) whose input projections are computed in one product: large enough
 # for an efficient matrix product, small enough to bound memory (134 MB at the Original size).
@@ -52,11 +53,18 @@ class ProjectedLSTM(nn.Module):
         forget_bias = torch.zeros(4 * lstm_dim)
         forget_bias[2 * lstm_dim : 3 * lstm_dim] = 1.0
         self.register_buffer("forget_bias", forget_bias, persistent=False)
+        self.low_precision = LowPrecisionWeights()
         for weight in (self.input_weight, self.hidden_weight, self.projection):
             nn.init.uniform_(weight, -0.05, 0.05)
 
     def forward(
-        self, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor, workspace: Optional[Tensor] = None
+        self,
+        inputs: Tensor,
+        active: Sequence[int],
+        hidden: Tensor,
+        memory: Tensor,
+        workspace: Optional[Tensor] = None,
+        dtype: torch.dtype = torch.float32,
     ) -> Tuple[Tensor, Tensor, Tensor]:
         """Run both directions over a batch whose rows are sorted by length, longest first.
 
@@ -65,15 +73,14 @@ class ProjectedLSTM(nn.Module):
         computes rows ``:active[t]`` only and padding costs nothing; ``hidden`` (2, batch,
         projection_dim); ``memory`` (2, batch, lstm_dim). ``workspace``, only without autograd:
         at least :meth:`workspace_size` floats, reused for every window's gates (a fresh
-        allocation this large costs page faults; all layers can share one). Returns the outputs
-        (time, 2, batch, projection_dim), zero past each row's length, and the states after
-        each row's last step.
+        allocation this large costs page faults; all layers can share one). ``dtype``: of the
+        input, recurrent and projection products (see :mod:`.precision`); gates, states and
+        outputs are float32. Returns the outputs (time, 2, batch, projection_dim), zero past
+        each row's length, and the states after each row's last step.
         """
         n_steps, _, batch, _ = inputs.shape
-        # The bias rides in the input product as the weight of one more input that is always 1:
-        # cheaper than broadcasting it into the gates before the product.
-        weight = torch.cat([self.input_weight, (self.bias + self.forget_bias).unsqueeze(1)], dim=1)
-        inputs = torch.cat([inputs, inputs.new_ones(n_steps, 2, batch, 1)], dim=-1)
+        weights = self._weights(dtype)
+        inputs, bias = self._with_bias(inputs, dtype)
         # With a workspace, each step overwrites its slice of the precomputed gates and the
         # states in place, saving passes over (2, batch, 4 * lstm_dim) per step; autograd needs
         # fresh tensors.
@@ -85,21 +92,17 @@ class ProjectedLSTM(nn.Module):
         for start in range(0, n_steps, chunk):
             rows = active[start]  # the window's later steps need no more rows than its first
             window = inputs[start : start + chunk, :, :rows]
-            flat = window.transpose(0, 1).reshape(2, -1, weight.shape[1])
+            flat = window.transpose(0, 1).reshape(2, -1, window.shape[-1])
             out = None
             if in_place:
                 shape = (2, flat.shape[1], 4 * self.lstm_dim)
                 out = workspace[: math.prod(shape)].view(shape)
-            pre_gates = torch.bmm(flat, weight, out=out).view(2, window.shape[0], rows, -1)
+            pre_gates = _input_gates(flat, weights.input, bias, out).view(2, window.shape[0], rows, -1)
             for offset in range(window.shape[0]):
                 running = active[start + offset]
-                step_gates = pre_gates[:, offset, :running]
-                if in_place:
-                    gates = step_gates.baddbmm_(hidden[:, :running], self.hidden_weight)
-                    new_hidden, new_memory = self._cell_in_place(gates, memory[:, :running])
-                else:
-                    gates = torch.baddbmm(step_gates, hidden[:, :running], self.hidden_weight)
-                    new_hidden, new_memory = self._cell(gates, memory[:, :running])
+                gates = _add_recurrent(pre_gates[:, offset, :running], hidden[:, :running], weights.hidden, in_place)
+                cell = self._cell_in_place if in_place else self._cell
+                new_hidden, new_memory = cell(gates, memory[:, :running], weights.projection)
                 hidden = _update_rows(hidden, new_hidden, in_place)
                 memory = _update_rows(memory, new_memory, in_place)
                 outputs.append(F.pad(new_hidden, (0, 0, 0, batch - running)))
@@ -109,19 +112,46 @@ class ProjectedLSTM(nn.Module):
         """Floats of the gates buffer that :meth:`forward` needs for this batch."""
         return 2 * _window_steps(n_steps, batch) * batch * 4 * self.lstm_dim
 
-    def _cell(self, gates: Tensor, memory: Tensor) -> Tuple[Tensor, Tensor]:
+    def _weights(self, dtype: torch.dtype) -> "LSTMWeights":
+        """The three product weights in ``dtype``; in float32 the input weight has the bias row."""
+        if dtype == torch.float32:
+            # The bias rides in the input product as the weight of one more input that is always
+            # 1: cheaper than broadcasting it into the gates before the product.
+            bias = (self.bias + self.forget_bias).unsqueeze(1)
+            return LSTMWeights(torch.cat([self.input_weight, bias], dim=1), self.hidden_weight, self.projection)
+        copies = self.low_precision
+        return LSTMWeights(
+            copies.get("input_weight", dtype, [self.input_weight], lambda: self.input_weight),
+            copies.get("hidden_weight", dtype, [self.hidden_weight], lambda: self.hidden_weight),
+            copies.get("projection", dtype, [self.projection], lambda: self.projection),
+        )
+
+    def _with_bias(self, inputs: Tensor, dtype: torch.dtype) -> Tuple[Tensor, Optional[Tensor]]:
+        """The inputs for the input product, in ``dtype``, and the bias it leaves to add.
+
+        Float32: a constant-1 input is appended (the bias row of :meth:`_weights`), no bias
+        left. Lower precision would round the bias, so it stays float32, (2, 1, 4 * lstm_dim),
+        and is added where the product is converted to float32 (:func:`_input_gates`).
+        """
+        if dtype == torch.float32:
+            n_steps, _, batch, _ = inputs.shape
+            return torch.cat([inputs, inputs.new_ones(n_steps, 2, batch, 1)], dim=-1), None
+        return inputs.to(dtype), (self.bias + self.forget_bias).unsqueeze(1)
+
+    def _cell(self, gates: Tensor, memory: Tensor, projection: Tensor) -> Tuple[Tensor, Tensor]:
         """One step from gate pre-activations (2, batch, 4 * lstm_dim) and memory (2, batch, lstm_dim).
 
-        Returns the clipped projected output (2, batch, projection_dim) and the clipped memory.
+        Returns the clipped projected output (2, batch, projection_dim) and the clipped memory;
+        the projection product runs in ``projection``'s dtype.
         """
         in_gate, cell_input, forget_gate, out_gate = gates.chunk(4, dim=-1)
         new_memory = torch.sigmoid(in_gate) * torch.tanh(cell_input) + torch.sigmoid(forget_gate) * memory
         new_memory = new_memory.clamp(-self.cell_clip, self.cell_clip)
         cell_output = torch.sigmoid(out_gate) * torch.tanh(new_memory)
-        new_hidden = torch.bmm(cell_output, self.projection).clamp(-self.proj_clip, self.proj_clip)
+        new_hidden = _project(cell_output, projection).clamp(-self.proj_clip, self.proj_clip)
         return new_hidden, new_memory
 
-    def _cell_in_place(self, gates: Tensor, memory: Tensor) -> Tuple[Tensor, Tensor]:
+    def _cell_in_place(self, gates: Tensor, memory: Tensor, projection: Tensor) -> Tuple[Tensor, Tensor]:
         """:meth:`_cell` computed in the storage of ``gates``, with the same roundings.
 
         The returned memory is a view of ``gates``, to be copied out before the next window.
@@ -130,8 +160,48 @@ class ProjectedLSTM(nn.Module):
         in_gate.sigmoid_().mul_(cell_input.tanh_())
         new_memory = forget_gate.sigmoid_().mul_(memory).add_(in_gate).clamp_(-self.cell_clip, self.cell_clip)
         cell_output = out_gate.sigmoid_().mul_(torch.tanh(new_memory, out=cell_input))
-        new_hidden = torch.bmm(cell_output, self.projection).clamp_(-self.proj_clip, self.proj_clip)
+        new_hidden = _project(cell_output, projection).clamp_(-self.proj_clip, self.proj_clip)
         return new_hidden, new_memory
+
+
+class LSTMWeights(NamedTuple):
+    """A layer's product weights in one dtype. Shapes (direction first): ``input`` (2, input_dim
+    [+ 1 bias row], 4 * lstm_dim), ``hidden`` (2, projection_dim, 4 * lstm_dim), ``projection``
+    (2, lstm_dim, projection_dim)."""
+
+    input: Tensor
+    hidden: Tensor
+    projection: Tensor
+
+
+def _input_gates(flat: Tensor, weight: Tensor, bias: Optional[Tensor], out: Optional[Tensor]) -> Tensor:
+    """The input half of a window's gates, float32, into ``out`` if given.
+
+    Shapes: ``flat`` (2, n, input_dim) x ``weight`` (2, input_dim, 4 * lstm_dim) ->
+    (2, n, 4 * lstm_dim). In lower precision the float32 ``bias`` is added in the pass that
+    converts the product to float32.
+    """
+    if bias is None:
+        return torch.bmm(flat, weight, out=out)
+    return torch.add(torch.bmm(flat, weight), bias, out=out)
+
+
+def _add_recurrent(gates: Tensor, hidden: Tensor, weight: Tensor, in_place: bool) -> Tensor:
+    """``gates + hidden @ weight`` in float32, the product in ``weight``'s dtype.
+
+    Shapes: ``gates`` (2, rows, 4 * lstm_dim), ``hidden`` (2, rows, projection_dim) float32.
+    """
+    if weight.dtype == torch.float32:
+        return gates.baddbmm_(hidden, weight) if in_place else torch.baddbmm(gates, hidden, weight)
+    product = torch.bmm(hidden.to(weight.dtype), weight)
+    return gates.add_(product) if in_place else gates + product
+
+
+def _project(cell_output: Tensor, projection: Tensor) -> Tensor:
+    """(2, rows, lstm_dim) float32 -> (2, rows, projection_dim) float32, the product in ``projection``'s dtype."""
+    if projection.dtype == torch.float32:
+        return torch.bmm(cell_output, projection)
+    return torch.bmm(cell_output.to(projection.dtype), projection).float()
 
 
 class BiLSTMStack(nn.Module):
@@ -160,8 +230,10 @@ class BiLSTMStack(nn.Module):
             like.new_zeros((opts.n_layers, 2, batch, opts.lstm_dim)),
         )
 
-    def forward(self, tokens: Tensor, lengths: Tensor, state: LSTMState) -> Tuple[List[Tensor], LSTMState]:
-        """Run the stack over a batch of sentences, boundaries included.
+    def forward(
+        self, tokens: Tensor, lengths: Tensor, state: LSTMState, dtype: torch.dtype = torch.float32
+    ) -> Tuple[List[Tensor], LSTMState]:
+        """Run the stack over a batch of sentences, boundaries included, products in ``dtype``.
 
         Shapes: ``tokens`` (time, batch, projection_dim); ``lengths`` (batch,) int64, each at
         least 1. Returns one tensor per layer, (time, batch, 2 * projection_dim) = [forward;
@@ -170,17 +242,20 @@ class BiLSTMStack(nn.Module):
         n_steps, batch, _ = tokens.shape
         reverse_index = _reverse_index(lengths, n_steps)  # (time, batch)
         x = torch.stack([tokens, _reverse(tokens, reverse_index)], dim=1)  # (time, 2, batch, dim)
-        layers, final_state = self.run(x, lengths, state)
+        layers, final_state = self.run(x, lengths, state, dtype)
         outputs = [torch.cat([y[:, 0], _reverse(y[:, 1], reverse_index)], dim=-1) for y in layers]
         return outputs, final_state
 
-    def run(self, inputs: Tensor, lengths: Tensor, state: LSTMState) -> Tuple[List[Tensor], LSTMState]:
+    def run(
+        self, inputs: Tensor, lengths: Tensor, state: LSTMState, dtype: torch.dtype = torch.float32
+    ) -> Tuple[List[Tensor], LSTMState]:
         """Run both directions over inputs already in each direction's reading order.
 
         Shapes: ``inputs`` (time, 2, batch, projection_dim), direction 1 already reversed, so
         the two directions may read different text (language-model training feeds the backward
         LM its own reversed stream); ``lengths`` (batch,) int64. Returns one tensor per layer,
-        (time, 2, batch, projection_dim) in reading order, and the final state.
+        (time, 2, batch, projection_dim) in reading order, and the final state. ``dtype``: of the
+        products (see :mod:`.precision`); inputs, states and outputs are float32.
         """
         # Rows longest first, so that the rows still running at any step are a prefix.
         order = torch.argsort(lengths, descending=True, stable=True)
@@ -196,7 +271,9 @@ class BiLSTMStack(nn.Module):
         if not torch.is_grad_enabled():
             workspace = x.new_empty(self.layers[0].workspace_size(n_steps, batch))
         for index, layer in enumerate(self.layers):
-            y, layer_hidden, layer_memory = layer(self.dropout(x), active, hidden[index], memory[index], workspace)
+            y, layer_hidden, layer_memory = layer(
+                self.dropout(x), active, hidden[index], memory[index], workspace, dtype
+            )
             if index > 0 and self.options.use_skip_connections:
                 y = y + x
             outputs.append(y.index_select(2, restore))

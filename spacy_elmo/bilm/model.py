@@ -18,6 +18,7 @@ from .chars import CHAR_PADDING, boundary_char_ids, token_char_ids
 from .files import read_weights, write_files
 from .lstm import BiLSTMStack, LSTMState
 from .options import ElmoOptions
+from .precision import Precision, check_precision, own_precision, resolve_precision
 from .token_cache import TokenCache
 
 StateMode = Literal["zero", "warm", "carry"]
@@ -35,13 +36,16 @@ class BiLMSettings:
     """How a biLM runs, beyond what its files hold: the keyword arguments of :class:`BiLM`.
 
     ``max_batch_tokens`` bounds the padded tokens (boundaries included) of one forward pass in
-    :meth:`BiLM.batches`; ``cache_size`` is the number of token encodings kept (0: none).
+    :meth:`BiLM.batches`; ``cache_size`` is the number of token encodings kept (0: none);
+    ``precision`` is that of the matrix products (see :mod:`spacy_elmo.bilm.precision`):
+    float32 by default, so that a biLM reproduces its reference outputs unless asked otherwise.
     """
 
     state: StateMode = "zero"
     cache_size: int = 20_000
     max_batch_tokens: int = 4096
     dropout: float = 0.0
+    precision: Precision = "fp32"
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -74,6 +78,10 @@ class BiLM(nn.Module):
       deterministic, without the cold start the model never saw in training.
     - ``"carry"``: row r starts from where row r of the previous batch ended, exactly as
       bilm-tf and AllenNLP do. Outputs depend on call history; use it for parity checks.
+
+    ``precision`` sets the dtype of the matrix products: ``"fp32"``, ``"bf16"``, or ``"auto"``
+    (bf16 where the hardware multiplies it natively). Parameters, states and outputs stay
+    float32 in every mode; see :mod:`spacy_elmo.bilm.precision`.
     """
 
     def __init__(
@@ -83,6 +91,7 @@ class BiLM(nn.Module):
         cache_size: int = BiLMSettings.cache_size,
         max_batch_tokens: int = BiLMSettings.max_batch_tokens,
         dropout: float = BiLMSettings.dropout,
+        precision: Precision = BiLMSettings.precision,
     ) -> None:
         super().__init__()
         if state not in STATE_MODES:
@@ -91,6 +100,7 @@ class BiLM(nn.Module):
             raise ValueError(f"max_batch_tokens must be at least 1, got {max_batch_tokens}")
         self.options = options
         self.state_mode: StateMode = state
+        self.precision = precision
         self.max_batch_tokens = max_batch_tokens
         self.char_cnn = CharCNN(options)
         self.lstm = BiLSTMStack(options)
@@ -123,9 +133,26 @@ class BiLM(nn.Module):
         self.lstm.dropout.p = p
 
     @property
+    def precision(self) -> Precision:
+        """``"fp32"``, ``"bf16"`` or ``"auto"``: the setting, as given (see :attr:`compute_dtype`)."""
+        return self._precision
+
+    @precision.setter
+    def precision(self, precision: Precision) -> None:
+        check_precision(precision)
+        self._precision = precision
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype of the matrix products: ``precision`` resolved on the model's device."""
+        return resolve_precision(self.precision, self.device)
+
+    @property
     def settings(self) -> BiLMSettings:
         """The constructor arguments that the files do not hold."""
-        return BiLMSettings(self.state_mode, self.token_cache.max_entries, self.max_batch_tokens, self.dropout)
+        return BiLMSettings(
+            self.state_mode, self.token_cache.max_entries, self.max_batch_tokens, self.dropout, self.precision
+        )
 
     @classmethod
     def from_files(cls, options_file: PathLike, weight_file: PathLike, **settings: Any) -> "BiLM":
@@ -146,10 +173,15 @@ class BiLM(nn.Module):
         """Run the biLM over a batch of tokenized sentences; boundaries are added here.
 
         ``state`` overrides the model's state mode for this call: shapes
-        (n_layers, 2, batch, projection_dim) and (n_layers, 2, batch, lstm_dim).
+        (n_layers, 2, batch, projection_dim) and (n_layers, 2, batch, lstm_dim). An autocast
+        around the call does not apply: the products run at the model's ``precision``.
         """
         if len(sentences) == 0:
             raise ValueError("BiLM.forward needs at least one sentence (an empty one is fine)")
+        with own_precision(self.device):
+            return self._forward(sentences, state)
+
+    def _forward(self, sentences: Sequence[Sequence[str]], state: Optional[LSTMState]) -> BiLMOutput:
         lengths = torch.tensor([len(s) + 2 for s in sentences], dtype=torch.int64, device=self.device)
         # Padding positions take row 0, the first sentence's start: masked below.
         table, index = self.token_table([(SENTENCE_START, *sentence, SENTENCE_END) for sentence in sentences])
@@ -157,7 +189,7 @@ class BiLM(nn.Module):
         carry = state is None and self.state_mode == "carry"
         if state is None:
             state = self.initial_state(len(sentences))
-        lstm_layers, final_state = self.lstm(tokens, lengths, state)
+        lstm_layers, final_state = self.lstm(tokens, lengths, state, self.compute_dtype)
         if carry:
             self._remember(final_state)
         layers = torch.stack([torch.cat([tokens, tokens], dim=-1), *lstm_layers])
@@ -203,12 +235,14 @@ class BiLM(nn.Module):
         return self.embed_tokens(list(rows)), torch.from_numpy(index)
 
     def fingerprint(self) -> Tuple:
-        """Changes whenever a parameter or buffer is replaced, moved or modified in place.
+        """Changes whenever a parameter or buffer is replaced, moved or modified in place, or the
+        precision of the products changes.
 
-        Caches of what the model computed (token encodings, features) key on it.
+        Caches of what the model computed (token encodings, features) key on it, so a result
+        computed in one precision is never served in another.
         """
         tensors = itertools.chain(self.parameters(), self.buffers())
-        return tuple((t.data_ptr(), t._version, t.dtype) for t in tensors)
+        return (self.compute_dtype, *((t.data_ptr(), t._version, t.dtype) for t in tensors))
 
     # ------------------------------------------------------------------ states
     def warm_up(self, sentences: Sequence[Sequence[str]]) -> None:
@@ -286,7 +320,8 @@ class BiLM(nn.Module):
         char_ids = numpy.stack([self._char_ids(tokens[p], max_chars) for p in positions])
         order = numpy.argsort((char_ids != CHAR_PADDING).sum(axis=1), kind="stable")
         sorted_ids = torch.from_numpy(char_ids[order]).to(self.device)
-        encoded = torch.cat([self.char_cnn(chunk) for chunk in sorted_ids.split(CHAR_CNN_CHUNK)])
+        dtype = self.compute_dtype
+        encoded = torch.cat([self.char_cnn(chunk, dtype) for chunk in sorted_ids.split(CHAR_CNN_CHUNK)])
         restore = torch.from_numpy(numpy.argsort(order)).to(self.device)
         return encoded[restore]
 

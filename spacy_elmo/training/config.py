@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Dict, Optional
 
 from ..bilm import ElmoOptions
+from ..bilm.precision import Precision, check_precision
 
 @dataclass(frozen=True)
 class TrainingConfig:
@@ -33,6 +34,7 @@ class TrainingConfig:
     seed: int = 0
     lang: str = "en"
     paragraphs: bool = False
+    precision: Precision = "auto"  # of the matrix products; see spacy_elmo.bilm.precision
 
     def __post_init__(self) -> None:
         positive = ("batch_size", "window", "checkpoint_every", "eval_every", "log_every", "eval_tokens")
@@ -51,6 +53,7 @@ class TrainingConfig:
             raise ValueError(f"max_steps must be at least 1, got {self.max_steps}")
         if self.max_time is not None and self.max_time <= 0:
             raise ValueError(f"max_time must be positive, got {self.max_time}")
+        check_precision(self.precision)
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)

@@ -30,7 +30,10 @@ def heldout_perplexity(
     initial: StateMode = "zero",
     batch_size: int = 32,
 ) -> Dict[str, float]:
-    """Perplexities ``forward``, ``backward``, ``average`` and the number of ``targets``."""
+    """Perplexities ``forward``, ``backward``, ``average`` and the number of ``targets``.
+
+    The products run at the biLM's precision (:attr:`BiLM.compute_dtype`), the softmax's too.
+    """
     if initial not in STATE_MODES:
         raise ValueError(f"initial state must be one of {STATE_MODES}, got {initial!r}")
     if not documents:
@@ -47,7 +50,9 @@ def heldout_perplexity(
                 state = bilm.initial_state(len(batch), initial, carried)
                 output = bilm(batch, state=state)
                 carried = output.state
-                batch_nll, batch_count = _document_nll(output.layers[-1], output.lengths, batch, softmax, vocab)
+                batch_nll, batch_count = _document_nll(
+                    output.layers[-1], output.lengths, batch, softmax, vocab, bilm.compute_dtype
+                )
                 nll += batch_nll
                 count += batch_count
     finally:
@@ -67,10 +72,12 @@ def _document_nll(
     documents: Sequence[Sequence[str]],
     softmax: SharedSoftmax,
     vocab: Vocabulary,
+    dtype: torch.dtype,
 ):
     """NLL sums (2,) float64 [forward, backward] of a batch, and its number of targets per direction.
 
-    ``top``: (batch, time, 2P), boundaries included, as BiLM.forward returns it.
+    ``top``: (batch, time, 2P), boundaries included, as BiLM.forward returns it; ``dtype``: of
+    the softmax product, the biLM's.
     """
     dim = top.shape[-1] // 2
     ids = torch.full(top.shape[:2], BOS, dtype=torch.int64)  # (batch, time): <S> w1 .. wn </S>
@@ -78,7 +85,7 @@ def _document_nll(
         ids[row, 1 : len(document) + 2] = torch.cat([vocab.ids(document), torch.tensor([EOS])])
     ids = ids.to(top.device)
     valid = torch.arange(top.shape[1] - 1, device=top.device) < (lengths.unsqueeze(1) - 1)  # (batch, time - 1)
-    forward = softmax.full_nll(top[:, :-1, :dim][valid], ids[:, 1:][valid])
-    backward = softmax.full_nll(top[:, 1:, dim:][valid], ids[:, :-1][valid])
+    forward = softmax.full_nll(top[:, :-1, :dim][valid], ids[:, 1:][valid], dtype)
+    backward = softmax.full_nll(top[:, 1:, dim:][valid], ids[:, :-1][valid], dtype)
     sums = torch.stack([forward.double().sum(), backward.double().sum()]).cpu()
     return sums, int(valid.sum())

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from ..bilm import BiLM
 from ..bilm.lstm import LSTMState
+from ..bilm.precision import own_precision
 from .softmax import SharedSoftmax, sample_log_uniform
 from .stream import WindowBatch
 
@@ -21,7 +22,8 @@ class BiLMLoss(nn.Module):
     """Sum of negative log-likelihoods of each direction, with the final LSTM state.
 
     ``n_negatives`` = 0 means full softmax; otherwise sampled softmax with that many negatives
-    shared by every row and both directions.
+    shared by every row and both directions. The products (char CNN, LSTM, softmax) run at the
+    biLM's precision, the loss in float32.
     """
 
     def __init__(self, bilm: BiLM, vocab_size: int, n_negatives: int = 0, top_dropout: float = 0.0) -> None:
@@ -36,6 +38,11 @@ class BiLMLoss(nn.Module):
 
         ``state``: hidden (n_layers, 2, batch, P), memory (n_layers, 2, batch, lstm_dim).
         """
+        with own_precision(self.softmax.weight.device):
+            return self._losses(batch, state)
+
+    def _losses(self, batch: WindowBatch, state: LSTMState) -> Tuple[Tensor, Tensor, LSTMState]:
+        dtype = self.bilm.compute_dtype
         top, final = self.top_layer(batch, state)
         device = top.device
         scored = batch.scored.to(device)
@@ -43,9 +50,9 @@ class BiLMLoss(nn.Module):
         targets = batch.targets.to(device)[scored]
         if self.n_negatives:
             negatives = sample_log_uniform(self.softmax.vocab_size, self.n_negatives, device)
-            nll = self.softmax.sampled_nll(hidden, targets, negatives)
+            nll = self.softmax.sampled_nll(hidden, targets, negatives, dtype)
         else:
-            nll = self.softmax.full_nll(hidden, targets)
+            nll = self.softmax.full_nll(hidden, targets, dtype)
         direction = torch.arange(2, device=device).view(2, 1, 1).expand_as(scored)[scored]
         sums = torch.zeros(2, dtype=nll.dtype, device=device).index_add(0, direction, nll)
         return sums, scored.sum(dim=(1, 2)), final
@@ -61,7 +68,7 @@ class BiLMLoss(nn.Module):
         index = index.view(2, len(forward_rows), -1).permute(2, 0, 1)
         x = table[index.to(device)]  # (window, 2, batch, P)
         lengths = torch.full((x.shape[2],), x.shape[0], dtype=torch.int64, device=device)
-        layers, final = self.bilm.lstm.run(x, lengths, state)
+        layers, final = self.bilm.lstm.run(x, lengths, state, self.bilm.compute_dtype)
         return layers[-1].permute(1, 2, 0, 3), final
 
     def zero_state(self, batch_size: int) -> LSTMState:

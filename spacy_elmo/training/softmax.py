@@ -9,6 +9,9 @@ approaches the full loss as negatives grow). The target's own logit is left unco
 (TensorFlow's ``sampled_softmax_loss`` corrects it too, which shifts the loss value by the
 target's log expected count). Perplexity on held-out text is always measured with the full
 softmax.
+
+The logits' product may run in bf16 (``dtype``, see :mod:`spacy_elmo.bilm.precision`); the
+bias, the log-sum-exp and the loss are float32.
 """
 
 import math
@@ -16,6 +19,8 @@ import math
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
+
+from ..bilm.precision import LowPrecisionWeights
 
 LOGITS_PER_CHUNK = 2**24
 
@@ -28,34 +33,50 @@ class SharedSoftmax(nn.Module):
         self.weight = nn.Parameter(torch.empty(vocab_size, dim))
         self.bias = nn.Parameter(torch.zeros(vocab_size))
         nn.init.normal_(self.weight, 0.0, 1.0 / math.sqrt(dim))
+        self.low_precision = LowPrecisionWeights()
 
     @property
     def vocab_size(self) -> int:
         return self.weight.shape[0]
 
-    def full_nll(self, hidden: Tensor, targets: Tensor) -> Tensor:
-        """Negative log-likelihood of each target under the full softmax.
+    def full_nll(self, hidden: Tensor, targets: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+        """Negative log-likelihood of each target under the full softmax, the logits' product in ``dtype``.
 
         Shapes: ``hidden`` (n, dim), ``targets`` (n,) int64 -> (n,). Rows go through in chunks
         of ``LOGITS_PER_CHUNK / vocab_size``, so that without autograd (held-out evaluation)
         the logits never take more than 64 MB, whatever the vocabulary size.
         """
         rows = max(1, LOGITS_PER_CHUNK // self.vocab_size)
+        weight = self.weight
+        if dtype != torch.float32:
+            weight = self.low_precision.get("weight", dtype, [self.weight], lambda: self.weight)
         chunks = zip(hidden.split(rows), targets.split(rows))
-        return torch.cat([F.cross_entropy(F.linear(h, self.weight, self.bias), t, reduction="none") for h, t in chunks])
+        return torch.cat([F.cross_entropy(_logits(h, weight, self.bias), t, reduction="none") for h, t in chunks])
 
-    def sampled_nll(self, hidden: Tensor, targets: Tensor, negatives: Tensor) -> Tensor:
+    def sampled_nll(self, hidden: Tensor, targets: Tensor, negatives: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
         """Sampled-softmax loss of each target against shared ``negatives`` (s,) int64 ids.
 
         Shapes: ``hidden`` (n, dim), ``targets`` (n,) -> (n,). A negative equal to a row's
-        target is masked out of that row ("accidental hit"), as TensorFlow does.
+        target is masked out of that row ("accidental hit"), as TensorFlow does. The negatives'
+        logits come from a product in ``dtype``; the targets' (one dot product per row) stay
+        float32.
         """
         log_q = log_expected_count(self.vocab_size, negatives.numel(), hidden.device)
         true_logits = (hidden * self.weight[targets]).sum(-1) + self.bias[targets]
-        neg_logits = F.linear(hidden, self.weight[negatives], self.bias[negatives]) - log_q[negatives]
+        neg_logits = _logits(hidden, self.weight[negatives].to(dtype), self.bias[negatives]) - log_q[negatives]
         neg_logits = neg_logits.masked_fill(targets.unsqueeze(1) == negatives.unsqueeze(0), float("-inf"))
         logits = torch.cat([true_logits.unsqueeze(1), neg_logits], dim=1)
         return torch.logsumexp(logits, dim=1) - true_logits
+
+
+def _logits(hidden: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """``hidden @ weight.T + bias`` in float32, the product in ``weight``'s dtype.
+
+    Shapes: ``hidden`` (n, dim) float32, ``weight`` (v, dim), ``bias`` (v,) float32 -> (n, v).
+    """
+    if weight.dtype == torch.float32:
+        return F.linear(hidden, weight, bias)
+    return F.linear(hidden.to(weight.dtype), weight).float() + bias
 
 
 def log_uniform_probs(vocab_size: int, device: torch.device) -> Tensor:

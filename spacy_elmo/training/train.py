@@ -5,7 +5,8 @@ record per log interval, held-out evaluation and the end), and, when it ends, th
 ``options.json`` + ``weights.hdf5`` (standard layout, with a warm start) and ``vocab.txt``.
 Running the same command again resumes from the checkpoint; the settings of the run come from
 the checkpoint, except the limits and intervals (max_steps, max_time, checkpoint_every,
-eval_every, log_every, eval_tokens), which the new command may change.
+eval_every, log_every, eval_tokens) and the precision of the products, which the new command
+may change (a resumed run may be on another machine).
 """
 
 import contextlib
@@ -44,7 +45,8 @@ from .stream import WindowStream
 from .vocab import Vocabulary
 
 LOG_NAME = "log.jsonl"
-RUN_LIMITS = ("max_steps", "max_time", "checkpoint_every", "eval_every", "log_every", "eval_tokens")
+# What a resumed run takes from the new command rather than from the checkpoint.
+RESUME_OVERRIDES = ("max_steps", "max_time", "checkpoint_every", "eval_every", "log_every", "eval_tokens", "precision")
 
 
 def pretrain(
@@ -99,8 +101,8 @@ class Trainer:
         checkpoint_path = output_dir / CHECKPOINT_NAME
         checkpoint = load_checkpoint(checkpoint_path) if resume and checkpoint_path.exists() else None
         if checkpoint is not None:
-            limits = {name: getattr(config, name) for name in RUN_LIMITS}
-            config = TrainingConfig(**{**checkpoint["config"], **limits})
+            overrides = {name: getattr(config, name) for name in RESUME_OVERRIDES}
+            config = TrainingConfig(**{**checkpoint["config"], **overrides})
             options = ElmoOptions.from_dict(checkpoint["options"])
         if config.batch_size % env.world:
             raise ValueError(
@@ -114,6 +116,7 @@ class Trainer:
         bilm = BiLM.from_files(*init_from) if init_from and checkpoint is None else BiLM(options)
         bilm.warm_hidden = bilm.warm_memory = None  # a warm start is recomputed at export
         bilm.dropout = config.dropout
+        bilm.precision = config.precision
         self.loss = BiLMLoss(bilm, len(self.vocab), config.n_negatives, config.dropout).to(env.device)
         self.model = DistributedDataParallel(self.loss) if env.enabled else self.loss
         self.optimizer = _optimizer(config, self.loss.parameters())

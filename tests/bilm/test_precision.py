@@ -1,0 +1,164 @@
+"""The precision setting of the biLM: validation, "auto", the bf16 accuracy contract, caches.
+
+bf16 products run on every x86 CPU torch supports (emulated where the CPU lacks bf16
+instructions: slowly, but with the same roundings), so these tests skip only where torch
+cannot multiply bf16 at all.
+"""
+
+import numpy
+import pytest
+import torch
+
+from spacy_elmo import BiLM, pretrained_files
+from spacy_elmo.bilm import precision
+
+from ..helpers import random_bilm, tiny_options
+
+# Real text with the usual mix of frequent words, names, numbers and punctuation.
+TEXT = [
+    "The bank raised its interest rates by half a point on Tuesday .".split(),
+    "We sat on the bank of the river and watched the boats go by .".split(),
+    "Mr. Smith , who was born in 1952 , said the committee would meet again next week .".split(),
+    "Prices rose sharply in March , but economists expect inflation to ease later this year .".split(),
+    "She could n't believe how quickly the children had grown !".split(),
+    "Is this the road to London ?".split(),
+]
+MIN_MEAN_COSINE = 0.999
+
+
+def _can_multiply_bf16() -> bool:
+    try:
+        torch.ones(2, 2, dtype=torch.bfloat16) @ torch.ones(2, 2, dtype=torch.bfloat16)
+    except RuntimeError:
+        return False
+    return True
+
+
+needs_bf16 = pytest.mark.skipif(not _can_multiply_bf16(), reason="this torch build cannot multiply bfloat16 on CPU")
+
+
+@pytest.fixture(scope="module")
+def bundled_files():
+    return pretrained_files("en")
+
+
+def _mean_cosines(a: numpy.ndarray, b: numpy.ndarray) -> numpy.ndarray:
+    """Per layer, the mean over tokens of the cosine of a's and b's vectors. (n_layers, tokens, width)."""
+    dots = (a * b).sum(-1)
+    return (dots / (numpy.linalg.norm(a, axis=-1) * numpy.linalg.norm(b, axis=-1))).mean(-1)
+
+
+def test_an_unknown_precision_names_the_allowed_ones():
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16, auto, got 'fp16'"):
+        BiLM(tiny_options(), precision="fp16")
+    model = random_bilm()
+    with pytest.raises(ValueError, match="fp32, bf16, auto"):
+        model.precision = "float32"
+    assert model.precision == "fp32"
+
+
+@pytest.mark.parametrize("native, expected", [(True, torch.bfloat16), (False, torch.float32)])
+def test_auto_is_bf16_only_where_the_cpu_multiplies_it(monkeypatch, native, expected):
+    monkeypatch.setattr(precision, "cpu_multiplies_bf16", lambda: native)
+    assert BiLM(tiny_options(), precision="auto").compute_dtype == expected
+    assert BiLM(tiny_options(), precision="fp32").compute_dtype == torch.float32
+    assert BiLM(tiny_options(), precision="bf16").compute_dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize(
+    "features, native",
+    [
+        ({"amx_bf16": True, "avx512_bf16": False}, True),
+        ({"amx_bf16": False, "avx512_bf16": True}, True),
+        ({"avx2": True, "avx512_f": True, "amx_bf16": False, "avx512_bf16": False}, False),
+        ({"architecture": "arm64"}, False),
+    ],
+)
+def test_the_probe_reads_torchs_cpu_capabilities(monkeypatch, features, native):
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: features)
+    assert precision.cpu_multiplies_bf16() is native
+
+
+def test_auto_follows_this_cpu():
+    capabilities = torch.cpu.get_capabilities()
+    native = bool(capabilities.get("amx_bf16") or capabilities.get("avx512_bf16"))
+    assert BiLM(tiny_options(), precision="auto").compute_dtype == (torch.bfloat16 if native else torch.float32)
+
+
+@needs_bf16
+def test_bf16_layers_keep_the_accuracy_contract_on_a_trained_bilm(bundled_files):
+    """The contract: mean per-token cosine to float32 of at least 0.999 in every layer."""
+    fp32 = BiLM.from_files(*bundled_files, precision="fp32")
+    bf16 = BiLM.from_files(*bundled_files, precision="bf16")
+    expected = numpy.concatenate(fp32.embed_sentences(TEXT), axis=1)
+    outputs = bf16.embed_sentences(TEXT)
+    assert all(layers.dtype == numpy.float32 for layers in outputs)
+    found = numpy.concatenate(outputs, axis=1)
+    assert numpy.abs(found - expected).max() > 0  # the products did run in bf16
+    assert (_mean_cosines(found, expected) >= MIN_MEAN_COSINE).all(), _mean_cosines(found, expected)
+    assert all(p.dtype == torch.float32 for p in bf16.state_dict().values())
+
+
+@needs_bf16
+def test_cached_results_never_cross_precisions():
+    """Token encodings (and, through the fingerprint, features) computed in one precision are not
+    served in the other."""
+    model = random_bilm(cache_size=100)
+    fp32_fingerprint = model.fingerprint()
+    fp32 = model.embed_sentences(TEXT[:2])
+    model.precision = "bf16"
+    assert model.fingerprint() != fp32_fingerprint
+    bf16 = model.embed_sentences(TEXT[:2])
+    fresh = random_bilm(precision="bf16", cache_size=0).embed_sentences(TEXT[:2])
+    for cached, uncached, full in zip(bf16, fresh, fp32):
+        numpy.testing.assert_array_equal(cached, uncached)
+        assert not numpy.array_equal(cached[0], full[0])
+
+
+@needs_bf16
+def test_bf16_weight_copies_follow_changed_weights():
+    model = random_bilm(precision="bf16", cache_size=0)
+    model.embed_sentences(TEXT[:1])  # makes the bf16 copies
+    with torch.no_grad():
+        for param in model.parameters():
+            param.mul_(0.9)
+    changed = model.embed_sentences(TEXT[:1])[0]
+    reference = random_bilm(precision="bf16", cache_size=0)
+    with torch.no_grad():
+        for param in reference.parameters():
+            param.mul_(0.9)
+    numpy.testing.assert_array_equal(changed, reference.embed_sentences(TEXT[:1])[0])
+
+
+@needs_bf16
+def test_an_autocast_around_the_bilm_does_not_change_its_precision():
+    """The failure of issue 11: autocast around embed_sentences broke the in-place products."""
+    model = random_bilm()
+    plain = model.embed_sentences(TEXT[:3])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = model.embed_sentences(TEXT[:3])
+    for a, b in zip(plain, autocast):
+        numpy.testing.assert_array_equal(a, b)
+
+
+@needs_bf16
+def test_bf16_training_gives_float32_gradients_to_every_parameter():
+    model = random_bilm(precision="bf16", cache_size=0).train()
+    output = model([sentence[:6] for sentence in TEXT[:3]])
+    output.layers.square().sum().backward()
+    assert output.layers.dtype == torch.float32
+    for name, param in model.named_parameters():
+        if name == "char_cnn.char_embedding.weight":
+            continue  # most characters do not occur
+        assert param.grad is not None and param.grad.dtype == torch.float32, name
+        assert torch.isfinite(param.grad).all() and param.grad.abs().sum() > 0, name
+
+
+@needs_bf16
+def test_bf16_inference_and_training_compute_the_same_layers():
+    """The in-place inference loop and the autograd loop take the same bf16 roundings."""
+    model = random_bilm(precision="bf16", cache_size=0)
+    with torch.no_grad():
+        inference = model(TEXT[:3]).layers
+    training = model(TEXT[:3]).layers.detach()
+    torch.testing.assert_close(inference, training, atol=1e-5, rtol=1e-5)

@@ -1,0 +1,65 @@
+"""Pretraining with bf16 products: a finite loss, float32 master weights, optimizer state and files."""
+
+import json
+
+import h5py
+import numpy
+import pytest
+import torch
+
+from spacy_elmo import BiLM
+from spacy_elmo.training import SharedSoftmax, TrainingConfig, get_preset, pretrain
+from spacy_elmo.training.checkpoint import load_checkpoint
+from spacy_elmo.training.softmax import sample_log_uniform
+
+from .helpers import write_repetitive_corpus
+
+
+def _datasets(group: h5py.Group):
+    found = []
+    group.visititems(lambda name, item: found.append(item) if isinstance(item, h5py.Dataset) else None)
+    return found
+
+
+def test_pretrain_with_bf16_products_keeps_everything_else_float32(tmp_path):
+    write_repetitive_corpus(tmp_path / "train.txt", 60)
+    write_repetitive_corpus(tmp_path / "dev.txt", 6)
+    out = tmp_path / "out"
+    preset = get_preset("tiny")
+    config = preset.training.updated(max_steps=10, precision="bf16")
+    pretrain(tmp_path / "train.txt", out, preset.options, config, dev_path=tmp_path / "dev.txt", progress=False)
+    records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in records if "loss" in r]
+    assert losses and all(numpy.isfinite(losses))
+    assert numpy.isfinite(records[-1]["final"]["eval"]["zero"]["average"])
+    checkpoint = load_checkpoint(out / "checkpoint.pt")
+    assert checkpoint["config"]["precision"] == "bf16"
+    optimizer_state = [t for s in checkpoint["optimizer"]["state"].values() for t in s.values() if t.is_floating_point()]
+    assert optimizer_state and all(t.dtype == torch.float32 for t in optimizer_state)
+    assert all(t.dtype == torch.float32 for t in checkpoint["bilm"].values())
+    with h5py.File(out / "weights.hdf5", "r") as f:
+        datasets = _datasets(f)
+        assert datasets and all(d.dtype == numpy.float32 for d in datasets)
+    reloaded = BiLM.from_files(out / "options.json", out / "weights.hdf5")
+    assert reloaded.precision == "fp32"
+    assert numpy.isfinite(reloaded.embed_sentences([["the", "cat", "sat"]])[0]).all()
+
+
+def test_an_unknown_precision_is_a_clear_error():
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16, auto, got 'half'"):
+        TrainingConfig(precision="half")
+
+
+@pytest.mark.parametrize("n_negatives", [0, 30])
+def test_bf16_softmax_is_close_to_float32(n_negatives):
+    torch.manual_seed(0)
+    softmax = SharedSoftmax(vocab_size=200, dim=16)
+    hidden, targets = torch.randn(50, 16), torch.randint(0, 200, (50,))
+    if n_negatives:
+        negatives = sample_log_uniform(200, n_negatives, torch.device("cpu"))
+        fp32, bf16 = (softmax.sampled_nll(hidden, targets, negatives, dtype) for dtype in (torch.float32, torch.bfloat16))
+    else:
+        fp32, bf16 = (softmax.full_nll(hidden, targets, dtype) for dtype in (torch.float32, torch.bfloat16))
+    assert bf16.dtype == torch.float32
+    assert not torch.equal(bf16, fp32)
+    torch.testing.assert_close(bf16, fp32, atol=0.03, rtol=0.01)
