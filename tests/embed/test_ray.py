@@ -1,5 +1,7 @@
 """`--engine ray` on a local 2-worker Ray: the local engine's values, every sentence once."""
 
+import sys
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -34,3 +36,54 @@ def test_ray_equals_the_local_engine_and_writes_every_sentence_once(bilm_files, 
     for a, b in zip(on_ray[2], local[2]):
         assert a.shape == b.shape and abs(a - b).max(initial=0.0) <= 1e-5
     assert (tmp_path / "ray" / "manifest.json").read_bytes() == (tmp_path / "local" / "manifest.json").read_bytes()
+
+
+def actor_processes(name: str):
+    """Process ids whose title (Ray names its actor processes ray::<class>) mentions ``name``."""
+    from pathlib import Path
+
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and name in (proc / "cmdline").read_bytes().decode("utf8", "replace"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="finds the actors through /proc")
+def test_a_killed_worker_is_replaced_and_the_output_has_every_index_once(bilm_files, tmp_path, local_ray):
+    """SIGKILL one biLM actor mid-run: Ray restarts it and retries its shard."""
+    import json
+    import os
+    import signal
+    import threading
+    import time
+
+    corpus = tmp_path / "in.txt"
+    corpus.write_text("".join(f"sentence number {i} of the corpus .\n" for i in range(60)), encoding="utf8")
+    output = tmp_path / "ray"
+    killed = []
+
+    def kill_one_actor_mid_run() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not killed:
+            manifest = output / "manifest.json"
+            done = len(json.loads(manifest.read_text())["shards"]) if manifest.is_file() else 0
+            actors = actor_processes("ShardEmbedder")
+            if done >= 3 and actors:
+                os.kill(actors[0], signal.SIGKILL)
+                killed.append(done)
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_one_actor_mid_run)
+    killer.start()
+    settings = EmbedSettings(whitespace=True, shard_size=1)
+    run_embed(corpus, output, settings, *bilm_files, engine="ray", workers=2, progress=False)
+    killer.join()
+    assert killed and killed[0] < 60, "the run ended before a worker could be killed"
+    index, tokens, _ = read(output)
+    assert index == list(range(60))
+    assert tokens[7] == ["sentence", "number", "7", "of", "the", "corpus", "."]
+    assert sorted(p.name for p in output.iterdir() if p.name.startswith(".")) == []
