@@ -10,7 +10,14 @@ ones do. The nominal count is the published model's: every token through the cha
 positions, the LSTM at every token. spacy-elmo does less work for the same outputs (each distinct
 token of a batch once, no padding windows or padded steps); the share of distinct tokens is printed.
 
-    python benchmarks/bilm_speed.py [--sentences 1000] [--max-batch-tokens 16384] [--threads 2] [--repeats 3]
+spacy-elmo runs in each ``--precisions`` (fp32, bf16: see spacy_elmo.bilm.precision); each row's
+rate is compared with this machine's matmul rate in its own dtype, and the bf16 layers with the
+fp32 ones (mean per-token cosine per layer, largest difference). Where the CPU has no bf16
+instructions (no AMX or AVX512-BF16) torch emulates them, far slower: use ``--size small`` and few
+sentences there.
+
+    python benchmarks/bilm_speed.py [--size original] [--precisions fp32,bf16] [--sentences 1000]
+        [--max-batch-tokens 16384] [--threads 2] [--repeats 3]
 """
 
 import argparse
@@ -25,6 +32,8 @@ import torch
 from spacy_elmo import BiLM, ElmoOptions
 
 ORIGINAL = ElmoOptions(lstm_dim=4096, projection_dim=512, n_layers=2, n_highway=2)
+SIZES = {"original": ORIGINAL, "small": ElmoOptions()}  # ElmoOptions' defaults: the published Small
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def make_sentences(n: int, seed: int = 0) -> List[List[str]]:
@@ -35,9 +44,11 @@ def make_sentences(n: int, seed: int = 0) -> List[List[str]]:
     return [rng.choices(vocab, weights, k=rng.randint(5, 45)) for _ in range(n)]
 
 
-def matmul_rate(size: int = 2048, repeats: int = 10) -> float:
-    """Float32 GEMM rate of this machine in FLOP/s: the best of several timed runs."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
+def matmul_rate(dtype: torch.dtype = torch.float32, size: int = 2048, repeats: int = 10) -> float:
+    """GEMM rate of this machine in ``dtype``, in FLOP/s: the best of several timed runs."""
+    if dtype != torch.float32:
+        size, repeats = 1024, 3  # an emulated bf16 product of 2048 takes minutes
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     torch.mm(a, b)
     best = float("inf")
     for _ in range(repeats):
@@ -142,59 +153,86 @@ def timed(fn):
     return result, time.perf_counter() - start
 
 
+def compare_layers(found: Sequence[numpy.ndarray], expected: Sequence[numpy.ndarray]) -> str:
+    """Per layer, the mean per-token cosine of ``found`` to ``expected``, and the largest difference."""
+    a, b = numpy.concatenate(found, axis=1), numpy.concatenate(expected, axis=1)
+    cosines = (a * b).sum(-1) / (numpy.linalg.norm(a, axis=-1) * numpy.linalg.norm(b, axis=-1))
+    means = ", ".join(f"{c:.6f}" for c in cosines.mean(axis=1))
+    return f"mean per-token cosine per layer {means}; largest difference {numpy.abs(a - b).max():.2e}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="original")
+    parser.add_argument("--precisions", default="fp32,bf16", help="Comma-separated: fp32, bf16")
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--max-batch-tokens", type=int, default=16384, help="BiLM max_batch_tokens: large batches suit the Original size")
     parser.add_argument("--repeats", type=int, default=3, help="Timed runs of each; the best counts")
     args = parser.parse_args()
+    precisions = args.precisions.split(",")
+    if not precisions or any(p not in DTYPES for p in precisions):
+        parser.error(f"--precisions takes a comma-separated list of {', '.join(DTYPES)}")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    options = SIZES[args.size]
     sentences = make_sentences(args.sentences)
     n_tokens = sum(len(s) for s in sentences)
-    model = BiLM(ORIGINAL, cache_size=0, max_batch_tokens=args.max_batch_tokens).eval()
+    model = BiLM(options, cache_size=0, max_batch_tokens=args.max_batch_tokens).eval()
     with torch.no_grad():
         for param in model.parameters():
             param.normal_(0.0, 0.02)
-    peak = matmul_rate()  # measured again at the end: the best of both, on a shared machine
-    print(f"Original size: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters; "
-          f"{args.sentences} sentences, {n_tokens} tokens; {args.threads} threads")
+    # Measured again at the end: the best of both, on a shared machine.
+    peaks = {p: matmul_rate(DTYPES[p]) for p in precisions}
+    print(f"{args.size} size: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters; "
+          f"{args.sentences} sentences, {n_tokens} tokens; {args.threads} threads; CPU capability "
+          f"{torch.backends.cpu.get_cpu_capability()}")
 
     # Nominal model FLOPs per token, the usual utilisation convention: the char CNN and the LSTM
     # for every token; boundary positions and padding are not counted.
-    flops_per_token = char_cnn_flops(ORIGINAL) + lstm_flops(ORIGINAL)
+    flops_per_token = char_cnn_flops(options) + lstm_flops(options)
     print(f"nominal cost: {flops_per_token / 1e6:.0f} MFLOP per token")
     distinct = sum(len({token for i in batch for token in sentences[i]}) for batch in model.batches(sentences))
     print(f"distinct tokens per batch: {distinct / n_tokens:.0%} of all tokens")
 
-    model.embed_sentences(sentences[:4])  # warm up kernels
-    ours_time = base_time = float("inf")
+    times = {p: float("inf") for p in precisions}
+    outputs = {}
+    base_time = float("inf")
+    for precision in precisions:  # warm up kernels
+        model.precision = precision
+        model.embed_sentences(sentences[:4])
     # The best of interleaved runs: other virtual machines share the host, and a noisy minute
-    # then hits both implementations alike.
+    # then hits every implementation alike.
     for _ in range(args.repeats):
-        ours, seconds = timed(lambda: model.embed_sentences(sentences))
-        ours_time = min(ours_time, seconds)
+        for precision in precisions:
+            model.precision = precision
+            outputs[precision], seconds = timed(lambda: model.embed_sentences(sentences))
+            times[precision] = min(times[precision], seconds)
         base, seconds = timed(lambda: step_by_step(model, sentences))
         base_time = min(base_time, seconds)
-    difference = max(float(numpy.abs(a - b).max()) for a, b in zip(ours, base))
+    model.precision = precisions[0]
+    difference = max(float(numpy.abs(a - b).max()) for a, b in zip(outputs[precisions[0]], base))
     model.token_cache = type(model.token_cache)(50_000)
     model.embed_sentences(sentences)
     cached_time = min(timed(lambda: model.embed_sentences(sentences))[1] for _ in range(args.repeats))
 
-    peak = max(peak, matmul_rate())
-    print(f"measured float32 matmul rate (best of start and end): {peak / 1e9:.1f} GFLOP/s")
-    rows = [
-        ("spacy-elmo (no cache)", ours_time),
-        ("spacy-elmo (warm cache)", cached_time),
-        ("step-by-step port", base_time),
-    ]
-    print(f"{'implementation':26} {'tokens/s':>9} {'GFLOP/s':>8} {'of matmul':>9}")
-    for name, seconds in rows:
+    peaks = {p: max(peak, matmul_rate(DTYPES[p])) for p, peak in peaks.items()}
+    for precision, peak in peaks.items():
+        print(f"measured {precision} matmul rate (best of start and end): {peak / 1e9:.1f} GFLOP/s")
+    first = precisions[0]
+    rows = [(f"spacy-elmo {p} (no cache)", times[p], p) for p in precisions]
+    rows.insert(1, (f"spacy-elmo {first} (warm cache)", cached_time, first))
+    rows.append(("step-by-step port", base_time, "fp32"))
+    print(f"{'implementation':28} {'tokens/s':>9} {'GFLOP/s':>8} {'of matmul':>9}")
+    for name, seconds, precision in rows:
         rate = flops_per_token * n_tokens / seconds
-        print(f"{name:26} {n_tokens / seconds:9.0f} {rate / 1e9:8.1f} {rate / peak:9.0%}")
-    print(f"speed-up over the step-by-step port (no cache): {base_time / ours_time:.2f}x")
-    print(f"largest difference between the two outputs: {difference:.2e}")
+        share = f"{rate / peaks[precision]:9.0%}" if precision in peaks else f"{'':9}"
+        print(f"{name:28} {n_tokens / seconds:9.0f} {rate / 1e9:8.1f} {share}")
+    for precision in precisions:
+        print(f"speed-up of {precision} over the step-by-step port (no cache): {base_time / times[precision]:.2f}x")
+    print(f"largest difference between {first} and the port: {difference:.2e}")
+    if "fp32" in outputs and "bf16" in outputs:
+        print(f"bf16 against fp32: {compare_layers(outputs['bf16'], outputs['fp32'])}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Matrix-product rate of this CPU in float32 and bfloat16, at the biLM's shapes.
 
 bf16 pays only where the CPU multiplies it natively (AMX or AVX512-BF16); elsewhere torch
-emulates it, far slower than float32. Run before choosing a precision on a new machine:
+emulates it, far slower than float32. The biLM's ``precision="auto"`` picks bf16 only on the
+former (spacy_elmo.bilm.precision); this prints what it picks here. Run before choosing a
+precision on a new machine:
 
     python benchmarks/matmul_precision.py
 """
@@ -11,6 +13,8 @@ from typing import Tuple
 
 import torch
 import typer
+
+from spacy_elmo.bilm.precision import resolve_precision
 
 # Small enough that one emulated bf16 product takes seconds, not minutes.
 SHAPES: Tuple[Tuple[int, int, int], ...] = (
@@ -40,7 +44,8 @@ def main(threads: int = typer.Option(0, help="torch threads (0: torch's default)
     if threads:
         torch.set_num_threads(threads)
     typer.echo(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability "
-               f"{torch.backends.cpu.get_cpu_capability()}")
+               f"{torch.backends.cpu.get_cpu_capability()}; precision 'auto' resolves to "
+        f"{resolve_precision('auto', torch.device('cpu'))}")
     typer.echo("| m x k x n | float32 GFLOP/s | bfloat16 GFLOP/s | bf16 / fp32 |\n|---|---|---|---|")
     for m, k, n in SHAPES:
         fp32 = gflops(m, k, n, torch.float32, seconds)

@@ -1,10 +1,12 @@
 """Training speed of a pretraining preset: tokens per second (per direction) after warm-up.
 
-    python benchmarks/pretrain_speed.py --preset small [--corpus PATH] [--steps 30]
+    python benchmarks/pretrain_speed.py --preset small [--corpus PATH] [--steps 30] [--precision auto]
 
 Without --corpus, a Zipfian random-word corpus is generated in a temporary directory (the
 vocabulary pass is not timed). Tokens are window positions, boundaries included, summed over
-the batch: the unit of the training log's tokens_per_s.
+the batch: the unit of the training log's tokens_per_s. ``--precision`` is that of the matrix
+products, as ``spacy-elmo pretrain --precision`` (bf16 is emulated, far slower, on CPUs without
+AMX or AVX512-BF16).
 """
 
 import argparse
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from spacy_elmo.bilm.precision import PRECISIONS
 from spacy_elmo.training import get_preset
 from spacy_elmo.training.distributed import Distributed
 from spacy_elmo.training.train import Trainer
@@ -36,6 +39,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     preset = get_preset(args.preset)
@@ -44,7 +48,7 @@ def main() -> None:
         if corpus is None:
             corpus = Path(tmp) / "corpus.txt"
             zipf_corpus(corpus)
-        config = preset.training.updated(max_steps=args.warmup + args.steps)
+        config = preset.training.updated(max_steps=args.warmup + args.steps, precision=args.precision)
         trainer = Trainer(
             Distributed(),
             corpus,
@@ -67,7 +71,7 @@ def main() -> None:
     print(
         f"preset {args.preset}: {n_params / 1e6:.1f} M parameters (softmax included), "
         f"batch {config.batch_size} x window {config.window}, {config.n_negatives or 'full'} softmax, "
-        f"{args.threads} thread(s)"
+        f"{args.threads} thread(s), {args.precision} precision ({trainer.bilm.compute_dtype})"
     )
     print(
         f"{tokens / seconds:.0f} tokens/s ({seconds / args.steps * 1000:.0f} ms/step); "
