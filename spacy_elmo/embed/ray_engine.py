@@ -99,7 +99,7 @@ def embed_on_ray(
                 "threads": threads or 1,
             },
             batch_size=1,
-            concurrency=workers,
+            compute=ray.data.ActorPoolStrategy(size=workers),
             num_cpus=1,
         )  # Ray Data restarts dead actors and retries their tasks by default (max_restarts=-1)
         for row in results.iter_rows():
