@@ -96,7 +96,8 @@ def parse_layers(text: str) -> Tuple[str, Optional[Tuple[float, ...]]]:
 
 
 def model_identity(bilm: BiLM) -> Dict[str, Any]:
-    """The biLM's options and a SHA-256 of its weights (names, dtypes, shapes and values).
+    """The biLM's options, a SHA-256 of its weights (names, dtypes, shapes and values) and the
+    dtype of its matrix products (bf16 products give other values than fp32 ones).
 
     Unlike :meth:`BiLM.fingerprint`, which only tells in-process changes apart, this names the
     same weights the same way in every process and on every machine, however they were loaded.
@@ -106,7 +107,8 @@ def model_identity(bilm: BiLM) -> Dict[str, Any]:
         array = tensor.detach().cpu().contiguous()
         digest.update(f"{name}:{array.dtype}:{tuple(array.shape)};".encode("utf8"))
         digest.update(array.view(-1).view(torch.uint8).numpy().tobytes() if array.numel() else b"")
-    return {"fingerprint": digest.hexdigest(), "options": bilm.options.to_dict()}
+    products = str(bilm.compute_dtype).replace("torch.", "")  # the precision setting, resolved
+    return {"fingerprint": digest.hexdigest(), "products": products, "options": bilm.options.to_dict()}
 
 
 def identity_differences(stored: Dict[str, Any], current: Dict[str, Any]) -> List[str]:

@@ -4,8 +4,8 @@ The store maps a sentence's tokens to its layers, (n_layers + 1, n_tokens, width
 looks up each biLM input (a doc, a sentence of it, or a window; see
 :mod:`spacy_elmo.layers.segmentation`) and computes only what is missing, so ``spacy train``
 runs over the same corpus pay for the biLM once. A stored value equals what the biLM would
-compute only if it is the same biLM (weights, checked by the fingerprint in the manifest) in the
-same state mode; both are checked before the first lookup, and a mismatch is an error.
+compute only if it is the same biLM (weights, checked by the fingerprint in the manifest) with the
+same precision of products, in the same state mode; all are checked before the first lookup, and a mismatch is an error.
 
 The store is opened on first use: only the tokens are read then (an index held in memory); the
 layers are read on demand, one Parquet row group (or HDF5 dataset) at a time, the most recently
@@ -87,13 +87,19 @@ class FeatureStore:
         if self._checked == bilm.fingerprint():
             return
         assert self._manifest is not None
-        stored = self._manifest.model["fingerprint"]
-        current = model_identity(bilm)["fingerprint"]
+        identity = model_identity(bilm)
+        stored, current = self._manifest.model["fingerprint"], identity["fingerprint"]
         if stored != current:
             raise ValueError(
                 f"elmo features: {self.path} was computed by another biLM (fingerprint {stored[:12]}, this "
                 f"pipeline's is {current[:12]}). Recompute it with `spacy-elmo embed` and this pipeline's "
                 "biLM (--options-file/--weight-file), or set [components.elmo] features = null."
+            )
+        if identity["products"] != self._manifest.model["products"]:
+            raise ValueError(
+                f"elmo features: {self.path} was computed with {self._manifest.model['products']} matrix products "
+                f"but this pipeline's biLM multiplies in {identity['products']}: set the component's precision "
+                "to match ([components.elmo.model] precision), or recompute the store in that precision"
             )
         if bilm.state_mode != self._settings.state:
             raise ValueError(
