@@ -21,6 +21,7 @@ import typer
 
 # name in the metrics files -> label in the table and plots, in display order
 SYSTEMS = {
+    "spacy": "(s) spaCy's efficiency config",
     "cnn": "(a) CNN tok2vec",
     "vectors": "(b) CNN + word2vec",
     "pretrain": "(c) CNN + spacy pretrain",

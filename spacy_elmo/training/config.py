@@ -135,6 +135,28 @@ PRESETS: Dict[str, Preset] = {
         ),
         "about 5 M tokens an hour on 2 CPU cores",
     ),
+    "base": Preset(
+        ElmoOptions(
+            lstm_dim=1024,
+            projection_dim=128,
+            n_layers=2,
+            char_embedding_dim=16,
+            filters=((1, 32), (2, 64), (3, 128), (4, 256), (5, 256), (6, 288)),
+            n_highway=1,
+        ),
+        # The published Small LSTM and projection with a char CNN of 1,024 filters (not 2,048),
+        # trained as `small`: twice the token vector of `small`, within a CPU budget.
+        TrainingConfig(
+            batch_size=64,
+            window=20,
+            vocab_size=50_000,
+            min_count=2,
+            n_negatives=2048,
+            optimizer="adam",
+            learning_rate=0.002,
+        ),
+        "about 2 M tokens an hour on 2 CPU cores",
+    ),
     "elmo-small": Preset(_published(1024, 128, 1), _PUBLISHED_TRAINING, "the published Small sizes"),
     "elmo-medium": Preset(_published(2048, 256, 1), _PUBLISHED_TRAINING, "the published Medium sizes"),
     "elmo-original": Preset(_published(4096, 512, 2), _PUBLISHED_TRAINING, "the published Original sizes"),
