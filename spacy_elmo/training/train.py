@@ -2,7 +2,8 @@
 
 A run lives in OUTPUT_DIR: ``checkpoint.pt`` (see :mod:`.checkpoint`), ``log.jsonl`` (one JSON
 record per log interval, held-out evaluation and the end), and, when it ends, the exported model
-``options.json`` + ``weights.hdf5`` (standard layout, with a warm start) and ``vocab.txt``.
+``options.json`` + ``weights.hdf5`` (standard layout, with a warm start), ``vocab.txt`` and
+``softmax.hdf5`` (see :mod:`.continuation`: with them, ``init_from`` continues exactly).
 Running the same command again resumes from the checkpoint; the settings of the run come from
 the checkpoint, except the limits and intervals (max_steps, max_time, checkpoint_every,
 eval_every, log_every, eval_tokens) and the precision of the products, which the new command
@@ -37,6 +38,7 @@ from .checkpoint import (
     set_rng_state,
 )
 from .config import TrainingConfig, training_keys
+from .continuation import SOFTMAX_NAME, VOCAB_NAME, find_continuation, load_softmax, write_continuation
 from .corpus import CorpusReader, read_documents
 from .distributed import Distributed, all_sum, init_distributed, shutdown
 from .evaluate import heldout_perplexity
@@ -64,7 +66,8 @@ def pretrain(
     Returns the final metrics on the main process ({} on the others of a distributed run).
 
     ``options`` gives the model sizes (ignored with ``init_from`` = (options file, weight file),
-    which continues from a standard dump, or when resuming). Joins a process group when
+    which continues from a standard dump, with its softmax and vocabulary when they were exported
+    beside the weight file, or when resuming). Joins a process group when
     launched by torchrun (see :mod:`.distributed`).
     """
     if config.max_steps is None and config.max_time is None:
@@ -111,13 +114,22 @@ class Trainer:
         self.config = config
         self.reader = CorpusReader(input_path, config.lang, config.paragraphs)
         self.dev_documents = self._dev_documents(dev_path)
-        self.vocab = Vocabulary(checkpoint["vocab"]) if checkpoint else self._build_vocab()
+        continuation = find_continuation(init_from[1]) if init_from and checkpoint is None else None
+        if checkpoint:
+            self.vocab = Vocabulary(checkpoint["vocab"])
+        else:
+            self.vocab = continuation.vocab if continuation else self._build_vocab()
         _seed_everything(config.seed)
         bilm = BiLM.from_files(*init_from) if init_from and checkpoint is None else BiLM(options)
         bilm.warm_hidden = bilm.warm_memory = None  # a warm start is recomputed at export
         bilm.dropout = config.dropout
         bilm.precision = config.precision
-        self.loss = BiLMLoss(bilm, len(self.vocab), config.n_negatives, config.dropout).to(env.device)
+        self.loss = BiLMLoss(bilm, len(self.vocab), config.n_negatives, config.dropout)
+        if continuation is not None:
+            load_softmax(self.loss.softmax, continuation)
+            if self.progress:
+                tqdm.write(f"Continuing with the softmax and vocabulary exported beside {init_from[1]}")
+        self.loss.to(env.device)
         self.model = DistributedDataParallel(self.loss) if env.enabled else self.loss
         self.optimizer = _optimizer(config, self.loss.parameters())
         self.rows = config.batch_size // env.world
@@ -301,7 +313,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ the end
     def _finish(self) -> Dict[str, Any]:
-        """Export (rank 0): warm start, standard files, vocabulary; final held-out perplexities."""
+        """Export (rank 0): warm start, standard files, vocabulary and softmax; final held-out perplexities."""
         metrics: Dict[str, Any] = {"step": self.step, "tokens": self.tokens, "elapsed": self.elapsed}
         if self.env.is_main:
             bilm = self.bilm
@@ -311,9 +323,9 @@ class Trainer:
             if self.dev_documents:
                 states = STATE_MODES if bilm.warm_hidden is not None else ("zero", "carry")
                 metrics["eval"] = self._evaluate(states)["eval"]
-            with self._writing("the exported options.json, weights.hdf5 and vocab.txt"):
+            with self._writing(f"the exported options.json, weights.hdf5, {VOCAB_NAME} and {SOFTMAX_NAME}"):
                 bilm.to_files(self.output_dir / "options.json", self.output_dir / "weights.hdf5")
-                self.vocab.to_file(self.output_dir / "vocab.txt")
+                write_continuation(self.output_dir, self.vocab, self.loss.softmax)
             self._write_log({"final": metrics})
         self.env.barrier()
         return metrics if self.env.is_main else {}

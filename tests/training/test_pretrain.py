@@ -1,7 +1,10 @@
 """End-to-end runs of the tiny preset: learning, export, reload, fine-tuning, the CLI."""
 
 import json
+import shutil
 
+import h5py
+import numpy
 import pytest
 from typer.testing import CliRunner
 
@@ -67,8 +70,12 @@ def test_export_is_standard_and_reloads(trained):
     assert set(metrics["eval"]) == {"zero", "warm", "carry"}
 
 
-def test_init_from_continues_from_standard_files(trained, tmp_path):
+def test_init_from_standard_files_alone_starts_a_new_softmax(trained, tmp_path):
     root, _ = trained
+    standard = tmp_path / "standard"
+    standard.mkdir()
+    for name in ("options.json", "weights.hdf5"):
+        shutil.copy(root / "out" / name, standard / name)
     preset = get_preset("tiny")
     config = preset.training.updated(max_steps=1, log_every=1, warm_documents=0)
     write_corpus(tmp_path / "other.txt", 50)
@@ -82,7 +89,7 @@ def test_init_from_continues_from_standard_files(trained, tmp_path):
         config,
         resume=False,
         progress=False,
-        init_from=(root / "out" / "options.json", root / "out" / "weights.hdf5"),
+        init_from=(standard / "options.json", standard / "weights.hdf5"),
     )
     fresh = _records(tmp_path / "fresh_same")[0]["loss"]
     tuned = _records(tmp_path / "tuned")[0]["loss"]
@@ -91,6 +98,38 @@ def test_init_from_continues_from_standard_files(trained, tmp_path):
     assert load_checkpoint(tmp_path / "tuned" / "checkpoint.pt")["softmax"]["weight"].shape[0] == len(
         (tmp_path / "tuned" / "vocab.txt").read_text().splitlines()
     )
+
+
+def test_init_from_an_export_continues_with_its_softmax_exactly(trained, tmp_path):
+    root, metrics = trained
+    out = root / "out"
+    preset = get_preset("tiny")
+    # one step of a vanishing learning rate: the model must score the held-out text as the export did
+    config = preset.training.updated(max_steps=1, eval_every=1, learning_rate=1e-12)
+    continued = pretrain(
+        root / "train.txt", tmp_path / "continued", preset.options, config, dev_path=root / "dev.txt",
+        resume=False, progress=False, init_from=(out / "options.json", out / "weights.hdf5"),
+    )
+    exported, again = metrics["eval"]["zero"], continued["eval"]["zero"]
+    assert again["forward"] == pytest.approx(exported["forward"], rel=1e-5)
+    assert again["backward"] == pytest.approx(exported["backward"], rel=1e-5)
+    assert (tmp_path / "continued" / "vocab.txt").read_text() == (out / "vocab.txt").read_text()
+    with h5py.File(out / "softmax.hdf5", "r") as f:
+        assert f["weight"].shape == (len((out / "vocab.txt").read_text().splitlines()), preset.options.projection_dim)
+        assert f["weight"].dtype == numpy.float32 and f["bias"].shape == f["weight"].shape[:1]
+
+
+def test_init_from_refuses_a_softmax_of_another_run(trained, tmp_path):
+    root, _ = trained
+    mixed = tmp_path / "mixed"
+    shutil.copytree(root / "out", mixed)
+    (mixed / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nonly\n", encoding="utf8")
+    preset = get_preset("tiny")
+    with pytest.raises(ValueError, match="different runs"):
+        pretrain(
+            root / "train.txt", tmp_path / "run", preset.options, preset.training.updated(max_steps=1),
+            resume=False, progress=False, init_from=(mixed / "options.json", mixed / "weights.hdf5"),
+        )
 
 
 def test_cli_reports_bad_input_clearly(tmp_path):

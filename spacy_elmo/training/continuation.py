@@ -1,0 +1,84 @@
+"""What a later run needs to continue pretraining exactly: the softmax and its vocabulary.
+
+The standard files (``options.json`` + ``weights.hdf5``) hold the biLM and its warm start, but
+not the output layer: bilm-tf's dumps drop it, as inference never needs it. A run continued
+from those files alone starts a new softmax, and its first thousand steps go to relearning what
+the old one knew. So ``pretrain`` also exports ``softmax.hdf5`` (datasets ``weight``
+(vocab_size, projection_dim) and ``bias`` (vocab_size,), float32) beside ``vocab.txt`` (bilm-tf's
+vocabulary file: the words in id order, markers first). ``--init-from OPTIONS WEIGHTS`` finds
+both beside WEIGHTS and continues with them: the model then scores the held-out text exactly as
+the exporting run did at its end. The optimiser's moments are not exported; they rebuild within
+a few steps. Without the two files (e.g. the bundled biLM), a new vocabulary and softmax are made.
+"""
+
+from pathlib import Path
+from typing import NamedTuple, Optional
+
+import h5py
+import numpy
+import torch
+
+from ..fileio import PathLike, atomic_path
+from .softmax import SharedSoftmax
+from .vocab import MARKER_NAMES, Vocabulary
+
+SOFTMAX_NAME = "softmax.hdf5"
+VOCAB_NAME = "vocab.txt"
+
+
+class Continuation(NamedTuple):
+    """The output layer of an earlier run: its vocabulary and softmax parameters."""
+
+    vocab: Vocabulary
+    weight: numpy.ndarray  # (vocab_size, projection_dim) float32
+    bias: numpy.ndarray  # (vocab_size,) float32
+
+
+def write_continuation(output_dir: PathLike, vocab: Vocabulary, softmax: SharedSoftmax) -> None:
+    """Write ``vocab.txt`` and ``softmax.hdf5`` into ``output_dir``, each atomically."""
+    output_dir = Path(output_dir)
+    with atomic_path(output_dir / VOCAB_NAME) as path:
+        vocab.to_file(path)
+    with atomic_path(output_dir / SOFTMAX_NAME) as path, h5py.File(path, "w") as f:
+        f.create_dataset("weight", data=softmax.weight.detach().float().cpu().numpy())
+        f.create_dataset("bias", data=softmax.bias.detach().float().cpu().numpy())
+
+
+def find_continuation(weight_file: PathLike) -> Optional[Continuation]:
+    """The vocabulary and softmax exported beside ``weight_file``, or None when either is missing."""
+    directory = Path(weight_file).parent
+    vocab_path, softmax_path = directory / VOCAB_NAME, directory / SOFTMAX_NAME
+    if not (vocab_path.exists() and softmax_path.exists()):
+        return None
+    vocab = read_vocab(vocab_path)
+    try:
+        with h5py.File(softmax_path, "r") as f:
+            weight, bias = f["weight"][...].astype(numpy.float32), f["bias"][...].astype(numpy.float32)
+    except (OSError, KeyError) as err:
+        raise ValueError(f"{softmax_path} is not a softmax exported by spacy-elmo pretrain ({err}); remove it to start a new softmax") from err
+    if weight.ndim != 2 or bias.shape != (weight.shape[0],) or weight.shape[0] != len(vocab):
+        raise ValueError(
+            f"{softmax_path} has a softmax of shape {weight.shape} and bias {bias.shape}, but {vocab_path} has "
+            f"{len(vocab)} entries: they come from different runs; remove both to start a new softmax"
+        )
+    return Continuation(vocab, weight, bias)
+
+
+def read_vocab(path: Path) -> Vocabulary:
+    """bilm-tf's vocabulary file as :meth:`Vocabulary.to_file` writes it."""
+    lines = path.read_text(encoding="utf8").splitlines()
+    if tuple(lines[: len(MARKER_NAMES)]) != MARKER_NAMES:
+        raise ValueError(f"{path} does not start with the markers {', '.join(MARKER_NAMES)}: not a vocabulary of spacy-elmo pretrain")
+    return Vocabulary(lines[len(MARKER_NAMES) :])
+
+
+def load_softmax(softmax: SharedSoftmax, continuation: Continuation) -> None:
+    """Copy the exported parameters into ``softmax``; its projection size must match."""
+    if tuple(softmax.weight.shape) != continuation.weight.shape:
+        raise ValueError(
+            f"the exported softmax has shape {continuation.weight.shape}, the biLM needs "
+            f"{tuple(softmax.weight.shape)}: the softmax was exported with another biLM"
+        )
+    with torch.no_grad():
+        softmax.weight.copy_(torch.from_numpy(continuation.weight))
+        softmax.bias.copy_(torch.from_numpy(continuation.bias))
