@@ -9,6 +9,7 @@ from thinc.api import Maxout, Model, PyTorchGradScaler, chain, concatenate, with
 from thinc.types import Floats2d, Floats3d
 
 from .bilm.model import StateMode
+from .bilm.precision import Precision
 from .layers import ElmoBiLMLayer, ElmoListener, ScalarMix
 
 
@@ -33,6 +34,7 @@ def build_elmo_bilm(
     dropout: float,
     mixed_precision: bool,
     grad_scaler_config: dict,
+    precision: Precision = "auto",
 ) -> Model[List[Doc], List[Floats3d]]:
     """The ELMo biLM: docs in, one (n_layers + 1, n_tokens, 2 * projection_dim) array per doc out.
 
@@ -46,8 +48,13 @@ def build_elmo_bilm(
     ``freeze`` keeps the biLM's weights fixed (features computed without gradients and cached
     across epochs, up to ``feature_cache_mb``). ``window``/``overlap`` split text without
     sentence boundaries (see :mod:`spacy_elmo.layers.segmentation`). ``max_batch_tokens`` bounds the
-    padded tokens per biLM call. ``mixed_precision`` and ``grad_scaler_config`` (arguments of
-    thinc's PyTorchGradScaler) are passed to thinc's PyTorchShim; both only act on GPU.
+    padded tokens per biLM call. ``precision``: of the biLM's matrix products, ``"fp32"``,
+    ``"bf16"`` or ``"auto"`` (bf16 where the CPU or GPU multiplies it natively; see
+    :mod:`spacy_elmo.bilm.precision`); features are float32 either way. It has a default so
+    that configs saved before it existed still load. ``mixed_precision`` and
+    ``grad_scaler_config`` (arguments of thinc's PyTorchGradScaler) are passed to thinc's
+    PyTorchShim; both only act on GPU, and thinc's autocast does not reach inside the biLM,
+    which sets its precision itself.
     """
     sizes: Dict[str, Any] = {
         "lstm_dim": lstm_dim,
@@ -71,6 +78,7 @@ def build_elmo_bilm(
         token_cache_size=token_cache_size,
         feature_cache_mb=feature_cache_mb,
         dropout=dropout,
+        precision=precision,
         mixed_precision=mixed_precision,
         grad_scaler=grad_scaler,
     )

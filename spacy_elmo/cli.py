@@ -1,4 +1,4 @@
-"""The command line: ``spacy-elmo pretrain`` and ``spacy-elmo copy-pretrained`` (also ``python -m spacy_elmo ...``)."""
+"""The command line: ``spacy-elmo pretrain``, ``copy-pretrained`` and ``embed`` (also ``python -m spacy_elmo ...``)."""
 
 import re
 import shutil
@@ -73,6 +73,11 @@ def pretrain(
     threads: Optional[int] = typer.Option(
         None, help="Torch threads per process" + default("torch's choice; torchrun sets 1")
     ),
+    precision: Optional[str] = typer.Option(
+        None,
+        help="Matrix products in fp32, bf16, or auto: bf16 where the CPU (AMX, AVX512-BF16) or GPU "
+        "multiplies it natively; weights, optimizer and loss stay fp32" + default("auto"),
+    ),
     resume: bool = typer.Option(True, help="Continue from OUTPUT_DIR/checkpoint.pt if it exists"),
     progress: bool = typer.Option(True, help="Show a progress bar"),
 ) -> None:
@@ -108,6 +113,7 @@ def pretrain(
             eval_tokens=eval_tokens,
             warm_documents=warm_documents,
             seed=seed,
+            precision=precision,
         )
         init = None if init_from is None else (Path(init_from[0]), Path(init_from[1]))
         metrics = run_pretraining(input_path, output_dir, chosen.options, config, dev, init, resume, progress)
@@ -146,6 +152,46 @@ def copy_pretrained(
     for path in files:
         shutil.copyfile(path, output_dir / path.name)
     typer.echo(f"Copied the bundled biLM {name!r} to {output_dir / files[0].name} and {output_dir / files[1].name}")
+
+
+@app.command()
+def embed(
+    input_path: Path = typer.Argument(
+        ..., metavar="INPUT", help="A sentence per line: a file or a directory of .txt / .jsonl / .spacy files"
+    ),
+    output: Path = typer.Argument(
+        ..., metavar="OUTPUT", help="A directory of Parquet shards, or an .hdf5 file in AllenNLP's layout"
+    ),
+    options_file: Optional[Path] = typer.Option(None, help="ELMo options.json" + default("the bundled biLM")),
+    weight_file: Optional[Path] = typer.Option(None, help="ELMo weights.hdf5" + default("the bundled biLM")),
+    state: str = typer.Option("zero", help="Where each batch's LSTM states start: zero, warm or carry"),
+    layers: str = typer.Option("all", help="Kept output: all, top, average or mix:W0,W1,W2 (one weight per layer)"),
+    whitespace: bool = typer.Option(False, help="Split text on whitespace (pre-tokenized input) instead of spaCy's tokenizer"),
+    lang: str = typer.Option("en", help="Language of the spaCy tokenizer"),
+    format: Optional[str] = typer.Option(None, help="hdf5 or parquet" + default("hdf5 for OUTPUT ending .hdf5/.h5, else parquet")),
+    engine: str = typer.Option("local", help="local (this process) or ray (Parquet only; pip install 'spacy-elmo[ray]')"),
+    workers: int = typer.Option(2, help="Ray: biLM actors, one model load each"),
+    ray_address: Optional[str] = typer.Option(None, help="Ray: address of a running cluster" + default("start a local Ray")),
+    shard_size: int = typer.Option(10_000, help="Sentences per output shard: the unit of resuming and of Ray tasks"),
+    batch_tokens: int = typer.Option(4096, help="Padded tokens per biLM call"),
+    threads: Optional[int] = typer.Option(None, help="Torch threads per process" + default("torch's choice")),
+    progress: bool = typer.Option(True, help="Show a progress bar"),
+) -> None:
+    """ELMo layers of every sentence of INPUT, stored in OUTPUT; rerun the same command to resume."""
+    from .bilm import ElmoFileError
+    from .embed import EmbedSettings, OutputError, parse_layers, run_embed
+
+    try:
+        choice, mix = parse_layers(layers)
+        settings = EmbedSettings(state, choice, mix, lang, whitespace, shard_size, batch_tokens)  # type: ignore[arg-type]
+        summary = run_embed(
+            input_path, output, settings, options_file, weight_file, format=format, engine=engine,  # type: ignore[arg-type]
+            workers=workers, ray_address=ray_address, threads=threads, progress=progress,
+        )
+    except (ValueError, OSError, ElmoFileError, OutputError, ImportError) as err:
+        typer.secho(f"Error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from err
+    typer.echo(f"{output}: {summary}")
 
 
 def parse_duration(text: str) -> float:

@@ -35,7 +35,8 @@ from .threads import Threads, check_threads, torch_threads
 LAYERS_ATTR = "elmo_layers"
 
 # [components.elmo.model]: the bundled English biLM, frozen (see spacy_elmo.ElmoBiLM.v1). The
-# sizes are null: the biLM's files decide them. The biLM's run settings default to BiLM's own.
+# sizes are null: the biLM's files decide them. The biLM's run settings default to BiLM's own,
+# except precision: "auto" (bf16 products where the hardware has them), fp32 for BiLM.
 DEFAULT_MODEL = {
     "@architectures": "spacy_elmo.ElmoBiLM.v1",
     "pretrained": "en",
@@ -50,6 +51,7 @@ DEFAULT_MODEL = {
     "token_cache_size": BiLMSettings.cache_size,
     "feature_cache_mb": 512.0,
     "dropout": BiLMSettings.dropout,
+    "precision": "auto",
     "mixed_precision": False,
     "grad_scaler_config": {},
 }
@@ -67,6 +69,7 @@ for _attr in (FEATURES_ATTR, LAYERS_ATTR):
         "tensor_weights": None,
         "pipe_batch_tokens": 8192,
         "threads": "auto",
+        "features": None,
     },
 )
 def make_elmo(
@@ -77,6 +80,7 @@ def make_elmo(
     tensor_weights: Optional[List[float]],
     pipe_batch_tokens: int,
     threads: Threads,
+    features: Optional[str],
 ) -> "Elmo":
     """ELMo vectors for ``doc.tensor``, ``token.vector`` & co, and features for listeners.
 
@@ -86,6 +90,8 @@ def make_elmo(
     at most this many tokens, which bounds the memory the layers of a batch take.
     ``threads``: torch threads for the biLM; ``"auto"`` takes all cores on an idle machine and
     leaves other busy processes their cores (see :mod:`spacy_elmo.threads`).
+    ``features``: a store written by ``spacy-elmo embed`` (Parquet directory or .hdf5 file) of the
+    same biLM; biLM inputs found there take their layers from it, the others are computed.
     """
     return Elmo(
         nlp.vocab,
@@ -95,6 +101,7 @@ def make_elmo(
         tensor_weights=tensor_weights,
         pipe_batch_tokens=pipe_batch_tokens,
         threads=threads,
+        features=features,
     )
 
 
@@ -111,6 +118,7 @@ class Elmo(TrainablePipe):
         tensor_weights: Optional[List[float]] = None,
         pipe_batch_tokens: int = 8192,
         threads: Threads = "auto",
+        features: Optional[Union[str, Path]] = None,
     ) -> None:
         if pipe_batch_tokens < 1:
             raise ValueError(f"elmo pipe_batch_tokens must be at least 1, got {pipe_batch_tokens}")
@@ -124,8 +132,22 @@ class Elmo(TrainablePipe):
             "tensor_weights": list(tensor_weights) if tensor_weights is not None else None,
             "pipe_batch_tokens": pipe_batch_tokens,
             "threads": threads,
+            "features": str(features) if features is not None else None,
         }
         self._pid = os.getpid()
+        if features is not None:
+            self._use_features(Path(features))
+
+    def _use_features(self, path: Path) -> None:
+        """Let the frozen biLM read precomputed layers from ``path`` (opened on first use)."""
+        from .embed.store import FeatureStore
+
+        if not self.model.attrs["freeze"]:
+            raise ValueError(
+                "elmo features: precomputed layers need a frozen biLM (freeze = true); a biLM being "
+                "fine-tuned changes its outputs. Set [components.elmo] features = null or freeze = true."
+            )
+        self.model.attrs["feature_store"] = FeatureStore(path)
 
     # ------------------------------------------------------------------ listeners
     @property

@@ -21,6 +21,7 @@ from thinc.types import Floats3d
 
 from ..bilm import BiLM, ElmoOptions
 from ..bilm.model import BiLMSettings, StateMode
+from ..bilm.precision import Precision, check_precision
 from ..pretrained import pretrained_files
 from .arrays import no_backprop, split_by_lengths
 from .feature_cache import FeatureCache
@@ -70,6 +71,7 @@ def ElmoBiLMLayer(
     token_cache_size: int,
     feature_cache_mb: float,
     dropout: float,
+    precision: Precision,
     mixed_precision: bool,
     grad_scaler: Optional[PyTorchGradScaler],
 ) -> Model[List[Doc], List[Floats3d]]:
@@ -85,6 +87,7 @@ def ElmoBiLMLayer(
     if options_file is None and pretrained is not None:
         options_file, weight_file = pretrained_files(pretrained)
     check_window(window, overlap)
+    check_precision(precision)
     if feature_cache_mb < 0:
         raise ValueError(f"elmo feature_cache_mb must be 0 or more, got {feature_cache_mb}")
     from_files = options_file is not None
@@ -102,7 +105,7 @@ def ElmoBiLMLayer(
             "options_file": str(options_file) if from_files else None,
             "weight_file": str(weight_file) if from_files else None,
             "sizes": sizes,
-            "bilm_settings": BiLMSettings(state, token_cache_size, max_batch_tokens, dropout),
+            "bilm_settings": BiLMSettings(state, token_cache_size, max_batch_tokens, dropout, precision),
             "freeze": freeze,
             "window": window,
             "overlap": overlap,
@@ -193,8 +196,9 @@ def _run_frozen(model: Model, docs: List[Doc], plan: SegmentPlan, use_cache: boo
     Every biLM batch is written into the docs' output arrays as soon as it is computed, so
     besides the outputs, memory holds one batch (and the feature cache), whatever the length of
     the docs. With ``use_cache``, results are looked up in and added to the bounded feature cache
-    (not in ``"carry"`` mode, where outputs depend on call history). A sentence that occurs
-    several times runs once (not in carry mode: there, rows matter).
+    (not in ``"carry"`` mode, where outputs depend on call history). Sentences not cached are
+    looked up in the ``feature_store`` attr when the component set one (``features``). A
+    sentence that occurs several times runs once (not in carry mode: there, rows matter).
     """
     bilm = get_bilm(model)
     ops = model.ops
@@ -209,6 +213,11 @@ def _run_frozen(model: Model, docs: List[Doc], plan: SegmentPlan, use_cache: boo
         copies.setdefault(key if bilm.state_mode != "carry" else (i,), []).append(i)
     groups = list(copies.values())
     found = cache.get_many([keys[g[0]] for g in groups], bilm.fingerprint()) if cache is not None else [None] * len(groups)
+    store = model.attrs.get("feature_store")  # precomputed layers (spacy_elmo.embed.store.FeatureStore)
+    if store is not None:
+        missing = [k for k, value in enumerate(found) if value is None]
+        for k, value in zip(missing, store.get_many([keys[groups[k][0]] for k in missing], bilm)):
+            found[k] = ops.asarray3f(value) if value is not None else None
     for group, value in zip(groups, found):
         if value is not None:
             for i in group:

@@ -6,8 +6,10 @@ import h5py
 import numpy
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
+from spacy_elmo.cli import app
 from spacy_elmo.training import SharedSoftmax, TrainingConfig, get_preset, pretrain
 from spacy_elmo.training.checkpoint import load_checkpoint
 from spacy_elmo.training.softmax import sample_log_uniform
@@ -45,9 +47,26 @@ def test_pretrain_with_bf16_products_keeps_everything_else_float32(tmp_path):
     assert numpy.isfinite(reloaded.embed_sentences([["the", "cat", "sat"]])[0]).all()
 
 
-def test_an_unknown_precision_is_a_clear_error():
+def test_an_unknown_precision_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="precision must be one of fp32, bf16, auto, got 'half'"):
         TrainingConfig(precision="half")
+    write_repetitive_corpus(tmp_path / "train.txt", 6)
+    result = CliRunner().invoke(
+        app, ["pretrain", str(tmp_path / "train.txt"), str(tmp_path / "out"), "--preset", "tiny",
+              "--max-steps", "1", "--precision", "fp16"],
+    )
+    assert result.exit_code == 1
+    assert "precision must be one of fp32, bf16, auto, got 'fp16'" in result.output
+
+
+def test_the_cli_passes_the_precision_on(tmp_path):
+    write_repetitive_corpus(tmp_path / "train.txt", 6)
+    result = CliRunner().invoke(
+        app, ["pretrain", str(tmp_path / "train.txt"), str(tmp_path / "out"), "--preset", "tiny",
+              "--max-steps", "1", "--precision", "bf16", "--no-progress", "--warm-documents", "0"],
+    )
+    assert result.exit_code == 0, result.output
+    assert load_checkpoint(tmp_path / "out" / "checkpoint.pt")["config"]["precision"] == "bf16"
 
 
 @pytest.mark.parametrize("n_negatives", [0, 30])
@@ -63,3 +82,14 @@ def test_bf16_softmax_is_close_to_float32(n_negatives):
     assert bf16.dtype == torch.float32
     assert not torch.equal(bf16, fp32)
     torch.testing.assert_close(bf16, fp32, atol=0.03, rtol=0.01)
+
+
+def test_a_resumed_run_takes_the_precision_of_the_new_command(tmp_path):
+    """A run may resume on another machine, where another precision is native."""
+    write_repetitive_corpus(tmp_path / "train.txt", 30)
+    preset = get_preset("tiny")
+    for steps, precision in ((3, "bf16"), (4, "fp32")):
+        config = preset.training.updated(max_steps=steps, precision=precision, warm_documents=0)
+        pretrain(tmp_path / "train.txt", tmp_path / "out", preset.options, config, progress=False)
+        checkpoint = load_checkpoint(tmp_path / "out" / "checkpoint.pt")
+        assert (checkpoint["step"], checkpoint["config"]["precision"]) == (steps, precision)

@@ -1,0 +1,113 @@
+"""Precomputed features: the elmo component reads layers from a store made by `spacy-elmo embed`."""
+
+from pathlib import Path
+
+import numpy
+import pytest
+import spacy
+from spacy.cli.train import train
+from spacy.tokens import DocBin
+
+import spacy_elmo
+from spacy_elmo import BiLM
+from spacy_elmo.embed import EmbedSettings, run_embed
+
+from ..pipeline.conftest import WIDTH, make_examples
+
+TEXTS = ["The bank raised its rates .", "I sat by the river bank .", "Hello there", ""]
+TINY_TRAINING = {
+    "components.ner.model.tok2vec.width": WIDTH,
+    "training.max_steps": 4,
+    "training.eval_frequency": 2,
+}
+
+
+@pytest.fixture
+def count_biLM_sentences(monkeypatch):
+    """How many sentences the biLM computes from now on."""
+    counted = []
+    forward = BiLM.forward
+
+    def counting(self, sentences, state=None):
+        counted.extend(sentences)
+        return forward(self, sentences, state)
+
+    monkeypatch.setattr(BiLM, "forward", counting)
+    return counted
+
+
+def pipeline(bilm_files, features=None):
+    nlp = spacy.blank("en")
+    model = {"options_file": str(bilm_files[0]), "weight_file": str(bilm_files[1])}
+    nlp.add_pipe("elmo", config={"model": model, "features": str(features) if features else None, "threads": 1})
+    nlp.initialize()
+    return nlp
+
+
+@pytest.mark.parametrize("name", ["store", "store.hdf5"])
+def test_stored_sentences_skip_the_biLM_and_give_the_same_vectors(bilm_files, tmp_path, count_biLM_sentences, name):
+    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf8")
+    run_embed(tmp_path / "in.txt", tmp_path / name, EmbedSettings(shard_size=2), *bilm_files, progress=False)
+    plain, stored = pipeline(bilm_files), pipeline(bilm_files, tmp_path / name)
+    count_biLM_sentences.clear()
+    docs = list(stored.pipe(TEXTS[:3]))
+    assert count_biLM_sentences == []
+    for doc, reference in zip(docs, plain.pipe(TEXTS[:3])):
+        numpy.testing.assert_allclose(doc.tensor, reference.tensor, atol=1e-5)
+    count_biLM_sentences.clear()
+    unseen = stored("A sentence the store lacks .")
+    assert count_biLM_sentences == [["A", "sentence", "the", "store", "lacks", "."]]
+    numpy.testing.assert_allclose(unseen.tensor, plain("A sentence the store lacks .").tensor, atol=1e-5)
+
+
+def test_a_store_of_another_biLM_is_an_error_that_names_the_fix(bilm_files, other_bilm_files, tmp_path):
+    (tmp_path / "in.txt").write_text("Hello there\n", encoding="utf8")
+    run_embed(tmp_path / "in.txt", tmp_path / "store", EmbedSettings(), *other_bilm_files, progress=False)
+    nlp = pipeline(bilm_files, tmp_path / "store")
+    with pytest.raises(ValueError, match="another biLM .*spacy-elmo embed.*features = null"):
+        nlp("Hello there")
+
+
+def test_features_need_a_frozen_biLM_and_an_existing_store(bilm_files, tmp_path):
+    nlp = spacy.blank("en")
+    model = {"options_file": str(bilm_files[0]), "weight_file": str(bilm_files[1]), "freeze": False}
+    with pytest.raises(ValueError, match="freeze = true"):
+        nlp.add_pipe("elmo", config={"model": model, "features": str(tmp_path)})
+    nlp = pipeline(bilm_files, tmp_path / "missing")
+    with pytest.raises(FileNotFoundError, match="not an output of spacy-elmo embed"):
+        nlp("Hello")
+
+
+def test_spacy_train_reads_its_features_from_the_store(bilm_files, tmp_path, count_biLM_sentences):
+    """Every training and dev doc is in the store: training never runs the biLM."""
+    nlp = spacy.blank("en")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name, n in (("train", 12), ("dev", 4)):
+        DocBin(docs=[eg.reference for eg in make_examples(nlp, n)]).to_disk(corpus / f"{name}.spacy")
+    run_embed(corpus, tmp_path / "store", EmbedSettings(), *bilm_files, progress=False)
+    count_biLM_sentences.clear()
+    overrides = {
+        **TINY_TRAINING,
+        "paths.train": str(corpus / "train.spacy"),
+        "paths.dev": str(corpus / "dev.spacy"),
+        "paths.elmo_options": str(bilm_files[0]),
+        "paths.elmo_weights": str(bilm_files[1]),
+        "components.elmo.features": str(tmp_path / "store"),
+    }
+    train(Path(spacy_elmo.__file__).parent / "configs" / "ner_elmo.cfg", tmp_path / "out", overrides=overrides)
+    assert count_biLM_sentences == []
+    trained = spacy.load(tmp_path / "out" / "model-last")
+    assert trained("Alice went home .").tensor.shape == (4, WIDTH)
+
+
+def test_a_store_of_other_precision_is_an_error(bilm_files, tmp_path):
+    """bf16 products give other values than the fp32 ones the store holds."""
+    from spacy_elmo.embed.store import FeatureStore
+
+    (tmp_path / "in.txt").write_text("Hello there\n", encoding="utf8")
+    run_embed(tmp_path / "in.txt", tmp_path / "store", EmbedSettings(), *bilm_files, progress=False)
+    store = FeatureStore(tmp_path / "store")
+    assert store.get_many([("Hello", "there")], BiLM.from_files(*bilm_files))[0].shape == (3, 2, WIDTH)
+    with pytest.raises(ValueError, match="float32 matrix products .* bfloat16"):
+        store.get_many([("Hello", "there")], BiLM.from_files(*bilm_files, precision="bf16"))

@@ -1,0 +1,63 @@
+"""``[components.elmo.model] precision``: its default, where it goes, what it survives."""
+
+from pathlib import Path
+
+import numpy
+import pytest
+import spacy
+from thinc.api import Config
+
+import spacy_elmo.configs
+from spacy_elmo.layers import get_bilm
+from spacy_elmo.pipeline_component import DEFAULT_MODEL
+
+from .conftest import elmo_config
+
+TEXTS = ["The cat sat on the mat .", "Prices rose sharply in March ."]
+
+
+def test_the_default_is_auto() -> None:
+    assert DEFAULT_MODEL["precision"] == "auto"
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    assert nlp.config["components"]["elmo"]["model"]["precision"] == "auto"
+
+
+def test_the_shipped_configs_set_it() -> None:
+    paths = sorted(Path(spacy_elmo.configs.__file__).parent.glob("*.cfg"))
+    assert paths
+    for path in paths:
+        config = Config().from_disk(path, interpolate=False)
+        assert config["components"]["elmo"]["model"]["precision"] == "auto", path.name
+
+
+def test_the_setting_reaches_the_bilm_and_survives_saving(bilm_files, tmp_path) -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config(bilm_files, precision="bf16"))
+    nlp.initialize()
+    assert get_bilm(nlp.get_pipe("elmo").model).precision == "bf16"
+    expected = [doc.tensor for doc in nlp.pipe(TEXTS)]
+    assert all(tensor.dtype == numpy.float32 for tensor in expected)
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert get_bilm(loaded.get_pipe("elmo").model).precision == "bf16"
+    for doc, tensor in zip(loaded.pipe(TEXTS), expected):
+        numpy.testing.assert_array_equal(doc.tensor, tensor)
+
+
+def test_a_config_without_it_still_loads(bilm_files) -> None:
+    """Pipelines saved before the setting existed have no precision key."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config(bilm_files))
+    config = nlp.config.copy()
+    del config["components"]["elmo"]["model"]["precision"]
+    reloaded = spacy.util.load_model_from_config(config, auto_fill=False)
+    reloaded.initialize()
+    assert get_bilm(reloaded.get_pipe("elmo").model).precision == "auto"
+
+
+def test_an_unknown_precision_is_a_clear_error(bilm_files) -> None:
+    nlp = spacy.blank("en")
+    with pytest.raises(ValueError, match="elmo.model -> precision") as error:  # spaCy's config check
+        nlp.add_pipe("elmo", config=elmo_config(bilm_files, precision="int4"))
+    assert all(name in str(error.value) for name in ("'int4'", "'fp32'", "'bf16'", "'auto'"))
