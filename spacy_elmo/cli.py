@@ -65,7 +65,10 @@ def pretrain(
         None, help="Training documents read for the exported warm start; 0 for none" + preset_default("warm_documents")),
     seed: Optional[int] = typer.Option(None, help="Random seed" + preset_default("seed")),
     init_from: Optional[Tuple[str, str]] = typer.Option(
-        None, metavar="OPTIONS WEIGHTS", help="Continue from a standard ELMo file pair (domain fine-tuning)"
+        None,
+        metavar="OPTIONS WEIGHTS",
+        help="Continue from a standard ELMo file pair; with vocab.txt and softmax.hdf5 beside WEIGHTS (as pretrain exports them) "
+        "also from its softmax, else with a new one (domain fine-tuning)",
     ),
     pipeline: Optional[Path] = typer.Option(
         None, help="Also save a blank spaCy pipeline with an elmo component holding the model here"
@@ -175,6 +178,7 @@ def embed(
     shard_size: int = typer.Option(10_000, help="Sentences per output shard: the unit of resuming and of Ray tasks"),
     batch_tokens: int = typer.Option(4096, help="Padded tokens per biLM call"),
     threads: Optional[int] = typer.Option(None, help="Torch threads per process" + default("torch's choice")),
+    precision: str = typer.Option("auto", help="Matrix products in fp32, bf16, or auto (bf16 where the hardware multiplies it natively)"),
     progress: bool = typer.Option(True, help="Show a progress bar"),
 ) -> None:
     """ELMo layers of every sentence of INPUT, stored in OUTPUT; rerun the same command to resume."""
@@ -183,7 +187,7 @@ def embed(
 
     try:
         choice, mix = parse_layers(layers)
-        settings = EmbedSettings(state, choice, mix, lang, whitespace, shard_size, batch_tokens)  # type: ignore[arg-type]
+        settings = EmbedSettings(state, choice, mix, lang, whitespace, shard_size, batch_tokens, precision)  # type: ignore[arg-type]
         summary = run_embed(
             input_path, output, settings, options_file, weight_file, format=format, engine=engine,  # type: ignore[arg-type]
             workers=workers, ray_address=ray_address, threads=threads, progress=progress,

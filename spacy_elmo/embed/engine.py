@@ -35,7 +35,9 @@ def load_bilm(options_file: Optional[PathLike], weight_file: Optional[PathLike],
         raise ValueError("give both --options-file and --weight-file, or neither (for the bundled biLM)")
     if options_file is None:
         options_file, weight_file = pretrained_files("en")
-    bilm = BiLM.from_files(options_file, weight_file, state=settings.state, max_batch_tokens=settings.batch_tokens)
+    bilm = BiLM.from_files(
+        options_file, weight_file, state=settings.state, max_batch_tokens=settings.batch_tokens, precision=settings.precision
+    )
     settings.check_model(bilm)
     bilm.eval()
     return bilm

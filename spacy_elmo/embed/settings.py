@@ -14,6 +14,7 @@ import torch
 
 from ..bilm import BiLM, ElmoOptions
 from ..bilm.model import STATE_MODES, StateMode
+from ..bilm.precision import Precision, check_precision
 
 LAYER_CHOICES = ("all", "top", "average", "mix")
 
@@ -26,6 +27,8 @@ class EmbedSettings:
     ``"average"`` the mean of the layers, ``"mix"`` the sum weighted by ``mix``: (n_tokens, width).
     ``shard_size``: sentences per output shard (the unit of resuming and of Ray tasks).
     ``batch_tokens``: padded tokens per biLM call. ``lang``/``whitespace``: tokenization.
+    ``precision``: of the biLM's matrix products, as the component's (see
+    :mod:`spacy_elmo.bilm.precision`); the manifest also records what it resolved to.
     """
 
     state: StateMode = "zero"
@@ -35,6 +38,7 @@ class EmbedSettings:
     whitespace: bool = False
     shard_size: int = 10_000
     batch_tokens: int = 4096
+    precision: Precision = "auto"
 
     def __post_init__(self) -> None:
         if self.state not in STATE_MODES:
@@ -45,6 +49,7 @@ class EmbedSettings:
             raise ValueError("layer weights go with --layers mix:W0,W1,... and only there")
         if self.shard_size < 1 or self.batch_tokens < 1:
             raise ValueError(f"--shard-size and --batch-tokens must be at least 1, got {self.shard_size}, {self.batch_tokens}")
+        check_precision(self.precision)
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)

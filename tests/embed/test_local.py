@@ -90,3 +90,17 @@ def test_spacy_tokenizer_jsonl_and_docbin_inputs(bilm_files, tmp_path):
     assert index == [0, 1, 2]
     assert tokens == [["Do", "n't", "stop", "."], [], ["New", "York", ",", "NY"]]
     assert [a.shape[1] for a in layers] == [4, 0, 4]
+
+
+def test_precision_reaches_the_biLM_and_the_manifest(bilm_files, corpus, tmp_path):
+    settings = EmbedSettings(whitespace=True, precision="bf16")
+    run_embed(corpus, tmp_path / "bf16", settings, *bilm_files, progress=False)
+    manifest = json.loads((tmp_path / "bf16" / "manifest.json").read_text())
+    assert "bfloat16" in json.dumps(manifest["model"]) and manifest["settings"]["precision"] == "bf16"
+    _, tokens, layers = read_parquet(tmp_path / "bf16")
+    for got, want in zip(layers, expected_layers(bilm_files, tokens)):
+        if want.size:
+            cosine = (got * want).sum(-1) / (numpy.linalg.norm(got, axis=-1) * numpy.linalg.norm(want, axis=-1) + 1e-12)
+            assert cosine.mean() > 0.99 and not numpy.array_equal(got, want)
+    with pytest.raises(ValueError, match="fp32"):
+        EmbedSettings(precision="fp16")
