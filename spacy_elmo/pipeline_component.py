@@ -299,8 +299,11 @@ class Elmo(TrainablePipe):
         return None
 
     def initialize(self, get_examples: Optional[Callable[[], Iterable[Example]]] = None, *, nlp: Optional[Language] = None) -> None:
-        """Load or build the biLM, once; no examples are needed."""
+        """Load or build the biLM, once, and open the feature store if one is set; no examples are needed."""
         self.model.initialize()
+        store = self.model.attrs.get("feature_store")
+        if store is not None:
+            store.check()  # training with a missing or wrong store is an error; a loaded pipeline only warns
         self._tensor_weights()
         for listener in self.listeners:
             self._check_listener_sizes(listener)

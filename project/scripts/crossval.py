@@ -9,7 +9,8 @@ pooled, near-duplicates grouped (as ``corpus`` does, so a group never straddles 
 groups shuffled with the seed and dealt to the fold with the fewest documents so far. Fold ``k``
 gets ``OUTPUT/fold<k>/test.spacy`` (fold k), ``dev.spacy`` (fold k+1 mod K: what ``spacy train``
 picks ``model-best`` on) and ``train.spacy`` (the other K-2 folds); ``folds.json`` lists each
-fold's document indices in the pooled order (train, dev, test).
+fold's document indices in the pooled order (train, dev, test), ``all.spacy`` holds the pooled
+documents in that order (what ``spacy-elmo embed`` reads to serve every fold from one store).
 
 ``run``: ``spacy train`` one config on each fold (resumable: a fold whose metrics file exists is
 skipped), then scripts/evaluate.py's metrics of its ``model-best`` on the fold's test documents,
@@ -60,7 +61,7 @@ def fold_roles(k: int, fold: int) -> Dict[str, List[int]]:
 @app.command()
 def split(
     corpus: Path = typer.Argument(..., exists=True, file_okay=False, help="Directory with train/dev/test.spacy"),
-    output_dir: Path = typer.Argument(..., help="Writes OUTPUT_DIR/fold<k>/{train,dev,test}.spacy and folds.json"),
+    output_dir: Path = typer.Argument(..., help="Writes OUTPUT_DIR/fold<k>/{train,dev,test}.spacy, all.spacy and folds.json"),
     k: int = typer.Option(10, help="Number of folds"),
     seed: int = typer.Option(0, help="Seed of the fold assignment (keep it fixed: every system gets these folds)"),
 ) -> None:
@@ -74,6 +75,7 @@ def split(
         for role, members in fold_roles(k, fold).items():
             chosen = [docs[i] for f in members for i in folds[f]]
             DocBin(docs=chosen, store_user_data=False).to_disk(fold_dir / f"{role}.spacy")
+    DocBin(docs=docs, store_user_data=False).to_disk(output_dir / "all.spacy")
     srsly.write_json(output_dir / "folds.json", {"k": k, "seed": seed, "n_docs": len(docs), "folds": folds})
     sizes = ", ".join(str(len(f)) for f in folds)
     typer.echo(f"{len(docs)} documents from {corpus} -> {k} folds of {sizes} in {output_dir}")

@@ -13,6 +13,7 @@ used row groups kept.
 """
 
 import json
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 from typing import Dict, Hashable, List, Optional, Sequence, Tuple
@@ -38,6 +39,7 @@ class FeatureStore:
         self._manifest: Optional[Manifest] = None
         self._checked: Optional[Tuple] = None  # BiLM.fingerprint() of the biLM last checked
         self._row_groups: "OrderedDict[Tuple[str, int], List[numpy.ndarray]]" = OrderedDict()
+        self._warned_missing = False
 
     def __len__(self) -> int:
         return len(self._open())
@@ -47,12 +49,26 @@ class FeatureStore:
         return FeatureStore(self.path)
 
     def get_many(self, keys: Sequence[Hashable], bilm: BiLM) -> List[Optional[numpy.ndarray]]:
-        """The stored layers of each key (a tuple of token strings), or None where not stored."""
+        """The stored layers of each key (a tuple of token strings), or None where not stored.
+
+        A store that is gone (a pipeline trained with one, loaded on another machine) serves
+        nothing: the biLM computes every layer, after one warning. Training checks the path
+        earlier, in :meth:`check`, where a missing store is an error.
+        """
+        if self._index is None and not self.path.exists():
+            if not self._warned_missing:
+                warnings.warn(f"elmo features: the store {self.path} does not exist here; the biLM computes every layer")
+                self._warned_missing = True
+            return [None] * len(keys)
         index = self._open()
         self._check(bilm)
         return [self._read(index[key]) if key in index else None for key in keys]  # type: ignore[index]
 
     # ------------------------------------------------------------------ opening and checks
+    def check(self) -> None:
+        """Open the store now: an error if ``path`` is not a finished output of ``embed``."""
+        self._open()
+
     def _open(self) -> Dict[Tuple[str, ...], Location]:
         if self._index is not None:
             return self._index

@@ -1,5 +1,6 @@
 """Precomputed features: the elmo component reads layers from a store made by `spacy-elmo embed`."""
 
+import shutil
 from pathlib import Path
 
 import numpy
@@ -73,9 +74,8 @@ def test_features_need_a_frozen_biLM_and_an_existing_store(bilm_files, tmp_path)
     model = {"options_file": str(bilm_files[0]), "weight_file": str(bilm_files[1]), "freeze": False}
     with pytest.raises(ValueError, match="freeze = true"):
         nlp.add_pipe("elmo", config={"model": model, "features": str(tmp_path)})
-    nlp = pipeline(bilm_files, tmp_path / "missing")
     with pytest.raises(FileNotFoundError, match="not an output of spacy-elmo embed"):
-        nlp("Hello")
+        pipeline(bilm_files, tmp_path / "missing")
 
 
 def test_spacy_train_reads_its_features_from_the_store(bilm_files, tmp_path, count_biLM_sentences):
@@ -99,6 +99,12 @@ def test_spacy_train_reads_its_features_from_the_store(bilm_files, tmp_path, cou
     assert count_biLM_sentences == []
     trained = spacy.load(tmp_path / "out" / "model-last")
     assert trained("Alice went home .").tensor.shape == (4, WIDTH)
+    # the saved pipeline names the store; where it is gone, the biLM computes the layers
+    shutil.rmtree(tmp_path / "store")
+    moved = spacy.load(tmp_path / "out" / "model-last")
+    with pytest.warns(UserWarning, match="does not exist here"):
+        doc = moved("Alice went home .")
+    numpy.testing.assert_allclose(doc.tensor, pipeline(bilm_files)("Alice went home .").tensor, atol=1e-5)
 
 
 def test_a_store_of_other_precision_is_an_error(bilm_files, tmp_path):

@@ -74,6 +74,8 @@ def test_split_tests_every_document_once(tmp_path: Path) -> None:
         assert not set(parts["train"]) & set(parts["test"]) and not set(parts["dev"]) & set(parts["test"])
         tested += parts["test"]
     assert sorted(tested) == sorted(set(tested)) and len(tested) == 13
+    pooled = [d.text for d in DocBin().from_disk(tmp_path / "cv" / "all.spacy").get_docs(nlp.vocab)]
+    assert sorted(pooled) == sorted(tested)  # one file for `spacy-elmo embed` to serve every fold
     folds = srsly.read_json(tmp_path / "cv" / "folds.json")["folds"]
     assert any({0, 12} <= set(fold) for fold in folds)  # the near-duplicate pair stays together
 
