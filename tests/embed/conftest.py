@@ -4,6 +4,7 @@ from typing import List, Tuple
 import pytest
 
 from ..helpers import random_bilm
+from ..pipeline.conftest import one_torch_thread  # noqa: F401  (shared autouse fixture: one torch thread per module)
 
 SENTENCES = [
     "The bank raised its rates .",
@@ -40,14 +41,3 @@ def corpus(tmp_path) -> Path:
 
 def whitespace_tokens(lines: List[str]) -> List[List[str]]:
     return [line.split() for line in lines]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models run fastest on one thread; outputs are compared byte for byte across runs."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
