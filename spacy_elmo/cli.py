@@ -1,4 +1,4 @@
-"""The command line: ``spacy-elmo pretrain``, ``copy-pretrained`` and ``embed`` (also ``python -m spacy_elmo ...``)."""
+"""The command line: ``spacy-elmo pretrain``, ``export``, ``copy-pretrained`` and ``embed`` (also ``python -m spacy_elmo ...``)."""
 
 import re
 import shutil
@@ -155,6 +155,27 @@ def copy_pretrained(
     for path in files:
         shutil.copyfile(path, output_dir / path.name)
     typer.echo(f"Copied the bundled biLM {name!r} to {output_dir / files[0].name} and {output_dir / files[1].name}")
+
+
+@app.command("export")
+def export(
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="The OUTPUT_DIR of a pretrain run, with its checkpoint.pt"),
+    output_dir: Path = typer.Argument(..., metavar="OUTPUT_DIR", help="Gets options.json, weights.hdf5, vocab.txt, softmax.hdf5"),
+) -> None:
+    """Export the last checkpoint of a pretrain run, while it runs or after it stopped: to evaluate
+    it, or to continue it elsewhere with `pretrain --init-from`."""
+    from .training.checkpoint import CHECKPOINT_NAME
+    from .training.continuation import export_checkpoint
+
+    if output_dir.resolve() == run_dir.resolve():
+        typer.secho("Error: OUTPUT_DIR must differ from RUN_DIR, whose end writes the same files", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1)
+    try:
+        step = export_checkpoint(run_dir / CHECKPOINT_NAME, output_dir)
+    except (ValueError, FileNotFoundError) as err:
+        typer.secho(f"Error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from err
+    typer.echo(f"Exported the checkpoint of step {step} to {output_dir}")
 
 
 @app.command()

@@ -18,7 +18,9 @@ import h5py
 import numpy
 import torch
 
+from ..bilm import BiLM, ElmoOptions
 from ..fileio import PathLike, atomic_path
+from .checkpoint import load_checkpoint
 from .softmax import SharedSoftmax
 from .vocab import MARKER_NAMES, Vocabulary
 
@@ -82,3 +84,23 @@ def load_softmax(softmax: SharedSoftmax, continuation: Continuation) -> None:
     with torch.no_grad():
         softmax.weight.copy_(torch.from_numpy(continuation.weight))
         softmax.bias.copy_(torch.from_numpy(continuation.bias))
+
+
+def export_checkpoint(checkpoint_path: PathLike, output_dir: PathLike) -> int:
+    """Export a run's checkpoint as the files its end would write; return the checkpoint's step.
+
+    For a look at a run that is still going (a probe, a downstream screen) or was stopped: the
+    standard files plus ``vocab.txt`` and ``softmax.hdf5``, so ``--init-from`` continues from
+    them. Only the warm start, which the end of a run computes from the corpus, is missing.
+    """
+    checkpoint = load_checkpoint(Path(checkpoint_path))
+    bilm = BiLM(ElmoOptions.from_dict(checkpoint["options"]))
+    bilm.load_state_dict(checkpoint["bilm"])
+    vocab = Vocabulary(checkpoint["vocab"])
+    softmax = SharedSoftmax(len(vocab), checkpoint["softmax"]["weight"].shape[1])
+    softmax.load_state_dict(checkpoint["softmax"])
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    bilm.to_files(output_dir / "options.json", output_dir / "weights.hdf5")
+    write_continuation(output_dir, vocab, softmax)
+    return int(checkpoint["step"])

@@ -119,6 +119,36 @@ def test_init_from_an_export_continues_with_its_softmax_exactly(trained, tmp_pat
         assert f["weight"].dtype == numpy.float32 and f["bias"].shape == f["weight"].shape[:1]
 
 
+def test_export_of_a_checkpoint_continues_exactly_and_matches_the_end(trained, tmp_path):
+    root, metrics = trained
+    out, snapshot = root / "out", tmp_path / "snapshot"
+    result = CliRunner().invoke(app, ["export", str(out), str(snapshot)])
+    assert result.exit_code == 0, result.output
+    assert f"step {metrics['step']}" in result.output
+    with h5py.File(out / "weights.hdf5", "r") as end, h5py.File(snapshot / "weights.hdf5", "r") as exported:
+        names = []
+        exported.visit(lambda name: names.append(name) if isinstance(exported[name], h5py.Dataset) else None)
+        assert len(names) > 10
+        for name in names:
+            numpy.testing.assert_array_equal(exported[name][...], end[name][...])
+    assert (snapshot / "vocab.txt").read_text() == (out / "vocab.txt").read_text()
+    preset = get_preset("tiny")
+    config = preset.training.updated(max_steps=1, eval_every=1, learning_rate=1e-12)
+    continued = pretrain(
+        root / "train.txt", tmp_path / "continued", preset.options, config, dev_path=root / "dev.txt",
+        resume=False, progress=False, init_from=(snapshot / "options.json", snapshot / "weights.hdf5"),
+    )
+    assert continued["eval"]["zero"]["average"] == pytest.approx(metrics["eval"]["zero"]["average"], rel=1e-5)
+
+
+def test_export_refuses_a_run_without_a_checkpoint_and_its_own_directory(trained, tmp_path):
+    root, _ = trained
+    result = CliRunner().invoke(app, ["export", str(tmp_path), str(tmp_path / "snapshot")])
+    assert result.exit_code == 1 and "checkpoint.pt" in result.output
+    result = CliRunner().invoke(app, ["export", str(root / "out"), str(root / "out")])
+    assert result.exit_code == 1 and "must differ" in result.output
+
+
 def test_init_from_refuses_a_softmax_of_another_run(trained, tmp_path):
     root, _ = trained
     mixed = tmp_path / "mixed"
