@@ -70,6 +70,15 @@ def pretrain(
         help="Continue from a standard ELMo file pair; with vocab.txt and softmax.hdf5 beside WEIGHTS (as pretrain exports them) "
         "also from its softmax, else with a new one (domain fine-tuning)",
     ),
+    init_tokens_from: Optional[Path] = typer.Option(
+        None,
+        metavar="VECTORS",
+        help="A spaCy pipeline with static vectors (`spacy init vectors`): first fit the new biLM's char CNN to "
+        "reproduce them, so it starts knowing what words mean (MIMICK)",
+    ),
+    init_tokens_epochs: Optional[int] = typer.Option(
+        None, help="Passes over the static vectors of --init-tokens-from" + preset_default("init_tokens_epochs")
+    ),
     pipeline: Optional[Path] = typer.Option(
         None, help="Also save a blank spaCy pipeline with an elmo component holding the model here"
     ),
@@ -117,9 +126,12 @@ def pretrain(
             warm_documents=warm_documents,
             seed=seed,
             precision=precision,
+            init_tokens_epochs=init_tokens_epochs,
         )
         init = None if init_from is None else (Path(init_from[0]), Path(init_from[1]))
-        metrics = run_pretraining(input_path, output_dir, chosen.options, config, dev, init, resume, progress)
+        metrics = run_pretraining(
+            input_path, output_dir, chosen.options, config, dev, init, resume, progress, init_tokens_from
+        )
     except (ValueError, FileNotFoundError, ElmoFileError, OutputError) as err:
         typer.secho(f"Error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err

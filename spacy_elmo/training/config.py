@@ -35,9 +35,10 @@ class TrainingConfig:
     lang: str = "en"
     paragraphs: bool = False
     precision: Precision = "auto"  # of the matrix products; see spacy_elmo.bilm.precision
+    init_tokens_epochs: int = 20  # passes over the static vectors of pretrain(init_tokens=...)
 
     def __post_init__(self) -> None:
-        positive = ("batch_size", "window", "checkpoint_every", "eval_every", "log_every", "eval_tokens")
+        positive = ("batch_size", "window", "checkpoint_every", "eval_every", "log_every", "eval_tokens", "init_tokens_epochs")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

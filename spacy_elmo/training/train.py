@@ -43,6 +43,7 @@ from .corpus import CorpusReader, read_documents
 from .distributed import Distributed, all_sum, init_distributed, shutdown
 from .evaluate import heldout_perplexity
 from .lm import BiLMLoss, detach, mean_loss
+from .mimic import load_static_vectors, mimic_vectors
 from .stream import WindowStream
 from .vocab import Vocabulary
 
@@ -60,6 +61,7 @@ def pretrain(
     init_from: Optional[Tuple[PathLike, PathLike]] = None,
     resume: bool = True,
     progress: bool = True,
+    init_tokens: Optional[PathLike] = None,
 ) -> Dict[str, Any]:
     """Train a biLM on ``input_path`` and export it to ``output_dir``.
 
@@ -67,7 +69,8 @@ def pretrain(
 
     ``options`` gives the model sizes (ignored with ``init_from`` = (options file, weight file),
     which continues from a standard dump, with its softmax and vocabulary when they were exported
-    beside the weight file, or when resuming). Joins a process group when
+    beside the weight file, or when resuming). ``init_tokens``, a spaCy pipeline with static
+    vectors, first fits a new biLM's token encoder to them (see :mod:`.mimic`). Joins a process group when
     launched by torchrun (see :mod:`.distributed`).
     """
     if config.max_steps is None and config.max_time is None:
@@ -75,7 +78,7 @@ def pretrain(
     env = init_distributed()
     try:
         return Trainer(
-            env, Path(input_path), Path(output_dir), options, config, dev_path, init_from, resume, progress
+            env, Path(input_path), Path(output_dir), options, config, dev_path, init_from, resume, progress, init_tokens
         ).run()
     finally:
         shutdown(env)
@@ -95,7 +98,10 @@ class Trainer:
         init_from: Optional[Tuple[PathLike, PathLike]],
         resume: bool,
         progress: bool,
+        init_tokens: Optional[PathLike] = None,
     ) -> None:
+        if init_tokens is not None and init_from is not None:
+            raise ValueError("init_tokens fits a new biLM's token encoder, init_from brings a trained one: give one of them")
         self.env = env
         self.output_dir = output_dir
         self.progress = progress and env.is_main
@@ -130,6 +136,7 @@ class Trainer:
             if self.progress:
                 tqdm.write(f"Continuing with the softmax and vocabulary exported beside {init_from[1]}")
         self.loss.to(env.device)
+        mimicked = self._mimic(init_tokens) if init_tokens is not None and checkpoint is None and env.is_main else []
         self.model = DistributedDataParallel(self.loss) if env.enabled else self.loss
         self.optimizer = _optimizer(config, self.loss.parameters())
         self.rows = config.batch_size // env.world
@@ -145,6 +152,26 @@ class Trainer:
         if env.is_main:
             with self._writing(LOG_NAME):
                 _truncate_log(output_dir / LOG_NAME, self.step)
+            if mimicked:
+                self._write_log({"step": 0, "mimic": {"vectors": str(init_tokens), "cosine": mimicked}})
+
+    def _mimic(self, vectors_path: PathLike) -> List[float]:
+        """Fit the new biLM's token encoder to static vectors (rank 0; DDP then copies it to all).
+
+        Returns the mean cosine after each epoch.
+        """
+        words, vectors = load_static_vectors(vectors_path)
+        bar = tqdm(total=self.config.init_tokens_epochs, desc=f"token encoder <- {len(words)} vectors", disable=not self.progress)
+        cosines: List[float] = []
+
+        def record(epoch: int, cosine: float) -> None:
+            cosines.append(round(cosine, 5))
+            bar.set_postfix(cosine=f"{cosine:.3f}")
+            bar.update()
+
+        mimic_vectors(self.bilm, words, vectors, self.config.init_tokens_epochs, self.config.seed, record)
+        bar.close()
+        return cosines
 
     @property
     def bilm(self) -> BiLM:

@@ -1,0 +1,89 @@
+"""Start a new biLM's token encoder from static word vectors (MIMICK, Pinter et al. 2017).
+
+ELMo's char CNN learns what a word means only from the contexts the language model sees it in.
+On a few million tokens that teaches it spelling far better than meaning: a linear probe of the
+bundled biLM's layer 0 tells five news topics apart with 64% accuracy, word2vec trained on the
+same text with 95%. Static vectors learn meaning from the same text much faster, so before the
+language model trains, :func:`mimic_vectors` fits the char CNN, its highways and projection
+(layer 0) to reproduce them: a linear head maps layer 0 to the vectors' width and the loss is
+one minus the cosine to the vector, centred (their shared direction removed, else matching it
+alone scores a cosine of about 0.7) and of unit length. The head is dropped afterwards; the
+biLM and its files are as before.
+"""
+
+from pathlib import Path
+from typing import Callable, List, Optional, Tuple
+
+import numpy
+import torch
+from torch import Tensor
+
+from ..bilm import BiLM
+from ..fileio import PathLike
+
+BATCH_WORDS = 256
+LEARNING_RATE = 1e-3
+
+
+def load_static_vectors(path: PathLike) -> Tuple[List[str], numpy.ndarray]:
+    """The words and rows of a spaCy pipeline's static vectors (e.g. ``spacy init vectors``'s output).
+
+    Returns the words and their vectors, shape (n_words, width) float32.
+    """
+    import spacy
+    from thinc.api import NumpyOps
+
+    if not Path(path).is_dir():
+        raise ValueError(f"{path} is not a spaCy pipeline directory: make one from word2vec text with `spacy init vectors`")
+    vectors = spacy.load(path).vocab.vectors
+    vectors.to_ops(NumpyOps())
+    known = [(vectors.strings[key], row) for key, row in vectors.key2row.items() if key in vectors.strings]
+    if not known:
+        raise ValueError(f"the pipeline at {path} has no static vectors with known words (floret vectors have none)")
+    words, rows = zip(*known)
+    return list(words), numpy.ascontiguousarray(vectors.data[list(rows)], dtype=numpy.float32)
+
+
+def mimic_targets(vectors: numpy.ndarray) -> Tensor:
+    """Centred, unit-length copies of ``vectors`` (n_words, width); all-zero rows stay zero."""
+    centred = vectors - vectors.mean(axis=0, keepdims=True)
+    norms = numpy.linalg.norm(centred, axis=1, keepdims=True)
+    return torch.from_numpy(centred / numpy.maximum(norms, 1e-12)).float()
+
+
+def mimic_vectors(
+    bilm: BiLM,
+    words: List[str],
+    vectors: numpy.ndarray,
+    epochs: int,
+    seed: int = 0,
+    on_epoch: Optional[Callable[[int, float], None]] = None,
+) -> float:
+    """Fit ``bilm``'s token encoder to ``vectors`` (n_words, width) for ``epochs`` passes over ``words``.
+
+    Adam with a fixed learning rate, batches of ``BATCH_WORDS`` words in a seeded order; the global
+    random state is left as it was. ``on_epoch(epoch, mean_cosine)`` is called after each pass.
+    Returns the last pass's mean cosine to the targets.
+    """
+    if len(words) != len(vectors):
+        raise ValueError(f"{len(words)} words but {len(vectors)} vectors")
+    targets = mimic_targets(vectors).to(bilm.device)
+    cosine = 0.0
+    with torch.random.fork_rng(devices=[bilm.device] if bilm.device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        head = torch.nn.Linear(bilm.options.projection_dim, targets.shape[1]).to(bilm.device)
+        optimizer = torch.optim.Adam([*bilm.char_cnn.parameters(), *head.parameters()], lr=LEARNING_RATE)
+        for epoch in range(epochs):
+            total = 0.0
+            for batch in torch.randperm(len(words)).split(BATCH_WORDS):
+                rows = batch.tolist()
+                predicted = head(bilm.embed_tokens([words[i] for i in rows]))
+                similarity = torch.nn.functional.cosine_similarity(predicted, targets[batch.to(bilm.device)]).sum()
+                optimizer.zero_grad()
+                (len(rows) - similarity).div(len(rows)).backward()
+                optimizer.step()
+                total += similarity.item()
+            cosine = total / len(words)
+            if on_epoch is not None:
+                on_epoch(epoch, cosine)
+    return cosine

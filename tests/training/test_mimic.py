@@ -1,0 +1,101 @@
+"""Fitting a new biLM's token encoder to static vectors before pretraining (MIMICK)."""
+
+import json
+
+import numpy
+import pytest
+import spacy
+import torch
+from typer.testing import CliRunner
+
+from spacy_elmo import BiLM
+from spacy_elmo.cli import app
+from spacy_elmo.training import get_preset, pretrain
+from spacy_elmo.training.mimic import load_static_vectors, mimic_targets, mimic_vectors
+
+from .helpers import WORDS, write_corpus
+
+
+def _vectors(width: int = 12, seed: int = 0) -> numpy.ndarray:
+    """Two clusters of words plus noise: a structure spelling alone does not give away."""
+    rng = numpy.random.default_rng(seed)
+    centres = rng.normal(size=(2, width))
+    return (centres[numpy.arange(len(WORDS)) % 2] + 0.3 * rng.normal(size=(len(WORDS), width))).astype(numpy.float32)
+
+
+@pytest.fixture(scope="module")
+def vectors_pipeline(tmp_path_factory):
+    path = tmp_path_factory.mktemp("vectors") / "en_vectors"
+    nlp = spacy.blank("en")
+    for word, vector in zip(WORDS, _vectors()):
+        nlp.vocab.set_vector(word, vector)
+    nlp.to_disk(path)
+    return path
+
+
+def test_load_static_vectors_reads_a_pipeline_and_refuses_other_paths(vectors_pipeline, tmp_path):
+    words, vectors = load_static_vectors(vectors_pipeline)
+    assert sorted(words) == sorted(WORDS) and vectors.shape == (len(WORDS), 12) and vectors.dtype == numpy.float32
+    expected = dict(zip(WORDS, _vectors()))
+    numpy.testing.assert_allclose(vectors[words.index("mat")], expected["mat"])
+    with pytest.raises(ValueError, match="spacy init vectors"):
+        load_static_vectors(tmp_path / "missing")
+    spacy.blank("en").to_disk(tmp_path / "empty")
+    with pytest.raises(ValueError, match="no static vectors"):
+        load_static_vectors(tmp_path / "empty")
+
+
+def test_targets_are_centred_and_of_unit_length():
+    targets = mimic_targets(_vectors()).numpy()
+    numpy.testing.assert_allclose(numpy.linalg.norm(targets, axis=1), 1.0, rtol=1e-5)
+    assert numpy.abs(targets.mean(axis=0)).max() < 0.2  # the shared direction is gone
+    assert not mimic_targets(numpy.zeros((2, 3), dtype=numpy.float32)).isnan().any()
+
+
+def test_mimic_fits_layer_0_to_the_vectors_and_leaves_the_rest_and_the_random_state():
+    torch.manual_seed(0)
+    bilm = BiLM(get_preset("tiny").options)
+    lstm_before = {k: v.clone() for k, v in bilm.state_dict().items() if not k.startswith("char_cnn")}
+    vectors = _vectors()
+    torch.manual_seed(5)
+    expected_draw = torch.rand(3)
+    torch.manual_seed(5)
+    cosines = []
+    final = mimic_vectors(bilm, WORDS, vectors, epochs=150, on_epoch=lambda epoch, cosine: cosines.append(cosine))
+    assert torch.equal(torch.rand(3), expected_draw)
+    assert len(cosines) == 150 and final == cosines[-1]
+    assert cosines[0] < 0.3 and final > 0.85
+    for name, value in bilm.state_dict().items():
+        if name in lstm_before:
+            assert torch.equal(value, lstm_before[name]), name
+    # the two clusters of the vectors now separate in layer 0 itself, without the head
+    with torch.no_grad():
+        layer0 = torch.nn.functional.normalize(bilm.embed_tokens(WORDS), dim=1).numpy()
+    cluster = numpy.arange(len(WORDS)) % 2
+    similarity = layer0 @ layer0.T
+    same = similarity[cluster[:, None] == cluster[None, :]].mean()
+    other = similarity[cluster[:, None] != cluster[None, :]].mean()
+    assert same > other + 0.1
+
+
+def test_pretrain_starts_from_the_vectors_once_and_logs_the_fit(vectors_pipeline, tmp_path):
+    write_corpus(tmp_path / "train.txt", 60)
+    preset = get_preset("tiny")
+    config = preset.training.updated(max_steps=4, checkpoint_every=2, init_tokens_epochs=5)
+    pretrain(tmp_path / "train.txt", tmp_path / "out", preset.options, config, progress=False, init_tokens=vectors_pipeline)
+    records = [json.loads(line) for line in (tmp_path / "out" / "log.jsonl").read_text().splitlines()]
+    fits = [r["mimic"] for r in records if "mimic" in r]
+    assert len(fits) == 1 and len(fits[0]["cosine"]) == 5 and fits[0]["cosine"][-1] > fits[0]["cosine"][0]
+    # resuming from the checkpoint does not fit again
+    pretrain(tmp_path / "train.txt", tmp_path / "out", preset.options, config.updated(max_steps=6), progress=False, init_tokens=vectors_pipeline)
+    records = [json.loads(line) for line in (tmp_path / "out" / "log.jsonl").read_text().splitlines()]
+    assert sum("mimic" in r for r in records) == 1
+
+
+def test_cli_refuses_init_tokens_with_init_from(vectors_pipeline, tmp_path):
+    write_corpus(tmp_path / "train.txt", 10)
+    result = CliRunner().invoke(app, [
+        "pretrain", str(tmp_path / "train.txt"), str(tmp_path / "out"), "--preset", "tiny", "--max-steps", "1",
+        "--init-tokens-from", str(vectors_pipeline), "--init-from", "a.json", "b.hdf5",
+    ])
+    assert result.exit_code == 1 and "give one of them" in result.output
