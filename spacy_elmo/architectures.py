@@ -5,7 +5,23 @@ from typing import Any, Callable, Dict, List, Optional
 
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Maxout, Model, PyTorchGradScaler, chain, concatenate, with_array
+from spacy.ml.models.textcat import build_bow_text_classifier_v3
+from thinc.api import (
+    Dropout,
+    Linear,
+    Logistic,
+    Maxout,
+    Model,
+    PyTorchGradScaler,
+    add,
+    chain,
+    concatenate,
+    list2ragged,
+    reduce_mean,
+    softmax_activation,
+    with_array,
+    zero_init,
+)
 from thinc.types import Floats2d, Floats3d
 
 from .bilm.model import StateMode
@@ -125,6 +141,33 @@ def build_elmo_listener(
     # TextCatReduce does, through chain); concatenate would pass them on and the embedding would
     # take the number of labels for its width. The widths here come from the parts alone.
     model.init = _without_labels(model.init)
+    return model
+
+
+@registry.architectures("spacy_elmo.ElmoBOWTextCat.v1")
+def build_elmo_bow_textcat(
+    tok2vec: Model[List[Doc], List[Floats2d]],
+    exclusive_classes: bool,
+    ngram_size: int = 1,
+    length: int = 262144,
+    dropout: float = 0.1,
+    nO: Optional[int] = None,
+) -> Model[List[Doc], Floats2d]:
+    """spaCy's bag-of-words classifier (spacy.TextCatBOW.v3) with ELMo added to its features.
+
+    The scores (n_docs, nO) are the bag of words' linear scores plus a linear layer over the mean
+    of the doc's ``tok2vec`` vectors (e.g. an ElmoListener; an empty doc adds zeros), then softmax
+    (``exclusive_classes``) or logistic. That layer starts at zero, so the model starts as spaCy's
+    efficiency textcat and keeps what ELMo adds to it: in spaCy's TextCatEnsemble.v2 the bag of
+    words feeds a shared output layer and learns slowly beside a weak branch.
+    """
+    bow = build_bow_text_classifier_v3(exclusive_classes, ngram_size, no_output_layer=True, length=length, nO=nO)
+    pooled = chain(tok2vec, list2ragged(), reduce_mean(), Dropout(dropout), Linear(nO, init_W=zero_init))
+    activation = softmax_activation() if exclusive_classes else Logistic()
+    model = chain(add(bow, pooled), activation)
+    if nO is not None:
+        model.set_dim("nO", nO)
+    model.attrs["multi_label"] = not exclusive_classes
     return model
 
 
