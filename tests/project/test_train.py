@@ -52,6 +52,24 @@ def test_systems_differ_only_where_they_should() -> None:
     assert textcat["factory"] == "textcat" and textcat["model"]["exclusive_classes"] is True
 
 
+def test_elmo_textcat_is_spacys_bag_of_words_plus_elmo() -> None:
+    """(d) is (s) with ELMo added to its scores, (e) is (d) with word2vec beside the ELMo mix."""
+    spacy_own = load_config(CONFIGS / "textcat_spacy.cfg")
+    elmo = load_config(CONFIGS.parent.parent / "spacy_elmo" / "configs" / "textcat_elmo.cfg")
+    elmo_vectors = load_config(CONFIGS / "textcat_elmo_vectors.cfg")
+    bow = spacy_own["components"]["textcat"]["model"]
+    model = elmo["components"]["textcat"]["model"]
+    assert model["@architectures"] == "spacy_elmo.ElmoBOWTextCat.v1"
+    for setting in ("exclusive_classes", "ngram_size", "length"):
+        assert model[setting] == bow[setting]
+    for section in ("optimizer", "batcher", "max_steps", "patience", "dropout"):
+        assert elmo["training"][section] == spacy_own["training"][section] == elmo_vectors["training"][section]
+    with_vectors = elmo_vectors["components"]["textcat"]["model"]
+    assert "embed" in with_vectors["tok2vec"] and "embed" not in model["tok2vec"]
+    del with_vectors["tok2vec"]["embed"]
+    assert with_vectors == model
+
+
 def tiny_corpus(directory: Path, kind: str) -> None:
     nlp = spacy.blank("en")
     examples = []
