@@ -11,15 +11,17 @@ GloVe, or the biLM's context-free layer 0) gives every occurrence of a word the 
 every neighbour ties and the score is chance: with n sentences per sense, (n - 1) / (2n - 1).
 
     python examples/word_senses.py      # the default pipe's token.vector and each biLM layer
+    python examples/word_senses.py --options-file options.json --weight-file weights.hdf5   # another biLM
 """
 
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Sequence
+from typing import Dict, List, NamedTuple, Optional, Sequence
 
 import numpy
 import spacy
+import typer
 from spacy.language import Language
 
 DATA = Path(__file__).with_name("word_senses.jsonl")
@@ -69,10 +71,11 @@ def word_layers(nlp: Language, occurrences: Sequence[Occurrence]) -> numpy.ndarr
     return numpy.stack(rows, axis=1)
 
 
-def default_pipeline() -> Language:
-    """``spacy.blank("en")`` + ``elmo`` with its defaults, keeping every layer for the report."""
+def default_pipeline(options_file: Optional[Path] = None, weight_file: Optional[Path] = None) -> Language:
+    """``spacy.blank("en")`` + ``elmo`` with its defaults (or other biLM files), keeping every layer."""
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"store_layers": True})
+    files = {"options_file": str(options_file), "weight_file": str(weight_file)} if options_file else {}
+    nlp.add_pipe("elmo", config={"store_layers": True, "model": files})
     nlp.initialize()
     return nlp
 
@@ -84,13 +87,18 @@ def report(nlp: Language, occurrences: Sequence[Occurrence]) -> Dict[str, float]
     return {name: nearest_neighbour_accuracy(occurrences, vectors) for name, vectors in zip(names, layers)}
 
 
-def main() -> None:
+def main(
+    options_file: Optional[Path] = typer.Option(None, exists=True, help="options.json of a biLM [default: the bundled one]"),
+    weight_file: Optional[Path] = typer.Option(None, exists=True, help="weights.hdf5 of that biLM"),
+) -> None:
+    if (options_file is None) != (weight_file is None):
+        raise typer.BadParameter("give both --options-file and --weight-file, or neither")
     occurrences = read_occurrences()
     words = {o.word for o in occurrences}
     print(f"{len(occurrences)} sentences, {len(words)} words, 2 senses each")
-    for name, accuracy in report(default_pipeline(), occurrences).items():
+    for name, accuracy in report(default_pipeline(options_file, weight_file), occurrences).items():
         print(f"{name:32s} {accuracy:.3f}")
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)
