@@ -79,6 +79,12 @@ def pretrain(
     init_tokens_epochs: Optional[int] = typer.Option(
         None, help="Passes over the static vectors of --init-tokens-from" + preset_default("init_tokens_epochs")
     ),
+    init_tokens_weight: Optional[float] = typer.Option(
+        None,
+        help="Keep the distance to the vectors of --init-tokens-from as a second loss of this weight while the LM "
+        "trains, so that it does not wash their knowledge out; resuming needs the same --init-tokens-from"
+        + preset_default("init_tokens_weight"),
+    ),
     pipeline: Optional[Path] = typer.Option(
         None, help="Also save a blank spaCy pipeline with an elmo component holding the model here"
     ),
@@ -127,6 +133,7 @@ def pretrain(
             seed=seed,
             precision=precision,
             init_tokens_epochs=init_tokens_epochs,
+            init_tokens_weight=init_tokens_weight,
         )
         init = None if init_from is None else (Path(init_from[0]), Path(init_from[1]))
         metrics = run_pretraining(

@@ -36,6 +36,7 @@ class TrainingConfig:
     paragraphs: bool = False
     precision: Precision = "auto"  # of the matrix products; see spacy_elmo.bilm.precision
     init_tokens_epochs: int = 20  # passes over the static vectors of pretrain(init_tokens=...)
+    init_tokens_weight: float = 0.0  # weight of the distance to those vectors kept beside the LM loss; 0: none
 
     def __post_init__(self) -> None:
         positive = ("batch_size", "window", "checkpoint_every", "eval_every", "log_every", "eval_tokens", "init_tokens_epochs")
@@ -52,6 +53,8 @@ class TrainingConfig:
             raise ValueError("n_negatives and warm_documents must be >= 0, min_count >= 1")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {self.max_steps}")
+        if self.init_tokens_weight < 0:
+            raise ValueError(f"init_tokens_weight must be >= 0, got {self.init_tokens_weight}")
         if self.max_time is not None and self.max_time <= 0:
             raise ValueError(f"max_time must be positive, got {self.max_time}")
         check_precision(self.precision)

@@ -7,8 +7,10 @@ same text with 95%. Static vectors learn meaning from the same text much faster,
 language model trains, :func:`mimic_vectors` fits the char CNN, its highways and projection
 (layer 0) to reproduce them: a linear head maps layer 0 to the vectors' width and the loss is
 one minus the cosine to the vector, centred (their shared direction removed, else matching it
-alone scores a cosine of about 0.7) and of unit length. The head is dropped afterwards; the
-biLM and its files are as before.
+alone scores a cosine of about 0.7) and of unit length. The head is not part of the biLM's
+files. Language-model training then pulls layer 0 towards what predicts the next word and can
+wash the vectors' knowledge out; a run may keep the same distance as a second, weighted loss
+(``init_tokens_weight``, see :mod:`.train`).
 """
 
 from pathlib import Path
@@ -16,7 +18,7 @@ from typing import Callable, List, Optional, Tuple
 
 import numpy
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..bilm import BiLM
 from ..fileio import PathLike
@@ -51,39 +53,62 @@ def mimic_targets(vectors: numpy.ndarray) -> Tensor:
     return torch.from_numpy(centred / numpy.maximum(norms, 1e-12)).float()
 
 
+class VectorMimic(nn.Module):
+    """How far layer 0 of a biLM is from static vectors: 1 - cosine after a learned linear map.
+
+    ``words`` (n_words) and ``vectors`` (n_words, width) are the static vectors; the targets are
+    their centred unit copies (see :func:`mimic_targets`), kept on the head's device, not in the
+    state dict. The head is the module's only parameter.
+    """
+
+    def __init__(self, words: List[str], vectors: numpy.ndarray, projection_dim: int) -> None:
+        super().__init__()
+        if len(words) != len(vectors):
+            raise ValueError(f"{len(words)} words but {len(vectors)} vectors")
+        self.words = words
+        self.register_buffer("targets", mimic_targets(vectors), persistent=False)
+        self.head = nn.Linear(projection_dim, vectors.shape[1])
+
+    def forward(self, bilm: BiLM, rows: Tensor) -> Tensor:
+        """Mean 1 - cosine over the words at ``rows`` (n,) int64; a scalar float32 tensor."""
+        predicted = self.head(bilm.embed_tokens([self.words[i] for i in rows.tolist()]).float())
+        similarity = nn.functional.cosine_similarity(predicted, self.targets[rows.to(self.targets.device)])
+        return 1.0 - similarity.mean()
+
+    def sample(self, n: int = BATCH_WORDS) -> Tensor:
+        """``n`` word rows drawn uniformly with the global random state: (n,) int64."""
+        return torch.randint(len(self.words), (n,))
+
+
 def mimic_vectors(
     bilm: BiLM,
-    words: List[str],
-    vectors: numpy.ndarray,
+    mimic: VectorMimic,
     epochs: int,
     seed: int = 0,
     on_epoch: Optional[Callable[[int, float], None]] = None,
 ) -> float:
-    """Fit ``bilm``'s token encoder to ``vectors`` (n_words, width) for ``epochs`` passes over ``words``.
+    """Fit ``bilm``'s token encoder and ``mimic``'s head for ``epochs`` passes over its words.
 
-    Adam with a fixed learning rate, batches of ``BATCH_WORDS`` words in a seeded order; the global
-    random state is left as it was. ``on_epoch(epoch, mean_cosine)`` is called after each pass.
-    Returns the last pass's mean cosine to the targets.
+    ``mimic`` must be new (its head is initialised here, from ``seed``). Adam with a fixed learning
+    rate, batches of ``BATCH_WORDS`` words in a seeded order; the global random state is left as it
+    was. ``on_epoch(epoch, mean_cosine)`` is called after each pass. Returns the last pass's mean
+    cosine to the targets.
     """
-    if len(words) != len(vectors):
-        raise ValueError(f"{len(words)} words but {len(vectors)} vectors")
-    targets = mimic_targets(vectors).to(bilm.device)
+    n_words = len(mimic.words)
     cosine = 0.0
     with torch.random.fork_rng(devices=[bilm.device] if bilm.device.type == "cuda" else []):
         torch.manual_seed(seed)
-        head = torch.nn.Linear(bilm.options.projection_dim, targets.shape[1]).to(bilm.device)
-        optimizer = torch.optim.Adam([*bilm.char_cnn.parameters(), *head.parameters()], lr=LEARNING_RATE)
+        mimic.head.reset_parameters()
+        optimizer = torch.optim.Adam([*bilm.char_cnn.parameters(), *mimic.head.parameters()], lr=LEARNING_RATE)
         for epoch in range(epochs):
             total = 0.0
-            for batch in torch.randperm(len(words)).split(BATCH_WORDS):
-                rows = batch.tolist()
-                predicted = head(bilm.embed_tokens([words[i] for i in rows]))
-                similarity = torch.nn.functional.cosine_similarity(predicted, targets[batch.to(bilm.device)]).sum()
+            for rows in torch.randperm(n_words).split(BATCH_WORDS):
+                distance = mimic(bilm, rows)
                 optimizer.zero_grad()
-                (len(rows) - similarity).div(len(rows)).backward()
+                distance.backward()
                 optimizer.step()
-                total += similarity.item()
-            cosine = total / len(words)
+                total += (1.0 - distance.item()) * len(rows)
+            cosine = total / n_words
             if on_epoch is not None:
                 on_epoch(epoch, cosine)
     return cosine

@@ -21,6 +21,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy
 import torch
+from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
@@ -43,8 +44,8 @@ from .corpus import CorpusReader, read_documents
 from .distributed import Distributed, all_sum, init_distributed, shutdown
 from .evaluate import heldout_perplexity
 from .lm import BiLMLoss, detach, mean_loss
-from .mimic import load_static_vectors, mimic_vectors
-from .stream import WindowStream
+from .mimic import VectorMimic, load_static_vectors, mimic_vectors
+from .stream import WindowBatch, WindowStream
 from .vocab import Vocabulary
 
 LOG_NAME = "log.jsonl"
@@ -70,8 +71,10 @@ def pretrain(
     ``options`` gives the model sizes (ignored with ``init_from`` = (options file, weight file),
     which continues from a standard dump, with its softmax and vocabulary when they were exported
     beside the weight file, or when resuming). ``init_tokens``, a spaCy pipeline with static
-    vectors, first fits a new biLM's token encoder to them (see :mod:`.mimic`). Joins a process group when
-    launched by torchrun (see :mod:`.distributed`).
+    vectors, first fits a new biLM's token encoder to them (see :mod:`.mimic`); with
+    ``config.init_tokens_weight`` > 0 the distance to them stays a second loss throughout (a
+    resumed run then needs them again). Joins a process group when launched by torchrun (see
+    :mod:`.distributed`).
     """
     if config.max_steps is None and config.max_time is None:
         raise ValueError("give a limit: max_steps and/or max_time")
@@ -136,9 +139,11 @@ class Trainer:
             if self.progress:
                 tqdm.write(f"Continuing with the softmax and vocabulary exported beside {init_from[1]}")
         self.loss.to(env.device)
-        mimicked = self._mimic(init_tokens) if init_tokens is not None and checkpoint is None and env.is_main else []
-        self.model = DistributedDataParallel(self.loss) if env.enabled else self.loss
-        self.optimizer = _optimizer(config, self.loss.parameters())
+        mimic = self._vector_mimic(init_tokens, fit=checkpoint is None)
+        mimicked = self._mimic(mimic) if mimic is not None and checkpoint is None and env.is_main else []
+        self.objective = Objective(self.loss, mimic if config.init_tokens_weight > 0 else None)
+        self.model = DistributedDataParallel(self.objective) if env.enabled else self.objective
+        self.optimizer = _optimizer(config, self.objective.parameters())
         self.rows = config.batch_size // env.world
         self.stream = WindowStream(self.reader, self.vocab, self.rows, config.window, env.rank, env.world)
         self.state = self.loss.zero_state(self.rows)
@@ -153,15 +158,32 @@ class Trainer:
             with self._writing(LOG_NAME):
                 _truncate_log(output_dir / LOG_NAME, self.step)
             if mimicked:
-                self._write_log({"step": 0, "mimic": {"vectors": str(init_tokens), "cosine": mimicked}})
+                fit = {"vectors": str(init_tokens), "cosine": mimicked, "weight": config.init_tokens_weight}
+                self._write_log({"step": 0, "mimic": fit})
 
-    def _mimic(self, vectors_path: PathLike) -> List[float]:
+    def _vector_mimic(self, init_tokens: Optional[PathLike], fit: bool) -> Optional[VectorMimic]:
+        """The distance to the static vectors, when this run fits or keeps it; on the run's device."""
+        keep = self.config.init_tokens_weight > 0
+        if keep and init_tokens is None:
+            raise ValueError(
+                f"init_tokens_weight {self.config.init_tokens_weight} keeps the token encoder near static vectors: "
+                "give them (--init-tokens-from), also to resume the run"
+            )
+        if init_tokens is None or not (fit or keep):
+            return None
+        words, vectors = load_static_vectors(init_tokens)
+        return VectorMimic(words, vectors, self.bilm.options.projection_dim).to(self.env.device)
+
+    def _mimic(self, mimic: VectorMimic) -> List[float]:
         """Fit the new biLM's token encoder to static vectors (rank 0; DDP then copies it to all).
 
         Returns the mean cosine after each epoch.
         """
-        words, vectors = load_static_vectors(vectors_path)
-        bar = tqdm(total=self.config.init_tokens_epochs, desc=f"token encoder <- {len(words)} vectors", disable=not self.progress)
+        bar = tqdm(
+            total=self.config.init_tokens_epochs,
+            desc=f"token encoder <- {len(mimic.words)} vectors",
+            disable=not self.progress,
+        )
         cosines: List[float] = []
 
         def record(epoch: int, cosine: float) -> None:
@@ -169,7 +191,7 @@ class Trainer:
             bar.set_postfix(cosine=f"{cosine:.3f}")
             bar.update()
 
-        mimic_vectors(self.bilm, words, vectors, self.config.init_tokens_epochs, self.config.seed, record)
+        mimic_vectors(self.bilm, mimic, self.config.init_tokens_epochs, self.config.seed, record)
         bar.close()
         return cosines
 
@@ -183,17 +205,17 @@ class Trainer:
         bar = tqdm(
             total=config.max_steps, initial=self.step, disable=not self.progress, unit="step", dynamic_ncols=True
         )
-        interval = torch.zeros(4, dtype=torch.float64)  # NLL sums and counts, both directions
+        interval = torch.zeros(6, dtype=torch.float64)  # NLL sums and counts, both directions; distance sum, steps
         interval_start, interval_tokens = time.perf_counter(), 0
         last_checkpoint = self.step
         while not self._should_stop():
             started = time.perf_counter()
-            sums, counts = self._train_step()
+            sums, counts, distance = self._train_step()
             self.step += 1
             step_tokens = config.batch_size * config.window
             self.tokens += step_tokens
             interval_tokens += step_tokens
-            interval += torch.cat([sums.detach().double().cpu(), counts.double().cpu()])
+            interval += torch.cat([sums.detach().double().cpu(), counts.double().cpu(), distance.double().cpu()])
             self.elapsed += time.perf_counter() - started
             bar.update(1)
             if self.step % config.log_every == 0:
@@ -211,17 +233,21 @@ class Trainer:
             self.save()
         return self._finish()
 
-    def _train_step(self) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _train_step(self) -> Tuple[Tensor, Tensor, Tensor]:
+        """One update. Returns the NLL sums (2,), scored counts (2,) and [distance, 1] (2,) or zeros."""
         batch = self.stream.next_batch()
         self.model.train()
-        sums, counts, final = self.model(batch, self.state)
+        sums, counts, final, distance = self.model(batch, self.state)
         loss = mean_loss(sums, counts)
+        if self.objective.mimic is not None:
+            loss = loss + self.config.init_tokens_weight * distance
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.loss.parameters(), self.config.clip_norm)
+        torch.nn.utils.clip_grad_norm_(self.objective.parameters(), self.config.clip_norm)
         self.optimizer.step()
         self.state = detach(final)
-        return sums, counts
+        kept = self.objective.mimic is not None
+        return sums, counts, torch.stack([distance.detach(), distance.new_tensor(float(kept))])
 
     def _should_stop(self) -> bool:
         config = self.config
@@ -233,7 +259,7 @@ class Trainer:
     # ------------------------------------------------------------------ reporting
     def _log_interval(self, interval: torch.Tensor, tokens: int, seconds: float) -> Dict[str, Any]:
         total = all_sum(self.env, interval)
-        nll = total[:2] / total[2:].clamp(min=1)
+        nll = total[:2] / total[2:4].clamp(min=1)
         record = {
             "step": self.step,
             "epoch": self.stream.epoch,
@@ -245,6 +271,8 @@ class Trainer:
             "tokens": self.tokens,
             "elapsed": self.elapsed,
         }
+        if total[5] > 0:
+            record["vectors_cosine"] = 1.0 - float(total[4] / total[5])
         self._write_log(record)
         return record
 
@@ -315,6 +343,7 @@ class Trainer:
                 "vocab": self.vocab.to_list(),
                 "bilm": self.bilm.state_dict(),
                 "softmax": self.loss.softmax.state_dict(),
+                "vectors_head": self.objective.mimic.head.state_dict() if self.objective.mimic is not None else None,
                 "optimizer": self.optimizer.state_dict(),
                 "processes": per_process,
             },
@@ -328,6 +357,8 @@ class Trainer:
             )
         self.bilm.load_state_dict(checkpoint["bilm"])
         self.loss.softmax.load_state_dict(checkpoint["softmax"])
+        if self.objective.mimic is not None:
+            self.objective.mimic.head.load_state_dict(checkpoint["vectors_head"])
         self.optimizer.load_state_dict(checkpoint["optimizer"])
         mine = checkpoint["processes"][self.env.rank]
         self.stream.load_state_dict(mine["data"])
@@ -375,6 +406,23 @@ class Trainer:
         if not documents:
             raise ValueError(f"the held-out corpus {dev_path} has no documents")
         return documents
+
+
+class Objective(nn.Module):
+    """What a step optimises (and DistributedDataParallel wraps): the LM losses and, when ``mimic``
+    is given, the distance of layer 0 to static vectors over ``BATCH_WORDS`` sampled words."""
+
+    def __init__(self, loss: BiLMLoss, mimic: Optional[VectorMimic]) -> None:
+        super().__init__()
+        self.loss = loss
+        self.mimic = mimic
+
+    def forward(self, batch: WindowBatch, state: LSTMState) -> Tuple[Tensor, Tensor, LSTMState, Tensor]:
+        """:class:`BiLMLoss`'s NLL sums (2,), counts (2,) and final state, then the distance (a scalar; 0 without ``mimic``)."""
+        sums, counts, final = self.loss(batch, state)
+        if self.mimic is None:
+            return sums, counts, final, sums.new_zeros(())
+        return sums, counts, final, self.mimic(self.loss.bilm, self.mimic.sample())
 
 
 def _optimizer(config: TrainingConfig, parameters) -> torch.optim.Optimizer:

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 from spacy_elmo.training import get_preset, pretrain
-from spacy_elmo.training.mimic import load_static_vectors, mimic_targets, mimic_vectors
+from spacy_elmo.training.mimic import VectorMimic, load_static_vectors, mimic_targets, mimic_vectors
 
 from .helpers import WORDS, write_corpus
 
@@ -56,12 +56,12 @@ def test_mimic_fits_layer_0_to_the_vectors_and_leaves_the_rest_and_the_random_st
     torch.manual_seed(0)
     bilm = BiLM(get_preset("tiny").options)
     lstm_before = {k: v.clone() for k, v in bilm.state_dict().items() if not k.startswith("char_cnn")}
-    vectors = _vectors()
+    mimic = VectorMimic(WORDS, _vectors(), bilm.options.projection_dim)
     torch.manual_seed(5)
     expected_draw = torch.rand(3)
     torch.manual_seed(5)
     cosines = []
-    final = mimic_vectors(bilm, WORDS, vectors, epochs=150, on_epoch=lambda epoch, cosine: cosines.append(cosine))
+    final = mimic_vectors(bilm, mimic, epochs=150, on_epoch=lambda epoch, cosine: cosines.append(cosine))
     assert torch.equal(torch.rand(3), expected_draw)
     assert len(cosines) == 150 and final == cosines[-1]
     assert cosines[0] < 0.3 and final > 0.85
@@ -99,3 +99,54 @@ def test_cli_refuses_init_tokens_with_init_from(vectors_pipeline, tmp_path):
         "--init-tokens-from", str(vectors_pipeline), "--init-from", "a.json", "b.hdf5",
     ])
     assert result.exit_code == 1 and "give one of them" in result.output
+
+
+def _weights_after(tmp_path, name, vectors_pipeline, weight, steps):
+    preset = get_preset("tiny")
+    config = preset.training.updated(max_steps=steps[0], checkpoint_every=2, init_tokens_epochs=30, init_tokens_weight=weight)
+    for max_steps in steps:
+        pretrain(
+            tmp_path / "train.txt", tmp_path / name, preset.options, config.updated(max_steps=max_steps),
+            progress=False, init_tokens=vectors_pipeline,
+        )
+    return BiLM.from_files(tmp_path / name / "options.json", tmp_path / name / "weights.hdf5")
+
+
+def _distance_to_vectors(bilm, vectors_pipeline):
+    """Mean cosine of layer 0 to the centred vectors under the best linear map (least squares)."""
+    words, vectors = load_static_vectors(vectors_pipeline)
+    with torch.no_grad():
+        layer0 = bilm.embed_tokens(words).numpy()
+    targets = mimic_targets(vectors).numpy()
+    features = numpy.hstack([layer0, numpy.ones((len(words), 1), dtype=numpy.float32)])
+    fitted = features @ numpy.linalg.lstsq(features, targets, rcond=None)[0]
+    cosine = (fitted * targets).sum(1) / numpy.linalg.norm(fitted, axis=1)
+    return 1.0 - cosine.mean()
+
+
+def test_a_kept_distance_holds_layer_0_near_the_vectors_and_resumes_exactly(vectors_pipeline, tmp_path):
+    write_corpus(tmp_path / "train.txt", 60)
+    free = _weights_after(tmp_path, "free", vectors_pipeline, 0.0, [40])
+    kept = _weights_after(tmp_path, "kept", vectors_pipeline, 5.0, [40])
+    assert _distance_to_vectors(kept, vectors_pipeline) < _distance_to_vectors(free, vectors_pipeline)
+    records = [json.loads(line) for line in (tmp_path / "kept" / "log.jsonl").read_text().splitlines()]
+    assert [r["mimic"]["weight"] for r in records if "mimic" in r] == [5.0]
+    assert all(0.0 < r["vectors_cosine"] <= 1.0 for r in records if "ppl" in r)
+    assert not any("vectors_cosine" in r for r in (json.loads(line) for line in (tmp_path / "free" / "log.jsonl").read_text().splitlines()))
+    # stopped at step 20 and resumed: the same weights as the run in one go (the head and sampled words included)
+    resumed = _weights_after(tmp_path, "resumed", vectors_pipeline, 5.0, [20, 40])
+    for name, value in kept.state_dict().items():
+        torch.testing.assert_close(resumed.state_dict()[name], value, rtol=0, atol=1e-6, msg=name)
+
+
+def test_a_kept_distance_needs_the_vectors_also_to_resume(vectors_pipeline, tmp_path):
+    write_corpus(tmp_path / "train.txt", 20)
+    preset = get_preset("tiny")
+    config = preset.training.updated(max_steps=2, checkpoint_every=2, init_tokens_epochs=1, init_tokens_weight=1.0)
+    with pytest.raises(ValueError, match="--init-tokens-from"):
+        pretrain(tmp_path / "train.txt", tmp_path / "none", preset.options, config, progress=False)
+    pretrain(tmp_path / "train.txt", tmp_path / "out", preset.options, config, progress=False, init_tokens=vectors_pipeline)
+    with pytest.raises(ValueError, match="also to resume"):
+        pretrain(tmp_path / "train.txt", tmp_path / "out", preset.options, config.updated(max_steps=4), progress=False)
+    with pytest.raises(ValueError, match="init_tokens_weight must be >= 0"):
+        preset.training.updated(init_tokens_weight=-1.0)
