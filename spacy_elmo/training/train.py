@@ -238,16 +238,14 @@ class Trainer:
         batch = self.stream.next_batch()
         self.model.train()
         sums, counts, final, distance = self.model(batch, self.state)
-        loss = mean_loss(sums, counts)
-        if self.objective.mimic is not None:
-            loss = loss + self.config.init_tokens_weight * distance
+        loss = mean_loss(sums, counts) + self.config.init_tokens_weight * distance  # distance 0 unless kept
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.objective.parameters(), self.config.clip_norm)
         self.optimizer.step()
         self.state = detach(final)
-        kept = self.objective.mimic is not None
-        return sums, counts, torch.stack([distance.detach(), distance.new_tensor(float(kept))])
+        kept = float(self.objective.mimic is not None)
+        return sums, counts, torch.stack([distance.detach(), distance.new_tensor(kept)])
 
     def _should_stop(self) -> bool:
         config = self.config
