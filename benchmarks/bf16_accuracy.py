@@ -30,10 +30,11 @@ def read_sentences(path: Path, lines: int) -> List[List[str]]:
 def main(
     text: Path = typer.Argument(..., help="A sentence per line"),
     lines: int = typer.Option(2000, help="How many lines of TEXT to read"),
-    options_file: Optional[Path] = typer.Option(None, help="default: the bundled English biLM"),
+    options_file: Optional[Path] = typer.Option(None, help="default: the bundled biLM --pretrained"),
     weight_file: Optional[Path] = typer.Option(None),
+    pretrained: str = typer.Option("en", help="Which bundled biLM, without --options-file/--weight-file"),
 ) -> None:
-    files = (options_file, weight_file) if options_file and weight_file else pretrained_files("en")
+    files = (options_file, weight_file) if options_file and weight_file else pretrained_files(pretrained)
     sentences = read_sentences(text, lines)
     layers = {}
     for precision in ("fp32", "bf16"):

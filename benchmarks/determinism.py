@@ -1,14 +1,15 @@
-"""How far the same text's vectors move when everything around it changes, on the bundled biLM.
+"""How far the same text's vectors move when everything around it changes, on a bundled biLM.
 
 Runs real sentences (the AllenNLP fixture's 30 newswire sentences and the contextual-similarity
-examples) through ``nlp.pipe`` with the bundled English biLM, then again with other batch sizes,
+examples) through ``nlp.pipe`` with a bundled English biLM, then again with other batch sizes,
 a shuffled order, 4 threads at once, 2 processes and after a save/load round trip. It prints the
 largest absolute difference of any layer value to the reference run (batch size 8), beside the
 float32 error itself (the reference against the same biLM in float64).
 
-    python benchmarks/determinism.py
+    python benchmarks/determinism.py [--pretrained en_small]     # default: en
 """
 
+import argparse
 import json
 import random
 import sys
@@ -71,10 +72,13 @@ def largest_difference(runs: List[Layers], reference: Layers) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pretrained", default="en", help="Which bundled biLM")
+    args = parser.parse_args()
     torch.set_num_threads(1)
     texts = sentences()
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"store_layers": True})
+    nlp.add_pipe("elmo", config={"store_layers": True, "model": {"pretrained": args.pretrained}})
     nlp.initialize()
     reference = run(nlp, texts, batch_size=8)
     shuffled = texts[:]
@@ -93,7 +97,7 @@ def main() -> None:
     }
     n_tokens = sum(len(v[0]) for v in reference.values())
     scale = max(float(numpy.abs(v).max()) for v in reference.values())
-    print(f"{len(texts)} texts, {n_tokens} tokens, bundled biLM; largest |layer value| {scale:.2f}")
+    print(f"{len(texts)} texts, {n_tokens} tokens, bundled biLM {args.pretrained!r}; largest |layer value| {scale:.2f}")
     print("| compared to the reference (batch size 8) | largest absolute difference |")
     print("|---|---:|")
     for name, variant in variants.items():

@@ -1,11 +1,12 @@
 """Throughput of ``spacy-elmo embed``: the local engine on 1 and 2 torch threads, Ray on 1 and 2
-workers (one torch thread each), with the bundled biLM, on made-up English-like sentences.
+workers (one torch thread each), with a bundled biLM (``--pretrained``, default ``en``), on made-up
+English-like sentences.
 
 Each run writes Parquet into a fresh directory and is timed end to end, as a user sees it:
 reading and planning the input, loading the biLM (once per Ray actor), embedding, writing, and
 for Ray starting a local cluster. Sentences/s and tokens/s are printed per configuration.
 
-    python benchmarks/embed_speed.py [--sentences 2000] [--shard-size 250] [--runs local1,local2,ray1,ray2]
+    python benchmarks/embed_speed.py [--sentences 2000] [--shard-size 250] [--runs local1,local2,ray1,ray2] [--pretrained en_small]
 """
 
 import argparse
@@ -13,8 +14,9 @@ import random
 import tempfile
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
+from spacy_elmo import pretrained_files
 from spacy_elmo.embed import EmbedSettings, run_embed
 
 WORDS = [w.strip() for w in "the of and to a in is was for that on with as by it at from his an were are which be this has".split()]
@@ -32,12 +34,12 @@ def write_corpus(path: Path, n: int, seed: int = 0) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf8")
 
 
-def run(corpus: Path, output: Path, name: str, shard_size: int) -> None:
+def run(corpus: Path, output: Path, name: str, shard_size: int, files: Tuple[Path, Path]) -> None:
     settings = EmbedSettings(whitespace=True, shard_size=shard_size)
     engine, count = ("ray", int(name[3:])) if name.startswith("ray") else ("local", int(name[5:]))
     start = time.perf_counter()
     summary = run_embed(
-        corpus, output, settings, engine=engine,  # type: ignore[arg-type]
+        corpus, output, settings, *files, engine=engine,  # type: ignore[arg-type]
         workers=count, threads=1 if engine == "ray" else count, progress=False,
     )
     seconds = time.perf_counter() - start
@@ -50,13 +52,14 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=2000)
     parser.add_argument("--shard-size", type=int, default=250)
     parser.add_argument("--runs", default="local1,local2,ray1,ray2", help="local<threads> / ray<workers>, comma-separated")
+    parser.add_argument("--pretrained", default="en", help="Which bundled biLM")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.txt"
         write_corpus(corpus, args.sentences)
-        print(f"{args.sentences} sentences, bundled biLM, shards of {args.shard_size}")
+        print(f"{args.sentences} sentences, bundled biLM {args.pretrained!r}, shards of {args.shard_size}")
         for name in args.runs.split(","):
-            run(corpus, Path(tmp) / name, name, args.shard_size)
+            run(corpus, Path(tmp) / name, name, args.shard_size, pretrained_files(args.pretrained))
 
 
 if __name__ == "__main__":

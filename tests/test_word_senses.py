@@ -42,4 +42,4 @@ def test_static_vectors_score_chance_and_separated_senses_score_one(senses) -> N
 def test_the_default_pipe_tells_senses_apart_better_than_static_vectors(senses) -> None:
     result = senses.report(senses.default_pipeline(), senses.read_occurrences())
     assert result["layer 0 (context-free, static)"] == pytest.approx(5 / 11)
-    assert result["token.vector (default pipe)"] >= 0.6  # the bundled biLM: 0.635
+    assert result["token.vector (default pipe)"] >= 0.63  # the bundled biLM: 0.658 (en_small: 0.635)

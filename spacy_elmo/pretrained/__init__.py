@@ -1,16 +1,17 @@
 """The biLMs that ship inside the package, as standard ELMo files.
 
-``en`` is the English biLM that ``project/`` pretrains (the ``small`` preset of
-``spacy-elmo pretrain``; sizes, data and held-out perplexities in ``en/README.md``). It is the
-default of the ``elmo`` component, so ``nlp.add_pipe("elmo")`` gives contextual vectors with no
-configuration.
+``en`` is the English biLM that ``project/`` pretrains (the ``base`` preset of ``spacy-elmo
+pretrain``, its token encoder started from and kept near word2vec vectors; sizes, data and
+held-out perplexities in ``en/README.md``). It is the default of the ``elmo`` component, so
+``nlp.add_pipe("elmo")`` gives contextual vectors with no configuration. ``en_small`` is the
+earlier default, the ``small`` preset: weaker features, about 3 times as fast.
 """
 
 from pathlib import Path
 from typing import Tuple
 
 PRETRAINED_DIR = Path(__file__).parent
-PRETRAINED = ("en",)
+PRETRAINED = ("en", "en_small")
 
 
 def pretrained_files(name: str = "en") -> Tuple[Path, Path]:

@@ -39,7 +39,7 @@ needs_bf16 = pytest.mark.skipif(not _can_multiply_bf16(), reason="this torch bui
 
 @pytest.fixture(scope="module")
 def bundled_files():
-    return pretrained_files("en")
+    return pretrained_files("en_small")
 
 
 def _mean_cosines(a: numpy.ndarray, b: numpy.ndarray) -> numpy.ndarray:

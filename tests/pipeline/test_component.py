@@ -35,7 +35,14 @@ def test_default_config_loads_the_bundled_english_bilm() -> None:
     doc = nlp("The bank raised its rates .")
     bundled = BiLM.from_files(*pretrained_files("en"))
     numpy.testing.assert_allclose(doc.tensor, bundled.embed_sentences([[t.text for t in doc]])[0].mean(axis=0), atol=1e-5)
-    assert doc.tensor.shape == (6, 128)
+    assert doc.tensor.shape == (6, 256)
+
+
+def test_the_small_bundled_bilm_is_selected_by_name() -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": {"pretrained": "en_small"}})
+    nlp.initialize()
+    assert nlp("The bank raised its rates .").tensor.shape == (6, 128)
 
 
 def test_no_pretrained_and_no_files_builds_an_untrained_bilm_and_says_so() -> None:
@@ -48,7 +55,7 @@ def test_no_pretrained_and_no_files_builds_an_untrained_bilm_and_says_so() -> No
 
 def test_unknown_bundled_name_is_a_clear_error() -> None:
     nlp = spacy.blank("en")
-    with pytest.raises(ValueError, match="no bundled biLM named 'xx'.*ships: en"):
+    with pytest.raises(ValueError, match="no bundled biLM named 'xx'.*ships: en, en_small"):
         nlp.add_pipe("elmo", config={"model": {"pretrained": "xx"}})
 
 
