@@ -12,8 +12,8 @@ token of a batch once, no padding windows or padded steps); the share of distinc
 
 spacy-elmo runs in each ``--precisions`` (fp32, bf16: see spacy_elmo.bilm.precision); each row's
 rate is compared with this machine's matmul rate in its own dtype, and the bf16 layers with the
-fp32 ones (mean per-token cosine per layer, largest difference). Where the CPU has no bf16
-instructions (no AMX or AVX512-BF16) torch emulates them, far slower: use ``--size small`` and few
+fp32 ones (mean per-token cosine per layer, largest difference). Where the CPU has no AMX, bf16 is
+slower than fp32 (with AVX512-BF16) or emulated and far slower (without): use ``--size small`` and few
 sentences there.
 
     python benchmarks/bilm_speed.py [--size original] [--precisions fp32,bf16] [--sentences 1000]

@@ -1,7 +1,7 @@
 """Matrix-product rate of this CPU in float32 and bfloat16, at the biLM's shapes.
 
-bf16 pays only where the CPU multiplies it natively (AMX or AVX512-BF16); elsewhere torch
-emulates it, far slower than float32. The biLM's ``precision="auto"`` picks bf16 only on the
+bf16 pays only where the CPU has AMX; elsewhere torch runs it on AVX512-BF16 (somewhat slower
+than float32) or emulates it (far slower). The biLM's ``precision="auto"`` picks bf16 only on the
 former (spacy_elmo.bilm.precision); this prints what it picks here. Run before choosing a
 precision on a new machine:
 

@@ -5,8 +5,8 @@
 Without --corpus, a Zipfian random-word corpus is generated in a temporary directory (the
 vocabulary pass is not timed). Tokens are window positions, boundaries included, summed over
 the batch: the unit of the training log's tokens_per_s. ``--precision`` is that of the matrix
-products, as ``spacy-elmo pretrain --precision`` (bf16 is emulated, far slower, on CPUs without
-AMX or AVX512-BF16).
+products, as ``spacy-elmo pretrain --precision`` (bf16 is slower than fp32 on CPUs
+without AMX).
 """
 
 import argparse

@@ -93,8 +93,8 @@ def pretrain(
     ),
     precision: Optional[str] = typer.Option(
         None,
-        help="Matrix products in fp32, bf16, or auto: bf16 where the CPU (AMX, AVX512-BF16) or GPU "
-        "multiplies it natively; weights, optimizer and loss stay fp32" + default("auto"),
+        help="Matrix products in fp32, bf16, or auto: bf16 where the CPU (AMX) or GPU "
+        "multiplies it faster than fp32; weights, optimizer and loss stay fp32" + default("auto"),
     ),
     resume: bool = typer.Option(True, help="Continue from OUTPUT_DIR/checkpoint.pt if it exists"),
     progress: bool = typer.Option(True, help="Show a progress bar"),

@@ -1,7 +1,7 @@
 """The precision of the biLM's matrix products: float32, or bfloat16 where the hardware has it.
 
 bf16 keeps float32's exponent range with an 8-bit mantissa, so products need no loss scaling;
-CPUs with AMX or AVX512-BF16 (and recent GPUs) multiply it several times faster than float32.
+CPUs with AMX (and recent GPUs) multiply it several times faster than float32.
 In ``"bf16"`` mode only the products run in bf16 (the char CNN's convolutions, the highways
 and projection, the LSTM's input, recurrent and projection products, the pretraining softmax),
 each accumulating in float32 inside the kernel. Everything else stays float32: the parameters
@@ -25,8 +25,12 @@ Precision = Literal["fp32", "bf16", "auto"]
 PRECISIONS: Tuple[str, ...] = ("fp32", "bf16", "auto")
 DTYPES: Dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
-# CPU features with bf16 multiply instructions, as torch.cpu.get_capabilities() names them.
-NATIVE_BF16_FEATURES: Tuple[str, ...] = ("amx_bf16", "avx512_bf16")
+# The CPU feature that makes bf16 products pay, as torch.cpu.get_capabilities() names it: AMX's
+# bf16 tiles. AVX512-BF16 alone (dot-product instructions, no tiles) is slower than float32 for the
+# biLM: on a 2-core Xeon with it and without AMX, 304 against 495 tokens/s of inference at the
+# Small size and 1,373 against 2,035 tokens/s of `base` pretraining (benchmarks/bilm_speed.py,
+# pretrain_speed.py).
+FAST_BF16_FEATURE = "amx_bf16"
 
 
 def check_precision(precision: str) -> None:
@@ -35,27 +39,27 @@ def check_precision(precision: str) -> None:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
 
 
-def cpu_multiplies_bf16() -> bool:
-    """Whether this CPU has bf16 multiply instructions (AMX or AVX512-BF16), as torch detects them.
+def cpu_has_amx_bf16() -> bool:
+    """Whether this CPU has AMX bf16 tiles, as torch detects them: where bf16 beats float32.
 
-    Without them torch emulates bf16 products, far slower than float32.
+    Without AMX torch runs bf16 products on AVX512-BF16 dot-product instructions or emulates them,
+    slower than float32 in both cases.
     """
-    capabilities = torch.cpu.get_capabilities()
-    return any(bool(capabilities.get(feature, False)) for feature in NATIVE_BF16_FEATURES)
+    return bool(torch.cpu.get_capabilities().get(FAST_BF16_FEATURE, False))
 
 
 def resolve_precision(precision: Precision, device: torch.device) -> torch.dtype:
     """The dtype of the products for ``precision`` on ``device``.
 
-    ``"auto"`` is bf16 only where products in it are native, so never slower than float32: a
-    CPU with AMX or AVX512-BF16 (:func:`cpu_multiplies_bf16`), or a GPU that supports bf16 (as
+    ``"auto"`` is bf16 only where products in it are faster than float32: a CPU with AMX
+    (:func:`cpu_has_amx_bf16`), or a GPU that supports bf16 (as
     thinc's mixed precision would use it); float32 elsewhere.
     """
     check_precision(precision)
     if precision != "auto":
         return DTYPES[precision]
     if device.type == "cpu":
-        native = cpu_multiplies_bf16()
+        native = cpu_has_amx_bf16()
     elif device.type == "cuda":
         native = torch.cuda.is_bf16_supported()
     else:

@@ -176,7 +176,10 @@ def test_fine_tuning_sums_the_gradients_of_every_listener(bilm_files, max_batch_
     first._backprop(grads_a)
     second._backprop(grads_b)
     for param, grad in zip(bilm.parameters(), expected):
-        torch.testing.assert_close(param.grad, grad, rtol=1e-4, atol=1e-5)
+        # Relative to the whole gradient: the two paths sum in other orders, and one-by-one
+        # tolerances fail on float32 rounding where entries reach hundreds (relative error ~5e-6
+        # here); a missing or doubled listener gradient is off by ~1.
+        assert float((param.grad - grad).norm()) <= 1e-4 * float(grad.norm())
     assert losses["elmo"] == pytest.approx(sum(float((g**2).sum()) for g in grads_a + grads_b), rel=1e-5)
 
 
