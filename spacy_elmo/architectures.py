@@ -17,6 +17,7 @@ from thinc.api import (
     chain,
     concatenate,
     list2ragged,
+    noop,
     reduce_mean,
     softmax_activation,
     with_array,
@@ -26,7 +27,7 @@ from thinc.types import Floats2d, Floats3d
 
 from .bilm.model import StateMode
 from .bilm.precision import Precision
-from .layers import ElmoBiLMLayer, ElmoListener, ScalarMix
+from .layers import ElmoBiLMLayer, ElmoListener, RowDropout, ScalarMix
 
 
 @registry.architectures("spacy_elmo.ElmoBiLM.v1")
@@ -111,6 +112,7 @@ def build_elmo_listener(
     embed: Optional[Model[List[Doc], List[Floats2d]]] = None,
     encode: Optional[Model[List[Floats2d], List[Floats2d]]] = None,
     bilm: Optional[Model[List[Doc], List[Floats3d]]] = None,
+    skip_encoder: bool = False,
 ) -> Model[List[Doc], List[Floats2d]]:
     """A ``tok2vec`` for downstream components: the upstream biLM's layers, mixed for this task.
 
@@ -122,9 +124,14 @@ def build_elmo_listener(
     go through a task-specific contextual encoder, as the paper feeds ELMo into the task's RNN:
     a maxout layer with layer normalization (as in spacy.MultiHashEmbed.v2) brings them to the
     encoder's width, which is then the output width. So ``embed`` + ``encode`` as in spaCy's
-    spacy.Tok2Vec.v2 give that tok2vec with ELMo added to its input. ``bilm`` replaces the
+    spacy.Tok2Vec.v2 give that tok2vec with ELMo added to its input. ``skip_encoder`` also puts
+    the encoder's input (ELMo and the embedding) beside its output, the paper's ELMo at the
+    output of the task's encoder, ``[h_k; ELMo_k; x_k]``: the head reads ELMo directly, not only
+    through the encoder's narrower width; output width is then the sum. ``bilm`` replaces the
     listener by an own biLM; it is what ``nlp.replace_listeners`` writes, rarely set by hand.
     """
+    if skip_encoder and encode is None:
+        raise ValueError("skip_encoder = true puts the encoder's input beside its output: it needs an encode model")
     source = bilm if bilm is not None else ElmoListener(upstream, width, n_layers)
     mixed = chain(source, ScalarMix(n_layers, width, layer_norm=layer_norm, l2=l2, dropout=dropout))
     mixed.set_dim("nO", width)
@@ -135,8 +142,15 @@ def build_elmo_listener(
         model.set_dim("nO", width + embed.get_dim("nO"))
     if encode is not None:
         encoded_width = encode.get_dim("nO")
-        model = chain(model, with_array(Maxout(encoded_width, nP=3, normalize=True)), encode)
-        model.set_dim("nO", encoded_width)
+        input_width = model.get_dim("nO") if model.has_dim("nO") is True else None
+        encoder = chain(with_array(Maxout(encoded_width, nP=3, normalize=True)), encode)
+        if skip_encoder:
+            model = chain(model, concatenate(encoder, noop()))
+            if input_width is not None:
+                model.set_dim("nO", encoded_width + input_width)
+        else:
+            model = chain(model, encoder)
+            model.set_dim("nO", encoded_width)
     # A head may hand its labels Y to a tok2vec whose width is still unknown (spaCy's
     # TextCatReduce does, through chain); concatenate would pass them on and the embedding would
     # take the number of labels for its width. The widths here come from the parts alone.
@@ -152,6 +166,7 @@ def build_elmo_bow_textcat(
     length: int = 262144,
     dropout: float = 0.1,
     nO: Optional[int] = None,
+    bow_dropout: float = 0.0,
 ) -> Model[List[Doc], Floats2d]:
     """spaCy's bag-of-words classifier (spacy.TextCatBOW.v3) with ELMo added to its features.
 
@@ -159,9 +174,14 @@ def build_elmo_bow_textcat(
     of the doc's ``tok2vec`` vectors (e.g. an ElmoListener; an empty doc adds zeros), then softmax
     (``exclusive_classes``) or logistic. That layer starts at zero, so the model starts as spaCy's
     efficiency textcat and keeps what ELMo adds to it: in spaCy's TextCatEnsemble.v2 the bag of
-    words feeds a shared output layer and learns slowly beside a weak branch.
+    words feeds a shared output layer and learns slowly beside a weak branch. ``bow_dropout``
+    drops the bag of words' scores of that share of the docs in training (see
+    :func:`~spacy_elmo.layers.RowDropout`): once the bag of words fits the training set, the ELMo
+    layer otherwise gets almost no gradient.
     """
     bow = build_bow_text_classifier_v3(exclusive_classes, ngram_size, no_output_layer=True, length=length, nO=nO)
+    if bow_dropout > 0.0:
+        bow = chain(bow, RowDropout(bow_dropout))
     pooled = chain(tok2vec, list2ragged(), reduce_mean(), Dropout(dropout), Linear(nO, init_W=zero_init))
     activation = softmax_activation() if exclusive_classes else Logistic()
     model = chain(add(bow, pooled), activation)

@@ -8,6 +8,9 @@ whose sums give the headline metric (NER micro F1, text classification accuracy)
 - Folds: a document's items are its fold's; the pooled metric is the cross-validated score.
 - Seeds: a document's items are summed over the seeds, so the pooled metric is the score of
   all seeds' predictions together.
+- Folds of several training seeds (``NAME=DIR1,DIR2``: one cross-validation per directory, same
+  folds): a document's items are summed over the seeds, as for seeds; the per-fold scores are
+  those sums'. More seeds average out the training noise that one seed per fold leaves in.
 
 The systems must have the same folds or seeds, and the same documents in each. The paired
 bootstrap resamples documents (with replacement, ``--n-boot`` times, fixed ``--seed``) and
@@ -52,15 +55,35 @@ def ratio(numerator: float, denominator: float) -> float:
     return float(numerator / denominator) if denominator else 0.0
 
 
-def parse_system(text: str) -> Tuple[str, Path]:
-    """``NAME=DIR`` -> (name, dir)."""
-    name, sep, directory = text.partition("=")
-    if not sep or not name or not directory:
-        raise typer.BadParameter(f"give systems as NAME=METRICS_DIR, got {text!r}")
-    return name, Path(directory)
+def parse_system(text: str) -> Tuple[str, List[Path]]:
+    """``NAME=DIR`` or ``NAME=DIR1,DIR2,...`` -> (name, dirs)."""
+    name, sep, directories = text.partition("=")
+    parts = directories.split(",")
+    if not sep or not name or not all(parts):
+        raise typer.BadParameter(f"give systems as NAME=METRICS_DIR or NAME=DIR1,DIR2 (seeds of a CV), got {text!r}")
+    return name, [Path(part) for part in parts]
 
 
-def load_runs(name: str, directory: Path) -> Runs:
+def load_runs(name: str, directories: List[Path]) -> Runs:
+    """One directory's runs, or the sum over cross-validations of several seeds (same folds)."""
+    runs = [load_directory(name, directory) for directory in directories]
+    if len(runs) == 1:
+        return runs[0]
+    first = runs[0]
+    for directory, other in zip(directories, runs):
+        if other.unit != "fold":
+            raise ValueError(f"{directory}: several directories are seeds of a cross-validation; this one has seed files")
+        if other.docs != first.docs:
+            raise ValueError(f"{directory}: folds {other.docs} differ from {directories[0]}'s {first.docs}")
+    numerators = sum(run.numerators for run in runs)
+    denominators = sum(run.denominators for run in runs)
+    bounds = numpy.cumsum([0] + [first.docs[n] for n in sorted(first.docs)])
+    scores = {n: ratio(numerators[start:end].sum(), denominators[start:end].sum())
+              for n, start, end in zip(sorted(first.docs), bounds[:-1], bounds[1:])}
+    return Runs(name, "fold", scores, dict(first.docs), numerators, denominators)  # type: ignore[arg-type]
+
+
+def load_directory(name: str, directory: Path) -> Runs:
     """Read ``fold<k>.json`` or ``seed<k>.json`` files of ``directory`` (not both kinds)."""
     files = {unit: sorted(directory.glob(f"{unit}*.json")) for unit in UNITS}
     kinds = [unit for unit in UNITS if files[unit]]
@@ -170,14 +193,16 @@ def markdown(title: str, unit: str, results: Dict[str, Dict[str, object]], basel
 
 def main(
     output: Path = typer.Argument(..., help="Writes OUTPUT.md and OUTPUT.json (OUTPUT without suffix)"),
-    system: List[str] = typer.Option(..., help="NAME=METRICS_DIR, repeatable; in table order"),
+    system: List[str] = typer.Option(
+        ..., help="NAME=METRICS_DIR, or NAME=DIR1,DIR2 for a cross-validation run with several seeds; repeatable; in table order"
+    ),
     baseline: List[str] = typer.Option(..., help="NAME of a --system to compare every other system with, repeatable"),
     title: str = typer.Option("Paired comparison", help="Table title"),
     n_boot: int = typer.Option(10000, help="Bootstrap replicates"),
     seed: int = typer.Option(0, help="Bootstrap seed"),
 ) -> None:
     """Pooled metric of each system, and its paired difference to each baseline with a 95% CI."""
-    runs = {name: load_runs(name, directory) for name, directory in map(parse_system, system)}
+    runs = {name: load_runs(name, directories) for name, directories in map(parse_system, system)}
     unknown = [b for b in baseline if b not in runs]
     if unknown:
         raise typer.BadParameter(f"baselines {unknown} are not among the systems {list(runs)}")

@@ -267,6 +267,28 @@ def test_encode_option_gives_the_encoder_width_and_learns(bilm_files) -> None:
                for doc, eg in zip(nlp.pipe([eg.text for eg in examples]), examples))
 
 
+def test_skip_encoder_puts_elmo_and_the_embedding_beside_the_encoder_output(bilm_files) -> None:
+    embed = {"@architectures": "spacy.MultiHashEmbed.v2", "width": 8, "attrs": ["NORM"],
+             "rows": [100], "include_static_vectors": False}
+    nlp = build_ner_textcat(bilm_files, listener={"embed": embed, "encode": ENCODE, "skip_encoder": True})
+    tok2vec = nlp.get_pipe("textcat").model.get_ref("tok2vec")
+    assert tok2vec.get_dim("nO") == 12 + WIDTH + 8
+    docs = [nlp.make_doc(text) for text in TEXTS]
+    nlp.get_pipe("elmo").set_annotations(docs, nlp.get_pipe("elmo").predict(docs))
+    outputs = tok2vec.predict(docs)
+    mixed = [layers.mean(axis=0) for layers in nlp.get_pipe("elmo").model.predict(docs)]
+    for doc, output, elmo in zip(docs, outputs, mixed):
+        assert output.shape == (len(doc), 12 + WIDTH + 8)
+        numpy.testing.assert_allclose(output[:, 12 : 12 + WIDTH], elmo, rtol=1e-5, atol=1e-6)  # the untrained mix: the average
+    losses = train(nlp, make_examples(nlp), steps=2)
+    assert losses["ner"] > 0
+
+
+def test_skip_encoder_without_an_encoder_is_a_clear_error(bilm_files) -> None:
+    with pytest.raises(ValueError, match="skip_encoder = true .* needs an encode model"):
+        build_ner_textcat(bilm_files, listener={"skip_encoder": True})
+
+
 def test_predictions_do_not_depend_on_the_batch(bilm_files) -> None:
     nlp = build_ner_textcat(bilm_files)
     train(nlp, make_examples(nlp), steps=2)

@@ -24,11 +24,11 @@ def accuracy_items(rng: numpy.random.Generator, n_docs: int, accuracy: float) ->
 
 
 def test_folds_pool_and_seeds_sum(tmp_path: Path) -> None:
-    folds = compare.load_runs("a", write_units(tmp_path / "f", "fold", [[[2, 4], [0, 2]], [[1, 1]]]))
+    folds = compare.load_runs("a", [write_units(tmp_path / "f", "fold", [[[2, 4], [0, 2]], [[1, 1]]])])
     assert folds.unit == "fold" and folds.docs == {0: 2, 1: 1}
     assert folds.scores == {0: pytest.approx(2 / 6), 1: 1.0}
     assert folds.pooled == pytest.approx(3 / 7)  # micro over all documents, not the mean of folds
-    seeds = compare.load_runs("b", write_units(tmp_path / "s", "seed", [[[1, 1], [0, 1]], [[1, 1], [1, 1]]]))
+    seeds = compare.load_runs("b", [write_units(tmp_path / "s", "seed", [[[1, 1], [0, 1]], [[1, 1], [1, 1]]])])
     assert seeds.numerators.tolist() == [2, 1] and seeds.denominators.tolist() == [2, 2]
     assert seeds.pooled == 0.75
 
@@ -37,8 +37,8 @@ def test_bootstrap_ci_covers_a_real_difference_and_pins_a_null_one(tmp_path: Pat
     rng = numpy.random.default_rng(1)
     base = [accuracy_items(rng, 400, 0.6) for _ in range(5)]
     better = [accuracy_items(rng, 400, 0.75) for _ in range(5)]
-    baseline = compare.load_runs("base", write_units(tmp_path / "base", "fold", base))
-    system = compare.load_runs("sys", write_units(tmp_path / "sys", "fold", better))
+    baseline = compare.load_runs("base", [write_units(tmp_path / "base", "fold", base)])
+    system = compare.load_runs("sys", [write_units(tmp_path / "sys", "fold", better)])
     result = compare.compare(system, baseline, n_boot=2000, seed=0)
     low, high = result["ci95"]
     assert 0.0 < low < 0.15 < high  # true difference 0.15, well away from 0
@@ -51,8 +51,8 @@ def test_bootstrap_ci_covers_a_real_difference_and_pins_a_null_one(tmp_path: Pat
 
 
 def test_unpaired_runs_are_refused(tmp_path: Path) -> None:
-    a = compare.load_runs("a", write_units(tmp_path / "a", "fold", [[[1, 1]], [[1, 1]]]))
-    b = compare.load_runs("b", write_units(tmp_path / "b", "fold", [[[1, 1]], [[1, 1], [0, 1]]]))
+    a = compare.load_runs("a", [write_units(tmp_path / "a", "fold", [[[1, 1]], [[1, 1]]])])
+    b = compare.load_runs("b", [write_units(tmp_path / "b", "fold", [[[1, 1]], [[1, 1], [0, 1]]])])
     with pytest.raises(ValueError, match="not paired"):
         compare.compare(a, b, n_boot=10, seed=0)
 
@@ -61,11 +61,11 @@ def test_files_without_items_or_mixed_units_are_clear_errors(tmp_path: Path) -> 
     (tmp_path / "old").mkdir()
     srsly.write_json(tmp_path / "old" / "seed0.json", {"metrics": {"f1": 0.5}})
     with pytest.raises(ValueError, match="no per-document items"):
-        compare.load_runs("old", tmp_path / "old")
+        compare.load_runs("old", [tmp_path / "old"])
     write_units(tmp_path / "mixed", "fold", [[[1, 1]]])
     srsly.write_json(tmp_path / "mixed" / "seed0.json", {"items": [[1, 1]]})
     with pytest.raises(ValueError, match="both fold and seed"):
-        compare.load_runs("mixed", tmp_path / "mixed")
+        compare.load_runs("mixed", [tmp_path / "mixed"])
 
 
 def test_cli_writes_table_and_json(tmp_path: Path) -> None:
@@ -85,3 +85,33 @@ def test_cli_writes_table_and_json(tmp_path: Path) -> None:
     assert data["systems"]["elmo"]["comparisons"][0]["baseline"] == "cnn"
     bad = CliRunner().invoke(app, [str(out), "--system", f"cnn={tmp_path / 'cnn'}", "--baseline", "w2v"])
     assert bad.exit_code != 0 and "not among the systems" in bad.output
+
+
+def test_seeds_of_a_cross_validation_sum_per_document(tmp_path: Path) -> None:
+    seed0 = write_units(tmp_path / "s0", "fold", [[[2, 4], [0, 2]], [[1, 1]]])
+    seed1 = write_units(tmp_path / "s1", "fold", [[[4, 4], [1, 2]], [[0, 1]]])
+    runs = compare.load_runs("a", [seed0, seed1])
+    assert runs.unit == "fold" and runs.docs == {0: 2, 1: 1}
+    assert runs.numerators.tolist() == [6, 1, 1] and runs.denominators.tolist() == [8, 4, 2]
+    assert runs.scores == {0: pytest.approx(7 / 12), 1: 0.5}
+    assert runs.pooled == pytest.approx(8 / 14)
+    other_folds = write_units(tmp_path / "s2", "fold", [[[1, 1]], [[1, 1], [1, 1]]])
+    with pytest.raises(ValueError, match="differ"):
+        compare.load_runs("b", [seed0, other_folds])
+    seeds = write_units(tmp_path / "seeds", "seed", [[[1, 1], [0, 1]], [[1, 1], [1, 1]]])
+    with pytest.raises(ValueError, match="seed files"):
+        compare.load_runs("c", [seed0, seeds])
+
+
+def test_the_cli_takes_comma_separated_seeds_of_a_system(tmp_path: Path) -> None:
+    base = write_units(tmp_path / "base", "fold", [[[0, 1], [0, 1]], [[0, 1]]])
+    seed0 = write_units(tmp_path / "s0", "fold", [[[1, 1], [1, 1]], [[1, 1]]])
+    seed1 = write_units(tmp_path / "s1", "fold", [[[1, 1], [0, 1]], [[1, 1]]])
+    app = typer.Typer()
+    app.command()(compare.main)
+    result = CliRunner().invoke(app, [str(tmp_path / "out"), "--system", f"base={base}", "--system", f"two seeds={seed0},{seed1}",
+                                      "--baseline", "base", "--n-boot", "50"])
+    assert result.exit_code == 0, result.output
+    data = srsly.read_json(tmp_path / "out.json")["systems"]["two seeds"]
+    assert data["summary"]["pooled"] == pytest.approx(5 / 6)
+    assert data["comparisons"][0]["difference"] == pytest.approx(5 / 6)
