@@ -82,7 +82,8 @@ def pretrain(
     init_tokens_weight: Optional[float] = typer.Option(
         None,
         help="Keep the distance to the vectors of --init-tokens-from as a second loss of this weight while the LM "
-        "trains, so that it does not wash their knowledge out; resuming needs the same --init-tokens-from"
+        "trains, so that it does not wash their knowledge out; resuming needs the same --init-tokens-from, and "
+        "--init-from an export of such a run keeps the vectors exported with it"
         + preset_default("init_tokens_weight"),
     ),
     pipeline: Optional[Path] = typer.Option(

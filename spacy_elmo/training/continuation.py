@@ -9,6 +9,13 @@ vocabulary file: the words in id order, markers first). ``--init-from OPTIONS WE
 both beside WEIGHTS and continues with them: the model then scores the held-out text exactly as
 the exporting run did at its end. The optimiser's moments are not exported; they rebuild within
 a few steps. Without the two files (e.g. the bundled biLM), a new vocabulary and softmax are made.
+
+A run that keeps its token encoder near static vectors (``init_tokens_weight``, see
+:mod:`.mimic`) also exports ``kept_vectors.hdf5``: the words (``words``, UTF-8), the vectors as
+given (``vectors``, (n_words, width) float32) and the linear head that maps layer 0 to them
+(``head_weight`` (width, projection_dim), ``head_bias`` (width,)). The vectors travel with the
+export because a retrained word2vec is another space: ``--init-from`` with
+``--init-tokens-weight`` > 0 keeps the distance to these very vectors, through the same head.
 """
 
 from pathlib import Path
@@ -21,11 +28,13 @@ import torch
 from ..bilm import BiLM, ElmoOptions
 from ..fileio import PathLike, atomic_path
 from .checkpoint import load_checkpoint
+from .mimic import VectorMimic
 from .softmax import SharedSoftmax
 from .vocab import MARKER_NAMES, Vocabulary
 
 SOFTMAX_NAME = "softmax.hdf5"
 VOCAB_NAME = "vocab.txt"
+KEPT_NAME = "kept_vectors.hdf5"
 
 
 class Continuation(NamedTuple):
@@ -36,14 +45,51 @@ class Continuation(NamedTuple):
     bias: numpy.ndarray  # (vocab_size,) float32
 
 
-def write_continuation(output_dir: PathLike, vocab: Vocabulary, softmax: SharedSoftmax) -> None:
-    """Write ``vocab.txt`` and ``softmax.hdf5`` into ``output_dir``, each atomically."""
+def write_continuation(
+    output_dir: PathLike, vocab: Vocabulary, softmax: SharedSoftmax, kept: Optional[VectorMimic] = None
+) -> None:
+    """Write ``vocab.txt``, ``softmax.hdf5`` and, for a run that keeps vectors, ``kept_vectors.hdf5``
+    into ``output_dir``, each atomically."""
     output_dir = Path(output_dir)
     with atomic_path(output_dir / VOCAB_NAME) as path:
         vocab.to_file(path)
     with atomic_path(output_dir / SOFTMAX_NAME) as path, h5py.File(path, "w") as f:
         f.create_dataset("weight", data=softmax.weight.detach().float().cpu().numpy())
         f.create_dataset("bias", data=softmax.bias.detach().float().cpu().numpy())
+    if kept is not None:
+        with atomic_path(output_dir / KEPT_NAME) as path, h5py.File(path, "w") as f:
+            f.create_dataset("words", data=kept.words, dtype=h5py.string_dtype("utf-8"))
+            f.create_dataset("vectors", data=kept.vectors)
+            f.create_dataset("head_weight", data=kept.head.weight.detach().float().cpu().numpy())
+            f.create_dataset("head_bias", data=kept.head.bias.detach().float().cpu().numpy())
+
+
+def read_kept_vectors(weight_file: PathLike, projection_dim: int) -> VectorMimic:
+    """The kept vectors and head exported beside ``weight_file`` (see the module docstring)."""
+    path = Path(weight_file).parent / KEPT_NAME
+    if not path.exists():
+        raise ValueError(
+            f"a kept distance to static vectors continues with the vectors of the run that kept it, but there is "
+            f"no {KEPT_NAME} beside {weight_file}: continue from an export of such a run (spacy-elmo export, or "
+            "the end of pretrain), or set --init-tokens-weight 0"
+        )
+    try:
+        with h5py.File(path, "r") as f:
+            words = [word.decode("utf8") if isinstance(word, bytes) else word for word in f["words"][...]]
+            vectors = f["vectors"][...].astype(numpy.float32)
+            head_weight, head_bias = f["head_weight"][...], f["head_bias"][...]
+    except (OSError, KeyError) as err:
+        raise ValueError(f"{path} is not a {KEPT_NAME} exported by spacy-elmo pretrain ({err})") from err
+    kept = VectorMimic(words, vectors, projection_dim)
+    if head_weight.shape != tuple(kept.head.weight.shape):
+        raise ValueError(
+            f"{path} holds a head of shape {head_weight.shape}, the biLM needs {tuple(kept.head.weight.shape)}: "
+            "it was exported with another biLM"
+        )
+    with torch.no_grad():
+        kept.head.weight.copy_(torch.from_numpy(head_weight))
+        kept.head.bias.copy_(torch.from_numpy(head_bias))
+    return kept
 
 
 def find_continuation(weight_file: PathLike) -> Optional[Continuation]:
@@ -90,8 +136,9 @@ def export_checkpoint(checkpoint_path: PathLike, output_dir: PathLike) -> int:
     """Export a run's checkpoint as the files its end would write; return the checkpoint's step.
 
     For a look at a run that is still going (a probe, a downstream screen) or was stopped: the
-    standard files plus ``vocab.txt`` and ``softmax.hdf5``, so ``--init-from`` continues from
-    them. Only the warm start, which the end of a run computes from the corpus, is missing.
+    standard files plus ``vocab.txt``, ``softmax.hdf5`` and the kept vectors of a run that keeps
+    them, so ``--init-from`` continues from them. Only the warm start, which the end of a run
+    computes from the corpus, is missing.
     """
     checkpoint = load_checkpoint(Path(checkpoint_path))
     bilm = BiLM(ElmoOptions.from_dict(checkpoint["options"]))
@@ -99,8 +146,13 @@ def export_checkpoint(checkpoint_path: PathLike, output_dir: PathLike) -> int:
     vocab = Vocabulary(checkpoint["vocab"])
     softmax = SharedSoftmax(len(vocab), checkpoint["softmax"]["weight"].shape[1])
     softmax.load_state_dict(checkpoint["softmax"])
+    kept = None
+    if checkpoint.get("kept_vectors") is not None:
+        words, vectors = checkpoint["kept_vectors"]["words"], checkpoint["kept_vectors"]["vectors"].numpy()
+        kept = VectorMimic(words, vectors, bilm.options.projection_dim)
+        kept.head.load_state_dict(checkpoint["vectors_head"])
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     bilm.to_files(output_dir / "options.json", output_dir / "weights.hdf5")
-    write_continuation(output_dir, vocab, softmax)
+    write_continuation(output_dir, vocab, softmax, kept)
     return int(checkpoint["step"])

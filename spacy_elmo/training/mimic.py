@@ -66,6 +66,7 @@ class VectorMimic(nn.Module):
         if len(words) != len(vectors):
             raise ValueError(f"{len(words)} words but {len(vectors)} vectors")
         self.words = words
+        self.vectors = vectors  # as given: what an export writes, so that a continued run keeps the same targets
         self.register_buffer("targets", mimic_targets(vectors), persistent=False)
         self.head = nn.Linear(projection_dim, vectors.shape[1])
 

@@ -39,7 +39,14 @@ from .checkpoint import (
     set_rng_state,
 )
 from .config import TrainingConfig, training_keys
-from .continuation import SOFTMAX_NAME, VOCAB_NAME, find_continuation, load_softmax, write_continuation
+from .continuation import (
+    SOFTMAX_NAME,
+    VOCAB_NAME,
+    find_continuation,
+    load_softmax,
+    read_kept_vectors,
+    write_continuation,
+)
 from .corpus import CorpusReader, read_documents
 from .distributed import Distributed, all_sum, init_distributed, shutdown
 from .evaluate import heldout_perplexity
@@ -73,7 +80,8 @@ def pretrain(
     beside the weight file, or when resuming). ``init_tokens``, a spaCy pipeline with static
     vectors, first fits a new biLM's token encoder to them (see :mod:`.mimic`); with
     ``config.init_tokens_weight`` > 0 the distance to them stays a second loss throughout (a
-    resumed run then needs them again). Joins a process group when launched by torchrun (see
+    resumed run then needs them again; a run continued with ``init_from`` keeps the vectors
+    exported with it). Joins a process group when launched by torchrun (see
     :mod:`.distributed`).
     """
     if config.max_steps is None and config.max_time is None:
@@ -139,8 +147,8 @@ class Trainer:
             if self.progress:
                 tqdm.write(f"Continuing with the softmax and vocabulary exported beside {init_from[1]}")
         self.loss.to(env.device)
-        mimic = self._vector_mimic(init_tokens, fit=checkpoint is None)
-        mimicked = self._mimic(mimic) if mimic is not None and checkpoint is None and env.is_main else []
+        mimic = self._vector_mimic(init_tokens, init_from, fit=checkpoint is None)
+        mimicked = self._mimic(mimic) if mimic is not None and init_tokens is not None and checkpoint is None and env.is_main else []
         self.objective = Objective(self.loss, mimic if config.init_tokens_weight > 0 else None)
         self.model = DistributedDataParallel(self.objective) if env.enabled else self.objective
         self.optimizer = _optimizer(config, self.objective.parameters())
@@ -161,9 +169,16 @@ class Trainer:
                 fit = {"vectors": str(init_tokens), "cosine": mimicked, "weight": config.init_tokens_weight}
                 self._write_log({"step": 0, "mimic": fit})
 
-    def _vector_mimic(self, init_tokens: Optional[PathLike], fit: bool) -> Optional[VectorMimic]:
-        """The distance to the static vectors, when this run fits or keeps it; on the run's device."""
+    def _vector_mimic(
+        self, init_tokens: Optional[PathLike], init_from: Optional[Tuple[PathLike, PathLike]], fit: bool
+    ) -> Optional[VectorMimic]:
+        """The distance to the static vectors, when this run fits or keeps it; on the run's device.
+
+        A run continued from an export (``init_from``) keeps the vectors and head exported with it.
+        """
         keep = self.config.init_tokens_weight > 0
+        if keep and init_from is not None:
+            return read_kept_vectors(init_from[1], self.bilm.options.projection_dim).to(self.env.device)
         if keep and init_tokens is None:
             raise ValueError(
                 f"init_tokens_weight {self.config.init_tokens_weight} keeps the token encoder near static vectors: "
@@ -342,10 +357,16 @@ class Trainer:
                 "bilm": self.bilm.state_dict(),
                 "softmax": self.loss.softmax.state_dict(),
                 "vectors_head": self.objective.mimic.head.state_dict() if self.objective.mimic is not None else None,
+                "kept_vectors": self._kept_vectors(),
                 "optimizer": self.optimizer.state_dict(),
                 "processes": per_process,
             },
         )
+
+    def _kept_vectors(self) -> Optional[Dict[str, Any]]:
+        """The kept static vectors, for ``spacy-elmo export`` of a checkpoint; None when none are kept."""
+        mimic = self.objective.mimic
+        return None if mimic is None else {"words": mimic.words, "vectors": torch.from_numpy(mimic.vectors)}
 
     def _restore(self, checkpoint: Dict[str, Any]) -> None:
         if checkpoint["world"] != self.env.world:
@@ -379,9 +400,9 @@ class Trainer:
             if self.dev_documents:
                 states = STATE_MODES if bilm.warm_hidden is not None else ("zero", "carry")
                 metrics["eval"] = self._evaluate(states)["eval"]
-            with self._writing(f"the exported options.json, weights.hdf5, {VOCAB_NAME} and {SOFTMAX_NAME}"):
+            with self._writing(f"the exported options.json, weights.hdf5, {VOCAB_NAME}, {SOFTMAX_NAME} and kept vectors"):
                 bilm.to_files(self.output_dir / "options.json", self.output_dir / "weights.hdf5")
-                write_continuation(self.output_dir, self.vocab, self.loss.softmax)
+                write_continuation(self.output_dir, self.vocab, self.loss.softmax, self.objective.mimic)
             self._write_log({"final": metrics})
         self.env.barrier()
         return metrics if self.env.is_main else {}

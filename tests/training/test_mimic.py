@@ -2,6 +2,7 @@
 
 import json
 
+import h5py
 import numpy
 import pytest
 import spacy
@@ -150,3 +151,48 @@ def test_a_kept_distance_needs_the_vectors_also_to_resume(vectors_pipeline, tmp_
         pretrain(tmp_path / "train.txt", tmp_path / "out", preset.options, config.updated(max_steps=4), progress=False)
     with pytest.raises(ValueError, match="init_tokens_weight must be >= 0"):
         preset.training.updated(init_tokens_weight=-1.0)
+
+
+def _kept_file(directory):
+    with h5py.File(directory / "kept_vectors.hdf5", "r") as f:
+        return {name: f[name][...] for name in ("words", "vectors", "head_weight", "head_bias")}
+
+
+def test_a_kept_run_continues_from_its_export_with_its_vectors_and_head(vectors_pipeline, tmp_path):
+    write_corpus(tmp_path / "train.txt", 20)
+    preset = get_preset("tiny")
+    config = preset.training.updated(max_steps=6, checkpoint_every=2, init_tokens_epochs=2, init_tokens_weight=1.0)
+    pretrain(tmp_path / "train.txt", tmp_path / "kept", preset.options, config, progress=False, init_tokens=vectors_pipeline)
+    end = _kept_file(tmp_path / "kept")
+    words, vectors = load_static_vectors(vectors_pipeline)
+    assert [w.decode() for w in end["words"]] == words
+    numpy.testing.assert_array_equal(end["vectors"], vectors)
+    # `spacy-elmo export` of the checkpoint writes the same file as the end of the run
+    assert CliRunner().invoke(app, ["export", str(tmp_path / "kept"), str(tmp_path / "snapshot")]).exit_code == 0
+    for name, value in _kept_file(tmp_path / "snapshot").items():
+        numpy.testing.assert_array_equal(value, end[name], err_msg=name)
+    # continued with a vanishing learning rate: the same vectors and head, kept without a new fit
+    snapshot = tmp_path / "snapshot"
+    continued = config.updated(max_steps=1, learning_rate=1e-12)
+    pretrain(
+        tmp_path / "train.txt", tmp_path / "continued", preset.options, continued, progress=False,
+        init_from=(snapshot / "options.json", snapshot / "weights.hdf5"),
+    )
+    again = _kept_file(tmp_path / "continued")
+    numpy.testing.assert_array_equal(again["vectors"], end["vectors"])
+    numpy.testing.assert_allclose(again["head_weight"], end["head_weight"], atol=1e-6)
+    assert not any("mimic" in line for line in (tmp_path / "continued" / "log.jsonl").read_text().splitlines())
+
+
+def test_continuing_a_kept_distance_needs_the_exported_vectors(vectors_pipeline, tmp_path):
+    write_corpus(tmp_path / "train.txt", 20)
+    preset = get_preset("tiny")
+    config = preset.training.updated(max_steps=2, checkpoint_every=2)
+    pretrain(tmp_path / "train.txt", tmp_path / "free", preset.options, config, progress=False)
+    assert not (tmp_path / "free" / "kept_vectors.hdf5").exists()
+    free = tmp_path / "free"
+    with pytest.raises(ValueError, match="no kept_vectors.hdf5 beside"):
+        pretrain(
+            tmp_path / "train.txt", tmp_path / "continued", preset.options, config.updated(init_tokens_weight=1.0),
+            progress=False, init_from=(free / "options.json", free / "weights.hdf5"),
+        )
