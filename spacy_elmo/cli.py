@@ -201,7 +201,7 @@ def export(
 @app.command()
 def embed(
     input_path: Path = typer.Argument(
-        ..., metavar="INPUT", help="A sentence per line: a file or a directory of .txt / .jsonl / .spacy files"
+        ..., metavar="INPUT", help="A sentence per line (or Doc): a file or a directory of .txt / .jsonl / .spacy files"
     ),
     output: Path = typer.Argument(
         ..., metavar="OUTPUT", help="A directory of Parquet shards, or an .hdf5 file in AllenNLP's layout"
@@ -211,9 +211,14 @@ def embed(
     state: str = typer.Option("zero", help="Where each batch's LSTM states start: zero, warm or carry"),
     layers: str = typer.Option("all", help="Kept output: all, top, average or mix:W0,W1,W2 (one weight per layer)"),
     whitespace: bool = typer.Option(False, help="Split text on whitespace (pre-tokenized input) instead of spaCy's tokenizer"),
+    gold_tokens: bool = typer.Option(
+        False,
+        help=".spacy input: keep each Doc's own tokens, for training with gold_preproc = true, instead of "
+        "its text tokenized as spacy train and nlp.evaluate give it to the elmo component",
+    ),
     lang: str = typer.Option("en", help="Language of the spaCy tokenizer"),
     format: Optional[str] = typer.Option(None, help="hdf5 or parquet" + default("hdf5 for OUTPUT ending .hdf5/.h5, else parquet")),
-    engine: str = typer.Option("local", help="local (this process) or ray (Parquet only; pip install 'spacy-elmo[ray]')"),
+    engine: str = typer.Option("local", help="local (this process) or ray (Parquet only; pip install 'spacy-elmo\\[ray]')"),
     workers: int = typer.Option(2, help="Ray: biLM actors, one model load each"),
     ray_address: Optional[str] = typer.Option(None, help="Ray: address of a running cluster" + default("start a local Ray")),
     shard_size: int = typer.Option(10_000, help="Sentences per output shard: the unit of resuming and of Ray tasks"),
@@ -228,7 +233,10 @@ def embed(
 
     try:
         choice, mix = parse_layers(layers)
-        settings = EmbedSettings(state, choice, mix, lang, whitespace, shard_size, batch_tokens, precision)  # type: ignore[arg-type]
+        settings = EmbedSettings(
+            state=state, layers=choice, mix=mix, lang=lang, whitespace=whitespace, gold_tokens=gold_tokens,  # type: ignore[arg-type]
+            shard_size=shard_size, batch_tokens=batch_tokens, precision=precision,  # type: ignore[arg-type]
+        )
         summary = run_embed(
             input_path, output, settings, options_file, weight_file, format=format, engine=engine,  # type: ignore[arg-type]
             workers=workers, ray_address=ray_address, threads=threads, progress=progress,

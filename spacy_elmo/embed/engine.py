@@ -43,6 +43,11 @@ def load_bilm(options_file: Optional[PathLike], weight_file: Optional[PathLike],
     return bilm
 
 
+def sentence_source(input_path: PathLike, settings: EmbedSettings) -> SentenceSource:
+    """The input read as ``settings`` say: the same sentences in every engine and process."""
+    return SentenceSource(input_path, settings.lang, settings.whitespace, settings.gold_tokens)
+
+
 def chunks(sentences: Iterable[Sentence], budget: int = CHUNK_TOKENS) -> Iterator[List[Sentence]]:
     """Consecutive sentences in groups of at most ``budget`` tokens (boundaries counted), or one."""
     chunk: List[Sentence] = []

@@ -20,9 +20,9 @@ import numpy
 import torch
 
 from ..fileio import PathLike, remove_stale_temporaries
-from .engine import Progress, embed_shard, load_bilm
+from .engine import Progress, embed_shard, load_bilm, sentence_source
 from .manifest import Manifest, shard_name
-from .reader import SentenceSource, ShardSpec
+from .reader import ShardSpec
 from .settings import EmbedSettings
 
 SPEC_FIELDS = ("shard", "first_index", "count", "file_index", "offset")
@@ -44,7 +44,7 @@ class ShardEmbedder:
         torch.set_num_threads(threads)
         self.settings = EmbedSettings.from_dict(settings)
         self.bilm = load_bilm(options_file, weight_file, self.settings)
-        self.source = SentenceSource(input_path, self.settings.lang, self.settings.whitespace)
+        self.source = sentence_source(input_path, self.settings)
         self.directory = Path(directory)
 
     def __call__(self, batch: Dict[str, numpy.ndarray]) -> Dict[str, numpy.ndarray]:

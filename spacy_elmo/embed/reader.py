@@ -5,6 +5,11 @@ per sentence: a line of a text file, a line of a ``.jsonl`` file (its ``"text"``
 ``.spacy`` file. Unlike pretraining, empty records are kept: an empty line is a sentence with
 no tokens, so that sentence ``i`` is always record ``i`` of the input (AllenNLP's line numbers).
 
+A Doc's tokens are those ``spacy train`` and ``nlp.evaluate`` give the ``elmo`` component for
+it, so that a feature store (:mod:`.store`) made from a training corpus serves that corpus:
+``spacy.Corpus`` (``gold_preproc = false``) re-tokenizes the Doc's text, unless the Doc's spaces
+are unknown; ``gold_tokens`` keeps the Doc's own tokens (``gold_preproc = true``).
+
 A first pass (:meth:`SentenceSource.plan`) only finds where each shard of ``shard_size``
 sentences starts; any process can then read any shard on its own (:meth:`SentenceSource.read`),
 which is what lets a run resume at a shard and lets Ray workers read their shards in parallel.
@@ -12,10 +17,13 @@ which is what lets a run resume at a shard and lets Ray workers read their shard
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from ..fileio import PathLike
 from ..training.corpus import corpus_files, jsonl_text, spacy_tokenizer, text_lines
+
+if TYPE_CHECKING:
+    from spacy.tokens import Doc
 
 Tokenizer = Callable[[str], List[str]]
 
@@ -48,13 +56,14 @@ class SentenceSource:
 
     ``whitespace``: split text on whitespace (pre-tokenized input, AllenNLP's convention);
     otherwise tokenize with ``spacy.blank(lang)``, dropping whitespace tokens as the ``elmo``
-    component does. ``.spacy`` files keep their own tokens either way.
+    component does. ``.spacy`` Docs: see :meth:`doc_tokens` (``whitespace`` does not apply).
     """
 
-    def __init__(self, path: PathLike, lang: str = "en", whitespace: bool = False) -> None:
+    def __init__(self, path: PathLike, lang: str = "en", whitespace: bool = False, gold_tokens: bool = False) -> None:
         self.files = corpus_files(path)
         self.lang = lang
         self.whitespace = whitespace
+        self.gold_tokens = gold_tokens
         self._tokenizer: Optional[Tokenizer] = None
         self._docbin: Tuple[Optional[Path], list] = (None, [])
 
@@ -65,6 +74,20 @@ class SentenceSource:
     def tokenize(self, text: str) -> List[str]:
         if self.whitespace:
             return text.split()
+        return self._spacy_tokenize(text)
+
+    def doc_tokens(self, doc: "Doc") -> List[str]:
+        """The tokens the ``elmo`` component sees for ``doc`` in ``spacy train`` / ``nlp.evaluate``.
+
+        ``spacy.Corpus`` (``gold_preproc = false``) gives the pipeline ``nlp.make_doc(doc.text)``,
+        whose tokens differ from annotated ones (e.g. tweets); only a Doc whose spaces are unknown
+        keeps its own, as does every Doc with ``gold_tokens`` (for ``gold_preproc = true``).
+        """
+        if self.gold_tokens or doc.has_unknown_spaces:
+            return [t.text for t in doc if not t.is_space]
+        return self._spacy_tokenize(doc.text)
+
+    def _spacy_tokenize(self, text: str) -> List[str]:
         if self._tokenizer is None:
             self._tokenizer = spacy_tokenizer(self.lang)
         return self._tokenizer(text)
@@ -110,7 +133,7 @@ class SentenceSource:
         """``(text, tokens)`` of each record of one file, from ``offset`` on."""
         if path.suffix == ".spacy":
             for doc in self._docs(path)[offset:]:
-                yield doc.text.strip(), [t.text for t in doc if not t.is_space]
+                yield doc.text.strip(), self.doc_tokens(doc)
             return
         for line, end in text_lines(path, offset):
             text = jsonl_text(line, path, end).strip() if path.suffix == ".jsonl" else line

@@ -8,11 +8,10 @@ from typing import Literal, Optional
 from tqdm import tqdm
 
 from ..fileio import PathLike, remove_stale_temporaries
-from .engine import Summary, load_bilm
+from .engine import Summary, load_bilm, sentence_source
 from .hdf5 import assemble, finished_manifest, parts_directory
 from .local import embed_locally
 from .manifest import Manifest, open_output, shard_name
-from .reader import SentenceSource
 from .settings import EmbedSettings, model_identity
 
 Format = Literal["hdf5", "parquet"]
@@ -55,7 +54,7 @@ def run_embed(
         raise ValueError(f"--engine must be local or ray, got {engine!r}")
     if engine == "ray" and chosen != "parquet":
         raise ValueError("--engine ray writes Parquet only: give a directory OUTPUT or --format parquet")
-    source = SentenceSource(input_path, settings.lang, settings.whitespace)
+    source = sentence_source(input_path, settings)
     bilm = load_bilm(options_file, weight_file, settings)
     specs = source.plan(settings.shard_size)
     fresh = Manifest(model_identity(bilm), settings.to_dict(), source.description(), len(specs), sum(s.count for s in specs))

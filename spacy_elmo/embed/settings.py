@@ -27,6 +27,7 @@ class EmbedSettings:
     ``"average"`` the mean of the layers, ``"mix"`` the sum weighted by ``mix``: (n_tokens, width).
     ``shard_size``: sentences per output shard (the unit of resuming and of Ray tasks).
     ``batch_tokens``: padded tokens per biLM call. ``lang``/``whitespace``: tokenization.
+    ``gold_tokens``: ``.spacy`` Docs keep their own tokens (see :meth:`reader.SentenceSource.doc_tokens`).
     ``precision``: of the biLM's matrix products, as the component's (see
     :mod:`spacy_elmo.bilm.precision`); the manifest also records what it resolved to.
     """
@@ -36,6 +37,7 @@ class EmbedSettings:
     mix: Optional[Tuple[float, ...]] = None
     lang: str = "en"
     whitespace: bool = False
+    gold_tokens: bool = False  # absent from manifests written before it: read as False
     shard_size: int = 10_000
     batch_tokens: int = 4096
     precision: Precision = "auto"

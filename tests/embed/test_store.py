@@ -1,19 +1,26 @@
 """Precomputed features: the elmo component reads layers from a store made by `spacy-elmo embed`."""
 
+import json
 import shutil
 from pathlib import Path
+from typing import List
 
 import numpy
 import pytest
 import spacy
 from spacy.cli.train import train
-from spacy.tokens import DocBin
+from spacy.language import Language
+from spacy.tokens import Doc, DocBin
+from spacy.training import Corpus
+from typer.testing import CliRunner
 
 import spacy_elmo
 from spacy_elmo import BiLM
+from spacy_elmo.cli import app
 from spacy_elmo.embed import EmbedSettings, run_embed
+from spacy_elmo.embed.store import FeatureStore
 
-from ..pipeline.conftest import WIDTH, make_examples
+from ..pipeline.conftest import NAMES, WIDTH
 
 TEXTS = ["The bank raised its rates .", "I sat by the river bank .", "Hello there", ""]
 TINY_TRAINING = {
@@ -35,6 +42,24 @@ def count_biLM_sentences(monkeypatch):
 
     monkeypatch.setattr(BiLM, "forward", counting)
     return counted
+
+
+def annotated_docs(nlp: Language, n: int) -> List[Doc]:
+    """NER Docs tokenized as annotated corpora (tweets) often are, not as spaCy's tokenizer would:
+    "can't", "home." and "#fun" are one token each. spacy train gives the pipeline their text
+    re-tokenized, unless (the last Doc) their spaces are unknown."""
+    docs = []
+    for i in range(n):
+        name = list(NAMES)[i % len(NAMES)]
+        words = [name, "can't", "go", "home.", "#fun" if i % 2 else "#sad"]
+        docs.append(Doc(nlp.vocab, words=words, spaces=[True] * 4 + [False], ents=[f"B-{NAMES[name]}"] + ["O"] * 4))
+    docs.append(Doc(nlp.vocab, words=["Bob", "lives", "in", "New", "York-based", "flats"]))
+    return docs
+
+
+def lookup_keys(docs: List[Doc]) -> List[tuple]:
+    """What the component looks up for each doc: its tokens without whitespace (no sentences, short docs)."""
+    return [tuple(t.text for t in doc if not t.is_space) for doc in docs]
 
 
 def pipeline(bilm_files, features=None):
@@ -78,13 +103,44 @@ def test_features_need_a_frozen_biLM_and_an_existing_store(bilm_files, tmp_path)
         pipeline(bilm_files, tmp_path / "missing")
 
 
+@pytest.mark.parametrize("gold_preproc", [False, True])
+def test_a_store_of_spacy_files_serves_the_docs_spacy_train_makes_of_them(bilm_files, tmp_path, gold_preproc):
+    """By default a Doc is stored as spacy.Corpus gives it to the pipeline with gold_preproc = false:
+    nlp.make_doc(doc.text), or its own tokens where its spaces are unknown; --gold-tokens stores its
+    own tokens, as gold_preproc = true gives it."""
+    nlp = spacy.blank("en")
+    DocBin(docs=annotated_docs(nlp, 4)).to_disk(tmp_path / "train.spacy")
+    options = ["--gold-tokens"] if gold_preproc else []
+    result = CliRunner().invoke(app, [
+        "embed", str(tmp_path / "train.spacy"), str(tmp_path / "store"), "--options-file", str(bilm_files[0]),
+        "--weight-file", str(bilm_files[1]), "--threads", "1", "--no-progress", *options,
+    ])
+    assert result.exit_code == 0, result.output
+    keys = lookup_keys([eg.predicted for eg in Corpus(tmp_path / "train.spacy", gold_preproc=gold_preproc)(nlp)])
+    assert (keys[0] == ("Alice", "ca", "n't", "go", "home", ".", "#", "sad")) != gold_preproc
+    stored = FeatureStore(tmp_path / "store").get_many(keys, BiLM.from_files(*bilm_files))
+    assert [None if a is None else a.shape[1] for a in stored] == [len(key) for key in keys]
+
+
+def test_a_store_written_before_gold_tokens_existed_still_reads(bilm_files, tmp_path):
+    """Its manifest's settings lack the field; stores made then must keep serving pipelines."""
+    (tmp_path / "in.txt").write_text("Hello there\n", encoding="utf8")
+    run_embed(tmp_path / "in.txt", tmp_path / "store", EmbedSettings(), *bilm_files, progress=False)
+    manifest = json.loads((tmp_path / "store" / "manifest.json").read_text())
+    del manifest["settings"]["gold_tokens"]
+    (tmp_path / "store" / "manifest.json").write_text(json.dumps(manifest))
+    store = FeatureStore(tmp_path / "store")
+    assert store.get_many([("Hello", "there")], BiLM.from_files(*bilm_files))[0].shape == (3, 2, WIDTH)
+
+
 def test_spacy_train_reads_its_features_from_the_store(bilm_files, tmp_path, count_biLM_sentences):
-    """Every training and dev doc is in the store: training never runs the biLM."""
+    """Every training and dev doc is in the store, though spacy train re-tokenizes the annotated
+    tokens: training and evaluation never run the biLM."""
     nlp = spacy.blank("en")
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for name, n in (("train", 12), ("dev", 4)):
-        DocBin(docs=[eg.reference for eg in make_examples(nlp, n)]).to_disk(corpus / f"{name}.spacy")
+        DocBin(docs=annotated_docs(nlp, n)).to_disk(corpus / f"{name}.spacy")
     run_embed(corpus, tmp_path / "store", EmbedSettings(), *bilm_files, progress=False)
     count_biLM_sentences.clear()
     overrides = {
