@@ -81,14 +81,10 @@ def read_kept_vectors(weight_file: PathLike, projection_dim: int) -> VectorMimic
     except (OSError, KeyError) as err:
         raise ValueError(f"{path} is not a {KEPT_NAME} exported by spacy-elmo pretrain ({err})") from err
     kept = VectorMimic(words, vectors, projection_dim)
-    if head_weight.shape != tuple(kept.head.weight.shape):
-        raise ValueError(
-            f"{path} holds a head of shape {head_weight.shape}, the biLM needs {tuple(kept.head.weight.shape)}: "
-            "it was exported with another biLM"
-        )
-    with torch.no_grad():
-        kept.head.weight.copy_(torch.from_numpy(head_weight))
-        kept.head.bias.copy_(torch.from_numpy(head_bias))
+    try:
+        kept.head.load_state_dict({"weight": torch.from_numpy(head_weight), "bias": torch.from_numpy(head_bias)})
+    except RuntimeError as err:  # torch's size mismatch
+        raise ValueError(f"{path} holds a head for another biLM (projection_dim {projection_dim} here): {err}") from err
     return kept
 
 

@@ -148,7 +148,8 @@ class Trainer:
                 tqdm.write(f"Continuing with the softmax and vocabulary exported beside {init_from[1]}")
         self.loss.to(env.device)
         mimic = self._vector_mimic(init_tokens, init_from, fit=checkpoint is None)
-        mimicked = self._mimic(mimic) if mimic is not None and init_tokens is not None and checkpoint is None and env.is_main else []
+        fits = init_tokens is not None and checkpoint is None and env.is_main  # a new biLM's encoder, once
+        mimicked = self._mimic(mimic) if fits and mimic is not None else []
         self.objective = Objective(self.loss, mimic if config.init_tokens_weight > 0 else None)
         self.model = DistributedDataParallel(self.objective) if env.enabled else self.objective
         self.optimizer = _optimizer(config, self.objective.parameters())
