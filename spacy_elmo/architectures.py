@@ -27,7 +27,7 @@ from thinc.types import Floats2d, Floats3d
 
 from .bilm.model import StateMode
 from .bilm.precision import Precision
-from .layers import ElmoBiLMLayer, ElmoListener, RowDropout, ScalarMix
+from .layers import ConcatLayers, ElmoBiLMLayer, ElmoListener, RowDropout, ScalarMix, SelectLayers
 
 
 @registry.architectures("spacy_elmo.ElmoBiLM.v1")
@@ -113,6 +113,8 @@ def build_elmo_listener(
     encode: Optional[Model[List[Floats2d], List[Floats2d]]] = None,
     bilm: Optional[Model[List[Doc], List[Floats3d]]] = None,
     skip_encoder: bool = False,
+    layers: Optional[List[int]] = None,
+    concat_layers: bool = False,
 ) -> Model[List[Doc], List[Floats2d]]:
     """A ``tok2vec`` for downstream components: the upstream biLM's layers, mixed for this task.
 
@@ -127,19 +129,27 @@ def build_elmo_listener(
     spacy.Tok2Vec.v2 give that tok2vec with ELMo added to its input. ``skip_encoder`` also puts
     the encoder's input (ELMo and the embedding) beside its output, the paper's ELMo at the
     output of the task's encoder, ``[h_k; ELMo_k; x_k]``: the head reads ELMo directly, not only
-    through the encoder's narrower width; output width is then the sum. ``bilm`` replaces the
+    through the encoder's narrower width; output width is then the sum. ``layers`` chooses the
+    biLM layers the task reads (0 = the char CNN, 1.. = the LSTM layers; all by default).
+    ``concat_layers`` puts them side by side, (n_tokens, len(layers) x width), in place of the
+    scalar mix, so the next layer weights every feature of every layer itself; ``dropout`` then
+    applies to that concatenation, and ``layer_norm`` and ``l2`` (the mix's) must stay off. ``bilm`` replaces the
     listener by an own biLM; it is what ``nlp.replace_listeners`` writes, rarely set by hand.
     """
     if skip_encoder and encode is None:
         raise ValueError("skip_encoder = true puts the encoder's input beside its output: it needs an encode model")
     source = bilm if bilm is not None else ElmoListener(upstream, width, n_layers)
-    mixed = chain(source, ScalarMix(n_layers, width, layer_norm=layer_norm, l2=l2, dropout=dropout))
-    mixed.set_dim("nO", width)
+    chosen = list(range(n_layers)) if layers is None else list(layers)
+    if chosen != list(range(n_layers)):
+        source = chain(source, SelectLayers(chosen, n_layers))
+    mixed = chain(source, _combine_layers(len(chosen), width, concat_layers, layer_norm, l2, dropout))
+    mixed_width = len(chosen) * width if concat_layers else width
+    mixed.set_dim("nO", mixed_width)
     if embed is None and encode is None:
         return mixed
     model = mixed if embed is None else concatenate(mixed, embed)
     if embed is not None and embed.has_dim("nO") is True:  # else concatenate learns it at initialization
-        model.set_dim("nO", width + embed.get_dim("nO"))
+        model.set_dim("nO", mixed_width + embed.get_dim("nO"))
     if encode is not None:
         encoded_width = encode.get_dim("nO")
         input_width = model.get_dim("nO") if model.has_dim("nO") is True else None
@@ -189,6 +199,20 @@ def build_elmo_bow_textcat(
         model.set_dim("nO", nO)
     model.attrs["multi_label"] = not exclusive_classes
     return model
+
+
+def _combine_layers(
+    n_layers: int, width: int, concat_layers: bool, layer_norm: bool, l2: float, dropout: float
+) -> Model[List[Floats3d], List[Floats2d]]:
+    """The scalar mix of the layers, or (``concat_layers``) the layers side by side with dropout."""
+    if not concat_layers:
+        return ScalarMix(n_layers, width, layer_norm=layer_norm, l2=l2, dropout=dropout)
+    if layer_norm or l2:
+        raise ValueError(
+            "layer_norm and l2 belong to the scalar mix of the ELMo layers; with concat_layers = true "
+            "there is no mix: set layer_norm = false and l2 = 0.0"
+        )
+    return chain(ConcatLayers(n_layers, width), Dropout(dropout))
 
 
 def _without_labels(init: Callable) -> Callable:

@@ -4,7 +4,7 @@ import spacy
 import torch
 
 from spacy_elmo import BiLM
-from spacy_elmo.layers import ScalarMix, get_bilm
+from spacy_elmo.layers import ConcatLayers, ScalarMix, SelectLayers, get_bilm
 from spacy_elmo.layers.scalar_mix import mix_weights
 
 from .conftest import N_LAYERS, WIDTH, build_ner_textcat, elmo_config, listener_config, make_examples
@@ -282,6 +282,51 @@ def test_skip_encoder_puts_elmo_and_the_embedding_beside_the_encoder_output(bilm
         numpy.testing.assert_allclose(output[:, 12 : 12 + WIDTH], elmo, rtol=1e-5, atol=1e-6)  # the untrained mix: the average
     losses = train(nlp, make_examples(nlp), steps=2)
     assert losses["ner"] > 0
+
+
+def test_select_and_concat_layers_keep_values_and_pass_gradients_back() -> None:
+    rng = numpy.random.default_rng(0)
+    Xs = [rng.normal(size=(3, n, 4)).astype("float32") for n in (2, 0, 3)]
+    select, concat = SelectLayers([2, 0], 3), ConcatLayers(2, 4)
+    chosen, back_select = select(Xs, is_train=True)
+    Ys, back_concat = concat(chosen, is_train=True)
+    for X, Y in zip(Xs, Ys):
+        assert Y.shape == (X.shape[1], 8)
+        numpy.testing.assert_array_equal(Y[:, :4], X[2])
+        numpy.testing.assert_array_equal(Y[:, 4:], X[0])
+    dYs = [rng.normal(size=Y.shape).astype("float32") for Y in Ys]
+    for dY, dX in zip(dYs, back_select(back_concat(dYs))):
+        numpy.testing.assert_array_equal(dX[2], dY[:, :4])
+        numpy.testing.assert_array_equal(dX[0], dY[:, 4:])
+        assert not dX[1].any()  # the layer the task does not read takes no gradient
+
+
+@pytest.mark.parametrize("layers", [[], [0, 0], [3]])
+def test_layers_must_name_distinct_biLM_layers(layers) -> None:
+    with pytest.raises(ValueError, match="layers must name distinct biLM layers from 0 to 2"):
+        SelectLayers(layers, 3)
+
+
+def test_listener_reads_the_chosen_layers_mixed_or_side_by_side(bilm_files) -> None:
+    nlp = build_ner_textcat(bilm_files, listener={"layers": [1, 2], "concat_layers": True, "dropout": 0.1})
+    tok2vec = nlp.get_pipe("textcat").model.get_ref("tok2vec")
+    assert tok2vec.get_dim("nO") == 2 * WIDTH
+    docs = [nlp.make_doc(text) for text in TEXTS]
+    nlp.get_pipe("elmo").set_annotations(docs, nlp.get_pipe("elmo").predict(docs))
+    layers = nlp.get_pipe("elmo").model.predict(docs)
+    for output, doc_layers in zip(tok2vec.predict(docs), layers):
+        numpy.testing.assert_allclose(output, numpy.concatenate([doc_layers[1], doc_layers[2]], axis=1), rtol=1e-6)
+    assert train(nlp, make_examples(nlp), steps=2)["ner"] > 0
+    mixed = build_ner_textcat(bilm_files, listener={"layers": [0]})
+    tok2vec = mixed.get_pipe("textcat").model.get_ref("tok2vec")
+    mixed.get_pipe("elmo").set_annotations(docs, mixed.get_pipe("elmo").predict(docs))
+    for output, doc_layers in zip(tok2vec.predict(docs), layers):
+        numpy.testing.assert_allclose(output, doc_layers[0], rtol=1e-6)
+
+
+def test_concat_layers_refuses_the_mix_options(bilm_files) -> None:
+    with pytest.raises(ValueError, match="with concat_layers = true there is no mix"):
+        build_ner_textcat(bilm_files, listener={"concat_layers": True, "l2": 0.1})
 
 
 def test_skip_encoder_without_an_encoder_is_a_clear_error(bilm_files) -> None:
