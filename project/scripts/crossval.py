@@ -15,10 +15,18 @@ documents in that order (what ``spacy-elmo embed`` reads to serve every fold fro
 ``run``: ``spacy train`` one config on each fold (resumable: a fold whose metrics file exists is
 skipped), then scripts/evaluate.py's metrics of its ``model-best`` on the fold's test documents,
 with per-document items, to ``METRICS/fold<k>.json``. Only ``model-best`` is kept.
+
+``finetune``: a biLM fine-tuned on each fold's training text (``spacy-elmo pretrain --init-from``,
+held-out perplexity on the fold's dev documents), with the layers of every document from it
+(``spacy-elmo embed``), to ``OUTPUT/fold<k>/``; ``run --bilm-per-fold OUTPUT`` then trains each
+fold on its own biLM. Fine-tuning on the pooled documents would show the LM every fold's test
+text; per fold, it sees only what the fold's NER model trains on.
 """
 
 import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -107,6 +115,9 @@ def run(
     vectors: Optional[Path] = typer.Option(None, exists=True, help="A spaCy vectors directory (spacy init vectors)"),
     init_tok2vec: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, help="spacy pretrain weights (.bin)"),
     gpu_id: int = typer.Option(-1, help="GPU id, -1 for CPU"),
+    bilm_per_fold: Optional[Path] = typer.Option(
+        None, exists=True, file_okay=False, help="Output of `finetune`: each fold uses its own biLM and features"
+    ),
 ) -> None:
     """Train CONFIG on each fold and score it on the fold's test documents; finished folds are skipped."""
     k = int(srsly.read_json(folds_dir / "folds.json")["k"])
@@ -119,6 +130,8 @@ def run(
             continue
         fold_dir, run_dir = folds_dir / f"fold{fold}", runs_dir / f"fold{fold}"
         overrides = {**run_overrides(fold_dir, seed, None, max_steps, eval_frequency, vectors, init_tok2vec), **extra}
+        if bilm_per_fold is not None:
+            overrides.update(fold_bilm_overrides(bilm_per_fold / f"fold{fold}"))
         typer.echo(f"== {config.name} fold {fold} -> {run_dir}")
         spacy_train(config, run_dir, use_gpu=gpu_id, overrides=overrides)
         result = {"system": system, "task": task, "fold": fold, "seed": seed,
@@ -128,6 +141,45 @@ def run(
         shutil.rmtree(run_dir / "model-last", ignore_errors=True)
         shown = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())  # type: ignore[union-attr]
         typer.echo(f"{system} {task} fold {fold}: dev {result['dev_score']:.4f}, test {shown} -> {metrics_file}")
+
+
+@app.command()
+def finetune(
+    folds_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="Output of `split`"),
+    bilm_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="The biLM to start from: an export of spacy-elmo pretrain"),
+    output_dir: Path = typer.Argument(..., help="Writes OUTPUT_DIR/fold<k>/ (the biLM) and OUTPUT_DIR/fold<k>/features"),
+    steps: int = typer.Option(60, help="Fine-tuning steps per fold (60: about 2 passes over 37 k tokens with the base preset)"),
+    init_tokens_weight: float = typer.Option(1.0, help="Keep layer 0 near the vectors exported with BILM_DIR (kept_vectors.hdf5); 0 for none"),
+    folds: str = typer.Option("all", help="Folds to fine-tune, comma-separated, or 'all'"),
+    threads: int = typer.Option(0, help="Torch threads (0: torch's choice)"),
+) -> None:
+    """Fine-tune BILM_DIR on each fold's training text and embed every document with it; finished folds are skipped."""
+    k = int(srsly.read_json(folds_dir / "folds.json")["k"])
+    for fold in parse_folds(folds, k):
+        fold_dir, bilm = folds_dir / f"fold{fold}", output_dir / f"fold{fold}"
+        if not (bilm / "weights.hdf5").exists():
+            typer.echo(f"== fine-tuning {bilm_dir} on {fold_dir / 'train.spacy'} -> {bilm}")
+            run_spacy_elmo(["pretrain", fold_dir / "train.spacy", bilm, "--init-from", bilm_dir / "options.json",
+                        bilm_dir / "weights.hdf5", "--dev", fold_dir / "dev.spacy", "--max-steps", steps,
+                        "--eval-every", steps, "--init-tokens-weight", init_tokens_weight, "--no-progress"]
+                       + (["--threads", threads] if threads else []))
+        if not (bilm / "features" / "manifest.json").exists():
+            run_spacy_elmo(["embed", folds_dir / "all.spacy", bilm / "features", "--options-file", bilm / "options.json",
+                        "--weight-file", bilm / "weights.hdf5"] + (["--threads", threads] if threads else []))
+
+
+def run_spacy_elmo(args: List[object]) -> None:
+    """Run a spacy-elmo command in its own process, as a user would; its failure stops the script."""
+    subprocess.run([sys.executable, "-m", "spacy_elmo", *map(str, args)], check=True)
+
+
+def fold_bilm_overrides(bilm: Path) -> Dict[str, str]:
+    """The config overrides that give a fold its own biLM and feature store (``finetune``'s output)."""
+    missing = [name for name in ("options.json", "weights.hdf5", "features/manifest.json") if not (bilm / name).exists()]
+    if missing:
+        raise typer.BadParameter(f"{bilm} lacks {', '.join(missing)}: run `crossval.py finetune` for this fold first")
+    return {"paths.elmo_options": str(bilm / "options.json"), "paths.elmo_weights": str(bilm / "weights.hdf5"),
+            "components.elmo.features": str(bilm / "features")}
 
 
 def dev_score(model_dir: Path) -> float:

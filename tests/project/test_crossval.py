@@ -8,6 +8,7 @@ import typer
 from spacy.tokens import Doc, DocBin
 from typer.testing import CliRunner
 
+from ..helpers import random_bilm, tiny_options
 from .scripts import PROJECT_DIR, load_script
 
 crossval = load_script("crossval")
@@ -96,3 +97,26 @@ def test_run_trains_scores_and_resumes(tmp_path: Path) -> None:
     assert again.exit_code == 0 and "done" in again.output
     wrong = CliRunner().invoke(app(), [arg if arg != "1" else "3" for arg in args])
     assert wrong.exit_code != 0 and "0..2" in wrong.output
+
+
+def test_finetune_gives_each_fold_its_own_biLM_and_run_uses_it(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path)
+    assert CliRunner().invoke(app(), ["split", str(corpus), str(tmp_path / "cv"), "--k", "3"]).exit_code == 0
+    start = tmp_path / "bilm"
+    start.mkdir()
+    random_bilm().to_files(start / "options.json", start / "weights.hdf5")
+    crossval.finetune(tmp_path / "cv", start, tmp_path / "tuned", steps=2, init_tokens_weight=0.0, folds="1", threads=1)
+    tuned = tmp_path / "tuned" / "fold1"
+    assert (tuned / "features" / "manifest.json").exists() and not (tmp_path / "tuned" / "fold0").exists()
+    assert (tuned / "weights.hdf5").read_bytes() != (start / "weights.hdf5").read_bytes()
+    width = str(2 * tiny_options().projection_dim)
+    args = ["run", str(PROJECT_DIR.parent / "spacy_elmo" / "configs" / "ner_elmo.cfg"), str(tmp_path / "cv"),
+            str(tmp_path / "runs"), str(tmp_path / "metrics"), "--system", "tuned", "--task", "ner", "--max-steps", "2",
+            "--eval-frequency", "1", "--training.patience", "0", "--components.ner.model.tok2vec.width", width,
+            "--bilm-per-fold", str(tmp_path / "tuned")]
+    result = CliRunner().invoke(app(), [*args, "--folds", "1"])
+    assert result.exit_code == 0, result.output
+    trained = spacy.util.load_config(tmp_path / "runs" / "fold1" / "model-best" / "config.cfg")
+    assert trained["components"]["elmo"]["features"] == str(tuned / "features")
+    with pytest.raises(typer.BadParameter, match="lacks options.json, weights.hdf5, features/manifest.json: run `crossval.py finetune`"):
+        crossval.fold_bilm_overrides(tmp_path / "tuned" / "fold0")
