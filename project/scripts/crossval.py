@@ -14,7 +14,8 @@ documents in that order (what ``spacy-elmo embed`` reads to serve every fold fro
 
 ``run``: ``spacy train`` one config on each fold (resumable: a fold whose metrics file exists is
 skipped), then scripts/evaluate.py's metrics of its ``model-best`` on the fold's test documents,
-with per-document items, to ``METRICS/fold<k>.json``. Only ``model-best`` is kept.
+with per-document items and the dev score at every evaluation (``dev_curve``, for configs whose
+logger writes ``paths.log``), to ``METRICS/fold<k>.json``. Only ``model-best`` is kept.
 
 ``finetune``: a biLM fine-tuned on each fold's training text (``spacy-elmo pretrain --init-from``,
 held-out perplexity on the fold's dev documents), with the layers of every document from it
@@ -122,6 +123,7 @@ def run(
     """Train CONFIG on each fold and score it on the fold's test documents; finished folds are skipped."""
     k = int(srsly.read_json(folds_dir / "folds.json")["k"])
     extra = parse_config_overrides(ctx.args)
+    logs = "log" in load_config(config).get("paths", {})
     metrics_dir.mkdir(parents=True, exist_ok=True)
     for fold in parse_folds(folds, k):
         metrics_file = metrics_dir / f"fold{fold}.json"
@@ -129,13 +131,17 @@ def run(
             typer.echo(f"{system} {task} fold {fold}: done ({metrics_file})")
             continue
         fold_dir, run_dir = folds_dir / f"fold{fold}", runs_dir / f"fold{fold}"
-        overrides = {**run_overrides(fold_dir, seed, None, max_steps, eval_frequency, vectors, init_tok2vec), **extra}
+        log = run_dir / "log.jsonl" if logs else None
+        if log is not None:
+            log.unlink(missing_ok=True)  # spaCy refuses to log into a file that exists
+        overrides = {**run_overrides(fold_dir, seed, log, max_steps, eval_frequency, vectors, init_tok2vec), **extra}
         if bilm_per_fold is not None:
             overrides.update(fold_bilm_overrides(bilm_per_fold / f"fold{fold}"))
         typer.echo(f"== {config.name} fold {fold} -> {run_dir}")
         spacy_train(config, run_dir, use_gpu=gpu_id, overrides=overrides)
         result = {"system": system, "task": task, "fold": fold, "seed": seed,
                   "dev_score": dev_score(find_model(run_dir)),
+                  "dev_curve": [] if log is None else dev_curve(log),
                   **evaluate_run(run_dir, fold_dir / "test.spacy", batch_size=64, gpu_id=gpu_id)}
         srsly.write_json(metrics_file, result)  # last: a fold without it is run again
         shutil.rmtree(run_dir / "model-last", ignore_errors=True)
@@ -180,6 +186,15 @@ def fold_bilm_overrides(bilm: Path) -> Dict[str, str]:
         raise typer.BadParameter(f"{bilm} lacks {', '.join(missing)}: run `crossval.py finetune` for this fold first")
     return {"paths.elmo_options": str(bilm / "options.json"), "paths.elmo_weights": str(bilm / "weights.hdf5"),
             "components.elmo.features": str(bilm / "features")}
+
+
+def dev_curve(log: Path) -> List[List[float]]:
+    """[step, dev score] at every evaluation of a run (its JSONL training log).
+
+    ``dev_score`` is the best of these, which favours a system whose dev score swings more
+    between evaluations; the curve allows measures that do not, e.g. the mean of the last ones.
+    """
+    return [[int(record["step"]), float(record["score"])] for record in srsly.read_jsonl(log)]
 
 
 def dev_score(model_dir: Path) -> float:

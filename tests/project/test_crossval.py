@@ -92,6 +92,8 @@ def test_run_trains_scores_and_resumes(tmp_path: Path) -> None:
     data = srsly.read_json(tmp_path / "metrics" / "fold1.json")
     assert (data["system"], data["task"], data["fold"]) == ("cnn", "ner", 1)
     assert len(data["items"]) == data["n_docs"] and 0.0 <= data["dev_score"] <= 1.0
+    assert [step for step, _ in data["dev_curve"]] == [0, 2, 4]
+    assert max(score for _, score in data["dev_curve"]) == pytest.approx(data["dev_score"])
     assert (tmp_path / "runs" / "fold1" / "model-best").is_dir() and not (tmp_path / "runs" / "fold1" / "model-last").exists()
     again = CliRunner().invoke(app(), args)
     assert again.exit_code == 0 and "done" in again.output
