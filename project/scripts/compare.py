@@ -18,6 +18,10 @@ recomputes both systems' pooled metric on the same sample; the 2.5 and 97.5 perc
 difference are the 95% CI. The table also gives each fold's or seed's difference: how many the
 system wins, and their mean ± sd.
 
+Cross-validation files of ``scripts/crossval.py`` also carry ``dev_score``, the dev score that
+chose each fold's model; where every file of a system has one, the table shows its mean over the
+folds (and seeds), so that a choice made on dev and its test result sit side by side.
+
 Written: ``OUTPUT.md`` (a markdown table, also printed) and ``OUTPUT.json`` (the same numbers).
 """
 
@@ -44,6 +48,7 @@ class Runs:
     docs: Dict[int, int]  # unit number -> number of test documents
     numerators: numpy.ndarray  # (n_docs,) pooled over units
     denominators: numpy.ndarray  # (n_docs,)
+    dev: Dict[int, float]  # unit number -> dev score that chose its model (mean over seeds); empty if unknown
 
     @property
     def pooled(self) -> float:
@@ -75,12 +80,13 @@ def load_runs(name: str, directories: List[Path]) -> Runs:
             raise ValueError(f"{directory}: several directories are seeds of a cross-validation; this one has seed files")
         if other.docs != first.docs:
             raise ValueError(f"{directory}: folds {other.docs} differ from {directories[0]}'s {first.docs}")
+    dev = {n: statistics.fmean(run.dev[n] for run in runs) for n in first.docs} if all(run.dev for run in runs) else {}
     numerators = sum(run.numerators for run in runs)
     denominators = sum(run.denominators for run in runs)
     bounds = numpy.cumsum([0] + [first.docs[n] for n in sorted(first.docs)])
     scores = {n: ratio(numerators[start:end].sum(), denominators[start:end].sum())
               for n, start, end in zip(sorted(first.docs), bounds[:-1], bounds[1:])}
-    return Runs(name, "fold", scores, dict(first.docs), numerators, denominators)  # type: ignore[arg-type]
+    return Runs(name, "fold", scores, dict(first.docs), numerators, denominators, dev)  # type: ignore[arg-type]
 
 
 def load_directory(name: str, directory: Path) -> Runs:
@@ -94,6 +100,7 @@ def load_directory(name: str, directory: Path) -> Runs:
     scores: Dict[int, float] = {}
     docs: Dict[int, int] = {}
     items: Dict[int, numpy.ndarray] = {}
+    dev: Dict[int, float] = {}
     for path in files[unit]:
         data = srsly.read_json(path)
         if "items" not in data:
@@ -102,13 +109,15 @@ def load_directory(name: str, directory: Path) -> Runs:
         unit_items = numpy.asarray(data["items"], dtype=numpy.float64).reshape(-1, 2)
         items[number], docs[number] = unit_items, len(unit_items)
         scores[number] = ratio(unit_items[:, 0].sum(), unit_items[:, 1].sum())
+        if "dev_score" in data:
+            dev[number] = float(data["dev_score"])
     if unit == "fold":
         pooled = numpy.concatenate([items[number] for number in sorted(items)])
     else:
         if len(set(docs.values())) != 1:
             raise ValueError(f"{directory}: seeds scored different numbers of documents {docs}")
         pooled = sum(items.values())  # type: ignore[assignment]
-    return Runs(name, unit, scores, docs, pooled[:, 0], pooled[:, 1])
+    return Runs(name, unit, scores, docs, pooled[:, 0], pooled[:, 1], dev if len(dev) == len(docs) else {})
 
 
 def check_paired(system: Runs, baseline: Runs) -> None:
@@ -157,6 +166,7 @@ def summary(runs: Runs) -> Dict[str, object]:
         "pooled": runs.pooled,
         "mean": statistics.fmean(values),
         "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "dev_mean": statistics.fmean(runs.dev.values()) if runs.dev else None,
         "units": len(values),
         "docs": len(runs.numerators),
     }
@@ -172,11 +182,15 @@ def signed(value: float) -> str:
 
 def markdown(title: str, unit: str, results: Dict[str, Dict[str, object]], baselines: List[str]) -> str:
     """One row per system; a comparison column per baseline."""
-    header = ["system", "pooled", f"mean ± sd over {unit}s"] + [f"vs {b}: diff [95% CI], wins" for b in baselines]
+    with_dev = any(result["summary"]["dev_mean"] is not None for result in results.values())  # type: ignore[index]
+    header = ["system", "pooled", f"mean ± sd over {unit}s"] + (["dev, mean"] if with_dev else [])
+    header += [f"vs {b}: diff [95% CI], wins" for b in baselines]
     lines = [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, result in results.items():
         s = result["summary"]
         cells = [name, pct(s["pooled"]), f"{pct(s['mean'])} ± {pct(s['sd'])}"]  # type: ignore[index]
+        if with_dev:
+            cells.append("" if s["dev_mean"] is None else pct(s["dev_mean"]))  # type: ignore[index]
         by_baseline = {c["baseline"]: c for c in result["comparisons"]}  # type: ignore[union-attr]
         for baseline in baselines:
             c = by_baseline.get(baseline)
@@ -187,7 +201,8 @@ def markdown(title: str, unit: str, results: Dict[str, Dict[str, object]], basel
         lines.append("| " + " | ".join(cells) + " |")
     first = next(iter(results.values()))["summary"]
     lines += ["", f"Scores in percent; {first['units']} {unit}s, {first['docs']} test documents pooled. "  # type: ignore[index]
-              "CI: paired bootstrap over documents; wins: folds or seeds where the system scores higher."]
+              "CI: paired bootstrap over documents; wins: folds or seeds where the system scores higher."
+              + (" Dev: the score that chose each fold's model (fold k+1 of run k), mean over folds and seeds." if with_dev else "")]
     return "\n".join(lines) + "\n"
 
 

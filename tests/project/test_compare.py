@@ -115,3 +115,25 @@ def test_the_cli_takes_comma_separated_seeds_of_a_system(tmp_path: Path) -> None
     data = srsly.read_json(tmp_path / "out.json")["systems"]["two seeds"]
     assert data["summary"]["pooled"] == pytest.approx(5 / 6)
     assert data["comparisons"][0]["difference"] == pytest.approx(5 / 6)
+
+
+def test_the_dev_scores_that_chose_the_models_sit_beside_the_test_scores(tmp_path: Path) -> None:
+    def folds_with_dev(name: str, devs: List[float]) -> Path:
+        directory = write_units(tmp_path / name, "fold", [[[1, 2]] for _ in devs])
+        for number, dev in enumerate(devs):
+            data = srsly.read_json(directory / f"fold{number}.json")
+            srsly.write_json(directory / f"fold{number}.json", {**data, "dev_score": dev})
+        return directory
+
+    seed0, seed1 = folds_with_dev("s0", [0.40, 0.50]), folds_with_dev("s1", [0.30, 0.60])
+    assert compare.load_runs("two seeds", [seed0, seed1]).dev == {0: pytest.approx(0.35), 1: pytest.approx(0.55)}
+    no_dev = write_units(tmp_path / "old", "fold", [[[1, 2]], [[1, 2]]])
+    app = typer.Typer()
+    app.command()(compare.main)
+    result = CliRunner().invoke(app, [str(tmp_path / "out"), "--system", f"old={no_dev}", "--system", f"new={seed0},{seed1}",
+                                      "--baseline", "old", "--n-boot", "20"])
+    assert result.exit_code == 0, result.output
+    assert "| dev, mean |" in result.output and "| new | 50.0 | 50.0 ± 0.0 | 45.0 |" in result.output
+    assert "| old | 50.0 | 50.0 ± 0.0 |  |" in result.output
+    systems = srsly.read_json(tmp_path / "out.json")["systems"]
+    assert systems["new"]["summary"]["dev_mean"] == pytest.approx(0.45) and systems["old"]["summary"]["dev_mean"] is None
