@@ -166,12 +166,12 @@ def finetune(
         if not (bilm / "weights.hdf5").exists():
             typer.echo(f"== fine-tuning {bilm_dir} on {fold_dir / 'train.spacy'} -> {bilm}")
             run_spacy_elmo(["pretrain", fold_dir / "train.spacy", bilm, "--init-from", bilm_dir / "options.json",
-                        bilm_dir / "weights.hdf5", "--dev", fold_dir / "dev.spacy", "--max-steps", steps,
-                        "--eval-every", steps, "--init-tokens-weight", init_tokens_weight, "--no-progress"]
-                       + (["--threads", threads] if threads else []))
+                            bilm_dir / "weights.hdf5", "--dev", fold_dir / "dev.spacy", "--max-steps", steps,
+                            "--eval-every", steps, "--init-tokens-weight", init_tokens_weight, "--no-progress"]
+                           + (["--threads", threads] if threads else []))
         if not (bilm / "features" / "manifest.json").exists():
             run_spacy_elmo(["embed", folds_dir / "all.spacy", bilm / "features", "--options-file", bilm / "options.json",
-                        "--weight-file", bilm / "weights.hdf5"] + (["--threads", threads] if threads else []))
+                            "--weight-file", bilm / "weights.hdf5"] + (["--threads", threads] if threads else []))
 
 
 def run_spacy_elmo(args: List[object]) -> None:
