@@ -52,6 +52,7 @@ def build_elmo_bilm(
     mixed_precision: bool,
     grad_scaler_config: dict,
     precision: Precision = "auto",
+    learn_rate_scale: float = 1.0,
 ) -> Model[List[Doc], List[Floats3d]]:
     """The ELMo biLM: docs in, one (n_layers + 1, n_tokens, 2 * projection_dim) array per doc out.
 
@@ -67,11 +68,13 @@ def build_elmo_bilm(
     sentence boundaries (see :mod:`spacy_elmo.layers.segmentation`). ``max_batch_tokens`` bounds the
     padded tokens per biLM call. ``precision``: of the biLM's matrix products, ``"fp32"``,
     ``"bf16"`` or ``"auto"`` (bf16 where the CPU or GPU multiplies it natively; see
-    :mod:`spacy_elmo.bilm.precision`); features are float32 either way. It has a default so
-    that configs saved before it existed still load. ``mixed_precision`` and
+    :mod:`spacy_elmo.bilm.precision`); features are float32 either way. ``mixed_precision`` and
     ``grad_scaler_config`` (arguments of thinc's PyTorchGradScaler) are passed to thinc's
     PyTorchShim; both only act on GPU, and thinc's autocast does not reach inside the biLM,
-    which sets its precision itself.
+    which sets its precision itself. ``learn_rate_scale`` scales the optimizer's steps on the
+    biLM's weights when ``freeze = false`` (e.g. 0.1: a tenth of the task layers' learning
+    rate). ``precision`` and ``learn_rate_scale`` have defaults so that configs saved before
+    they existed still load.
     """
     sizes: Dict[str, Any] = {
         "lstm_dim": lstm_dim,
@@ -98,6 +101,7 @@ def build_elmo_bilm(
         precision=precision,
         mixed_precision=mixed_precision,
         grad_scaler=grad_scaler,
+        learn_rate_scale=learn_rate_scale,
     )
 
 

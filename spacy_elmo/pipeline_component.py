@@ -45,6 +45,7 @@ DEFAULT_MODEL = {
     **dict.fromkeys(["lstm_dim", "projection_dim", "n_layers", "char_embedding_dim", "filters", "n_highway"]),
     "state": BiLMSettings.state,
     "freeze": True,
+    "learn_rate_scale": 1.0,
     "window": 64,
     "overlap": 16,
     "max_batch_tokens": BiLMSettings.max_batch_tokens,

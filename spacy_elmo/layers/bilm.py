@@ -15,9 +15,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy
 from spacy.tokens import Doc
 from thinc.api import (
-    ArgsKwargs, Model, PyTorchGradScaler, PyTorchShim, get_array_module, get_torch_default_device, torch2xp, xp2torch
+    ArgsKwargs, Model, Optimizer, PyTorchGradScaler, PyTorchShim, get_array_module, get_torch_default_device, torch2xp, xp2torch
 )
-from thinc.types import Floats3d
+from thinc.types import Floats3d, FloatsXd
 
 from ..bilm import BiLM, ElmoOptions
 from ..bilm.model import BiLMSettings, StateMode
@@ -28,6 +28,19 @@ from .feature_cache import FeatureCache
 from .segmentation import SKIPPED, SegmentPlan, check_window, plan_segments
 from .bilm_io import bilm_from_bytes, bilm_to_bytes
 
+class ScaledSteps:
+    """An optimizer whose every step is ``scale`` times that of ``optimizer``, whose state it updates."""
+
+    def __init__(self, optimizer: Optimizer, scale: float):
+        self.optimizer = optimizer
+        self.scale = scale
+
+    def __call__(self, key: Tuple[int, str], param: FloatsXd, grad: FloatsXd) -> Tuple[FloatsXd, FloatsXd]:
+        before = param.copy()  # the optimizer may update param in place
+        after, grad = self.optimizer(key, param, grad)
+        return before + self.scale * (after - before), grad
+
+
 UNTRAINED_WARNING = (
     "spacy_elmo: the 'elmo' component built a biLM with random, untrained weights, so its "
     "vectors carry no meaning yet. Load pretrained ELMo weights (bilm-tf / AllenNLP format) "
@@ -37,9 +50,21 @@ UNTRAINED_WARNING = (
 
 
 class BiLMShim(PyTorchShim):
-    """A PyTorchShim that may start empty and serializes its biLM as standard ELMo files."""
+    """A PyTorchShim that may start empty and serializes its biLM as standard ELMo files.
 
-    def __init__(self, bilm: Optional[BiLM], mixed_precision: bool, grad_scaler: Optional[PyTorchGradScaler]):
+    ``learn_rate_scale`` scales every optimizer step of the biLM's weights, so that a biLM
+    fine-tuned with its task moves more slowly than the task's freshly initialised layers, which
+    share the optimizer (with Adam, scaling the gradients instead would change nothing).
+    """
+
+    def __init__(
+        self,
+        bilm: Optional[BiLM],
+        mixed_precision: bool,
+        grad_scaler: Optional[PyTorchGradScaler],
+        learn_rate_scale: float = 1.0,
+    ):
+        self.learn_rate_scale = learn_rate_scale
         super().__init__(
             bilm,
             mixed_precision=mixed_precision,
@@ -50,7 +75,15 @@ class BiLMShim(PyTorchShim):
 
     def copy(self) -> "BiLMShim":
         """A deep copy with every setting of the biLM (its token cache starts empty)."""
-        return BiLMShim(copy.deepcopy(self._model), self._mixed_precision, copy.deepcopy(self._grad_scaler))
+        return BiLMShim(
+            copy.deepcopy(self._model), self._mixed_precision, copy.deepcopy(self._grad_scaler), self.learn_rate_scale
+        )
+
+    def finish_update(self, optimizer: Optimizer) -> None:
+        if self.learn_rate_scale == 1.0:
+            super().finish_update(optimizer)
+        else:
+            super().finish_update(ScaledSteps(optimizer, self.learn_rate_scale))
 
     def to_device(self, device_type: str, device_id: int) -> None:  # pragma: no cover - GPU only
         if self._model is not None:
@@ -74,6 +107,7 @@ def ElmoBiLMLayer(
     precision: Precision,
     mixed_precision: bool,
     grad_scaler: Optional[PyTorchGradScaler],
+    learn_rate_scale: float = 1.0,
 ) -> Model[List[Doc], List[Floats3d]]:
     """The biLM layer: from ``options_file``/``weight_file`` if given, else from the bundled biLM
     ``pretrained``, else fresh. ``sizes`` (keyword arguments of :class:`ElmoOptions`) shape a
@@ -88,6 +122,10 @@ def ElmoBiLMLayer(
         options_file, weight_file = pretrained_files(pretrained)
     check_window(window, overlap)
     check_precision(precision)
+    if not learn_rate_scale > 0:
+        raise ValueError(
+            f"elmo learn_rate_scale must be above 0, got {learn_rate_scale}; to keep the biLM fixed, set freeze = true"
+        )
     if feature_cache_mb < 0:
         raise ValueError(f"elmo feature_cache_mb must be 0 or more, got {feature_cache_mb}")
     from_files = options_file is not None
@@ -96,7 +134,7 @@ def ElmoBiLMLayer(
         "elmo_bilm",
         forward,
         init=init,
-        shims=[BiLMShim(None, mixed_precision, grad_scaler)],
+        shims=[BiLMShim(None, mixed_precision, grad_scaler, learn_rate_scale)],
         dims={
             "nO": None if fresh is None else fresh.output_dim,
             "nL": None if fresh is None else fresh.n_layers + 1,

@@ -2,6 +2,7 @@ import numpy
 import pytest
 import spacy
 import torch
+from thinc.api import fix_random_seed
 
 from spacy_elmo import BiLM
 from spacy_elmo.layers import ConcatLayers, ScalarMix, SelectLayers, get_bilm
@@ -190,6 +191,33 @@ def test_fine_tuning_updates_the_biLM_in_training(bilm_files) -> None:
     losses = train(nlp, make_examples(nlp), steps=2)
     assert losses["elmo"] > 0
     assert not all(torch.equal(a, b) for a, b in zip(before, bilm.parameters()))
+
+
+def test_learn_rate_scale_scales_the_biLM_steps_only(bilm_files) -> None:
+    """With learn_rate_scale s the biLM's weights move s times as far; the task layers as before."""
+    moves = {}
+    for scale in (1.0, 0.25):
+        fix_random_seed(0)
+        nlp = build_ner_textcat(bilm_files, freeze=False, learn_rate_scale=scale)
+        bilm = get_bilm(nlp.get_pipe("elmo").model)
+        before = [p.detach().clone() for p in bilm.parameters()]
+        ner_before = nlp.get_pipe("ner").model.get_ref("lower").get_param("W").copy()
+        train(nlp, make_examples(nlp), steps=2)  # the first step: zero gradients from zeroed output layers
+        moves[scale] = (
+            torch.cat([(p.detach() - b).flatten() for p, b in zip(bilm.parameters(), before)]),
+            nlp.get_pipe("ner").model.get_ref("lower").get_param("W") - ner_before,
+        )
+    full, scaled = moves[1.0], moves[0.25]
+    assert float(full[0].abs().max()) > 0
+    assert torch.allclose(scaled[0], 0.25 * full[0], atol=1e-7)
+    numpy.testing.assert_allclose(scaled[1], full[1], atol=1e-7)
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.1])
+def test_learn_rate_scale_must_be_positive(bilm_files, scale: float) -> None:
+    nlp = spacy.blank("en")
+    with pytest.raises(ValueError, match="freeze = true"):
+        nlp.add_pipe("elmo", config=elmo_config(bilm_files, freeze=False, learn_rate_scale=scale))
 
 
 @pytest.mark.parametrize("freeze", [True, False])
