@@ -29,16 +29,14 @@ from .segmentation import SKIPPED, SegmentPlan, check_window, plan_segments
 from .bilm_io import bilm_from_bytes, bilm_to_bytes
 
 class ScaledSteps:
-    """An optimizer whose every step is ``scale`` times that of ``optimizer``, whose state it updates."""
+    """``optimizer`` with its learning rate scaled by ``scale`` (weight decay and averages included)."""
 
     def __init__(self, optimizer: Optimizer, scale: float):
         self.optimizer = optimizer
         self.scale = scale
 
     def __call__(self, key: Tuple[int, str], param: FloatsXd, grad: FloatsXd) -> Tuple[FloatsXd, FloatsXd]:
-        before = param.copy()  # the optimizer may update param in place
-        after, grad = self.optimizer(key, param, grad)
-        return before + self.scale * (after - before), grad
+        return self.optimizer(key, param, grad, lr_scale=self.scale)
 
 
 UNTRAINED_WARNING = (
