@@ -28,6 +28,7 @@ from .feature_cache import FeatureCache
 from .segmentation import SKIPPED, SegmentPlan, check_window, plan_segments
 from .bilm_io import bilm_from_bytes, bilm_to_bytes
 
+
 class ScaledSteps:
     """``optimizer`` with its learning rate scaled by ``scale`` (weight decay and averages included)."""
 
@@ -78,10 +79,7 @@ class BiLMShim(PyTorchShim):
         )
 
     def finish_update(self, optimizer: Optimizer) -> None:
-        if self.learn_rate_scale == 1.0:
-            super().finish_update(optimizer)
-        else:
-            super().finish_update(ScaledSteps(optimizer, self.learn_rate_scale))
+        super().finish_update(ScaledSteps(optimizer, self.learn_rate_scale))
 
     def to_device(self, device_type: str, device_id: int) -> None:  # pragma: no cover - GPU only
         if self._model is not None:
