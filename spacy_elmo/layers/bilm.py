@@ -15,7 +15,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy
 from spacy.tokens import Doc
 from thinc.api import (
-    ArgsKwargs, Model, Optimizer, PyTorchGradScaler, PyTorchShim, get_array_module, get_torch_default_device, torch2xp, xp2torch
+    ArgsKwargs, Model, Optimizer, PyTorchGradScaler, PyTorchShim, get_array_module, get_torch_default_device,
+    torch2xp, xp2torch,
 )
 from thinc.types import Floats3d, FloatsXd
 
@@ -61,7 +62,7 @@ class BiLMShim(PyTorchShim):
         bilm: Optional[BiLM],
         mixed_precision: bool,
         grad_scaler: Optional[PyTorchGradScaler],
-        learn_rate_scale: float = 1.0,
+        learn_rate_scale: float,
     ):
         self.learn_rate_scale = learn_rate_scale
         super().__init__(
@@ -103,7 +104,7 @@ def ElmoBiLMLayer(
     precision: Precision,
     mixed_precision: bool,
     grad_scaler: Optional[PyTorchGradScaler],
-    learn_rate_scale: float = 1.0,
+    learn_rate_scale: float,
 ) -> Model[List[Doc], List[Floats3d]]:
     """The biLM layer: from ``options_file``/``weight_file`` if given, else from the bundled biLM
     ``pretrained``, else fresh. ``sizes`` (keyword arguments of :class:`ElmoOptions`) shape a
