@@ -4,8 +4,14 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # The CPU build of PyTorch; an unpinned torch would pull a multi-GB CUDA build.
 TORCH_CPU := torch==2.13.0
+# test-gpu: its own environment, so that the CPU one keeps its CPU torch. On Linux, PyPI's torch
+# is the CUDA build; for another CUDA, e.g. TORCH_GPU="torch==2.13.0 --index-url
+# https://download.pytorch.org/whl/cu126". CuPy comes from the cuda12x extra (CUDA 12.x drivers).
+GPU_VENV ?= .venv-gpu
+GPU_BIN := $(GPU_VENV)/bin
+TORCH_GPU ?= torch==2.13.0
 
-.PHONY: install test demo parity benchmark
+.PHONY: install test test-gpu demo parity benchmark
 
 $(BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +24,21 @@ install: $(BIN)/.installed
 
 test: install
 	$(BIN)/python -m pytest -q tests
+
+$(GPU_BIN)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(GPU_VENV)
+	$(GPU_BIN)/pip install --quiet --upgrade pip
+	$(GPU_BIN)/pip install --quiet $(TORCH_GPU)
+	$(GPU_BIN)/pip install --quiet -e ".[test,cuda12x]"
+	touch $@
+
+# The GPU suite (tests/gpu, marked gpu; meant to take under 15 minutes on one GPU). It runs on cuda:0 (pick
+# the GPU with CUDA_VISIBLE_DEVICES) and is skipped, with the reason, where torch sees no CUDA GPU
+# or CuPy cannot reach it: the first line says what this environment sees.
+test-gpu: $(GPU_BIN)/.installed
+	$(GPU_BIN)/python -c "import torch; print('torch', torch.__version__, 'CUDA build', torch.version.cuda, \
+		'GPU:', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none visible')"
+	CUBLAS_WORKSPACE_CONFIG=:4096:8 $(GPU_BIN)/python -m pytest -q -rs -m gpu tests/gpu
 
 # The project's quick path (real data -> NER, sentiment, topics with and without ELMo -> the results
 # table), then contextual similarity with the bundled biLM. Needs npm (fetch-data) and the network

@@ -107,8 +107,8 @@ def build_elmo_bilm(
 
 @registry.architectures("spacy_elmo.ElmoListener.v1")
 def build_elmo_listener(
-    width: int,
-    n_layers: int,
+    width: Optional[int] = None,
+    n_layers: Optional[int] = None,
     upstream: str = "*",
     layer_norm: bool = False,
     l2: float = 0.0,
@@ -123,11 +123,15 @@ def build_elmo_listener(
     """A ``tok2vec`` for downstream components: the upstream biLM's layers, mixed for this task.
 
     ``width`` is the biLM's output width (2 x projection_dim) and ``n_layers`` its number of
-    output layers (lstm n_layers + 1). The task-specific mix (see :func:`ScalarMix`) has
-    ``layer_norm``, ``l2`` and ``dropout``. With ``embed`` (e.g. spacy.MultiHashEmbed.v2), its
-    vectors are concatenated after ELMo's: the paper's ``[x_k; ELMo_k]``; output width is then
-    ``width + embed width``. With ``encode`` (e.g. spacy.MaxoutWindowEncoder.v2) those features
-    go through a task-specific contextual encoder, as the paper feeds ELMo into the task's RNN:
+    output layers (lstm n_layers + 1). Left null, as in the shipped configs, they come from the
+    upstream biLM's files at ``nlp.initialize()``, and the layers after the listener learn their
+    input sizes from its output then (thinc's shape inference): a config fits any biLM. Set, they
+    must agree with the biLM, or initialization stops with an error naming both. The
+    task-specific mix (see :func:`ScalarMix`) has ``layer_norm``, ``l2`` and ``dropout``. With
+    ``embed`` (e.g. spacy.MultiHashEmbed.v2), its vectors are concatenated after ELMo's: the
+    paper's ``[x_k; ELMo_k]``; output width is then ``width + embed width``. With ``encode``
+    (e.g. spacy.MaxoutWindowEncoder.v2) those features go through a task-specific contextual
+    encoder, as the paper feeds ELMo into the task's RNN:
     a maxout layer with layer normalization (as in spacy.MultiHashEmbed.v2) brings them to the
     encoder's width, which is then the output width. So ``embed`` + ``encode`` as in spaCy's
     spacy.Tok2Vec.v2 give that tok2vec with ELMo added to its input. ``skip_encoder`` also puts
@@ -143,16 +147,18 @@ def build_elmo_listener(
     if skip_encoder and encode is None:
         raise ValueError("skip_encoder = true puts the encoder's input beside its output: it needs an encode model")
     source = bilm if bilm is not None else ElmoListener(upstream, width, n_layers)
-    chosen = list(range(n_layers)) if layers is None else list(layers)
-    if chosen != list(range(n_layers)):
-        source = chain(source, SelectLayers(chosen, n_layers))
-    mixed = chain(source, _combine_layers(len(chosen), width, concat_layers, layer_norm, l2, dropout))
-    mixed_width = len(chosen) * width if concat_layers else width
-    mixed.set_dim("nO", mixed_width)
+    if layers is not None and (n_layers is None or list(layers) != list(range(n_layers))):
+        source = chain(source, SelectLayers(layers, n_layers))
+    n_chosen = len(layers) if layers is not None else n_layers
+    mixed = chain(source, _combine_layers(n_chosen, width, concat_layers, layer_norm, l2, dropout))
+    # None while the biLM's sizes are unknown: chain and concatenate learn it at initialization.
+    mixed_width = _mixed_width(n_chosen, width, concat_layers)
+    if mixed_width is not None:
+        mixed.set_dim("nO", mixed_width)
     if embed is None and encode is None:
         return mixed
     model = mixed if embed is None else concatenate(mixed, embed)
-    if embed is not None and embed.has_dim("nO") is True:  # else concatenate learns it at initialization
+    if embed is not None and embed.has_dim("nO") is True and mixed_width is not None:
         model.set_dim("nO", mixed_width + embed.get_dim("nO"))
     if encode is not None:
         encoded_width = encode.get_dim("nO")
@@ -205,10 +211,19 @@ def build_elmo_bow_textcat(
     return model
 
 
+def _mixed_width(n_layers: Optional[int], width: Optional[int], concat_layers: bool) -> Optional[int]:
+    """The listener's output width before any embedding or encoder: None until the sizes are known."""
+    if width is None or (concat_layers and n_layers is None):
+        return None
+    return n_layers * width if concat_layers else width
+
+
 def _combine_layers(
-    n_layers: int, width: int, concat_layers: bool, layer_norm: bool, l2: float, dropout: float
+    n_layers: Optional[int], width: Optional[int], concat_layers: bool, layer_norm: bool, l2: float, dropout: float
 ) -> Model[List[Floats3d], List[Floats2d]]:
-    """The scalar mix of the layers, or (``concat_layers``) the layers side by side with dropout."""
+    """The scalar mix of the layers, or (``concat_layers``) the layers side by side with dropout.
+
+    Sizes left None are learned from the layers at initialization."""
     if not concat_layers:
         return ScalarMix(n_layers, width, layer_norm=layer_norm, l2=l2, dropout=dropout)
     if layer_norm or l2:

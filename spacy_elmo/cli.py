@@ -1,4 +1,5 @@
-"""The command line: ``spacy-elmo pretrain``, ``export``, ``copy-pretrained`` and ``embed`` (also ``python -m spacy_elmo ...``)."""
+"""The command line: ``spacy-elmo pretrain``, ``export``, ``copy-pretrained``, ``embed``, ``models`` and
+``download`` (also ``python -m spacy_elmo ...``)."""
 
 import re
 import shutil
@@ -67,8 +68,13 @@ def pretrain(
     init_from: Optional[Tuple[str, str]] = typer.Option(
         None,
         metavar="OPTIONS WEIGHTS",
-        help="Continue from a standard ELMo file pair; with vocab.txt and softmax.hdf5 beside WEIGHTS (as pretrain exports them) "
+        help="Continue from a standard ELMo file pair (paths or URLs); with vocab.txt and softmax.hdf5 beside WEIGHTS (as pretrain exports them) "
         "also from its softmax, else with a new one (domain fine-tuning)",
+    ),
+    init_from_model: Optional[str] = typer.Option(
+        None,
+        metavar="NAME|URL|DIR",
+        help="As --init-from, with the biLM named as `spacy-elmo models` lists it, a URL, or a directory",
     ),
     init_tokens_from: Optional[Path] = typer.Option(
         None,
@@ -100,12 +106,15 @@ def pretrain(
     resume: bool = typer.Option(True, help="Continue from OUTPUT_DIR/checkpoint.pt if it exists"),
     progress: bool = typer.Option(True, help="Show a progress bar"),
 ) -> None:
-    """Train (or fine-tune) a biLM on raw text and export options.json + weights.hdf5 to OUTPUT_DIR."""
+    """Train (or fine-tune) a biLM on raw text and export options.json + weights.hdf5 to OUTPUT_DIR.
+
+    Ctrl-C (or SIGTERM) saves a checkpoint at the end of the current step; the same command then resumes.
+    """
     import torch
 
     from .bilm import ElmoFileError
     from .training import export_pipeline, get_preset
-    from .training.checkpoint import OutputError
+    from .training.checkpoint import Interrupted, OutputError
     from .training import pretrain as run_pretraining
 
     if threads is not None:
@@ -136,13 +145,17 @@ def pretrain(
             init_tokens_epochs=init_tokens_epochs,
             init_tokens_weight=init_tokens_weight,
         )
-        init = None if init_from is None else (Path(init_from[0]), Path(init_from[1]))
+        init = _init_files(init_from, init_from_model)
         metrics = run_pretraining(
             input_path, output_dir, chosen.options, config, dev, init, resume, progress, init_tokens_from
         )
     except (ValueError, FileNotFoundError, ElmoFileError, OutputError) as err:
         typer.secho(f"Error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
+    except Interrupted as err:
+        if str(err):  # the process that saved the checkpoint
+            typer.secho(str(err), fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(128 + err.signal_number) from err  # the shell's status for a process a signal stopped
     if not metrics:  # not the main process of a distributed run
         return
     if "eval" in metrics:
@@ -206,6 +219,9 @@ def embed(
     output: Path = typer.Argument(
         ..., metavar="OUTPUT", help="A directory of Parquet shards, or an .hdf5 file in AllenNLP's layout"
     ),
+    model: Optional[str] = typer.Option(
+        None, metavar="NAME|URL|DIR", help="The biLM: a name of `spacy-elmo models`, a URL or a directory" + default("en")
+    ),
     options_file: Optional[Path] = typer.Option(None, help="ELMo options.json" + default("the bundled biLM")),
     weight_file: Optional[Path] = typer.Option(None, help="ELMo weights.hdf5" + default("the bundled biLM")),
     state: str = typer.Option("zero", help="Where each batch's LSTM states start: zero, warm or carry"),
@@ -224,27 +240,98 @@ def embed(
     shard_size: int = typer.Option(10_000, help="Sentences per output shard: the unit of resuming and of Ray tasks"),
     batch_tokens: int = typer.Option(4096, help="Padded tokens per biLM call"),
     threads: Optional[int] = typer.Option(None, help="Torch threads per process" + default("torch's choice")),
-    precision: str = typer.Option("auto", help="Matrix products in fp32, bf16, or auto (bf16 where the hardware multiplies it natively)"),
+    precision: str = typer.Option(
+        "auto",
+        help="Matrix products in fp32, bf16, or auto (bf16 where the hardware multiplies it natively: "
+        "a GPU of compute capability 8.0+, a CPU with AMX; with Ray, decided once on this machine)",
+    ),
+    device: str = typer.Option(
+        "auto",
+        help="Where the biLM runs: cpu, cuda (= cuda:0) or cuda:N; auto: cuda:0 when torch sees a CUDA GPU, "
+        "else the CPU. Ray: the workers' device, a GPU each only with --gpus-per-worker",
+    ),
+    gpus_per_worker: float = typer.Option(
+        0.0,
+        help="Ray: GPUs each worker asks Ray for (its num_gpus), and runs its biLM on; 0: CPU workers; "
+        "a fraction shares a GPU (0.5: two workers per GPU)",
+    ),
     progress: bool = typer.Option(True, help="Show a progress bar"),
 ) -> None:
     """ELMo layers of every sentence of INPUT, stored in OUTPUT; rerun the same command to resume."""
-    from .bilm import ElmoFileError
+    from .bilm import BiLM, ElmoFileError
     from .embed import EmbedSettings, OutputError, parse_layers, run_embed
+    from .pretrained.resolve import resolve_pretrained
 
     try:
         choice, mix = parse_layers(layers)
+        if model is not None:
+            if options_file is not None or weight_file is not None:
+                raise ValueError("give --model or --options-file/--weight-file, not both")
+            options_file, weight_file = resolve_pretrained(model, check=BiLM.from_files)
         settings = EmbedSettings(
             state=state, layers=choice, mix=mix, lang=lang, whitespace=whitespace, gold_tokens=gold_tokens,  # type: ignore[arg-type]
             shard_size=shard_size, batch_tokens=batch_tokens, precision=precision,  # type: ignore[arg-type]
         )
         summary = run_embed(
             input_path, output, settings, options_file, weight_file, format=format, engine=engine,  # type: ignore[arg-type]
-            workers=workers, ray_address=ray_address, threads=threads, progress=progress,
+            workers=workers, ray_address=ray_address, threads=threads, device=device, prefer_gpu=True,
+            gpus_per_worker=gpus_per_worker, progress=progress,
         )
     except (ValueError, OSError, ElmoFileError, OutputError, ImportError) as err:
         typer.secho(f"Error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
     typer.echo(f"{output}: {summary}")
+
+
+@app.command("models")
+def models() -> None:
+    """The published biLMs that `pretrained = NAME` and `download NAME` know, and which are cached."""
+    from .pretrained.registry import registered_models
+    from .pretrained.resolve import named_source
+
+    try:
+        registry = registered_models()
+    except ValueError as err:  # a bad SPACY_ELMO_MODELS file
+        typer.secho(f"Error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from err
+    rows = [("name", "language", "MB", "width", "cached")]
+    for model in registry.values():
+        megabytes = model.megabytes
+        size = "" if megabytes is None else f"{'' if model.weights_bytes else '~'}{megabytes:.0f}"
+        cached = "bundled" if model.bundled else "yes" if named_source(model).is_cached() else "no"
+        rows.append((model.name, model.language, size, str(model.width or ""), cached))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+@app.command("download")
+def download(
+    name: str = typer.Argument(..., metavar="NAME|URL", help="A name of `spacy-elmo models`, or a URL of a directory"),
+    force: bool = typer.Option(False, "--force", help="Fetch again, replacing the cached copy"),
+) -> None:
+    """Fetch a biLM into the cache ahead of use (Docker images, machines without network)."""
+    from .bilm import BiLM, ElmoFileError
+    from .pretrained.resolve import download_pretrained
+
+    try:
+        options_file, weight_file = download_pretrained(name, check=BiLM.from_files, force=force)
+    except (ValueError, OSError, ElmoFileError) as err:
+        typer.secho(f"Error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from err
+    typer.echo(f"{name}: {options_file} and {weight_file}")
+
+
+def _init_files(init_from: Optional[Tuple[str, str]], init_from_model: Optional[str]) -> Optional[Tuple[Path, Path]]:
+    """The files `pretrain` starts from: a pair, or a biLM named as everywhere else (downloaded if need be)."""
+    from .bilm import BiLM
+    from .pretrained.resolve import resolve_files, resolve_pretrained
+
+    if init_from is not None and init_from_model is not None:
+        raise ValueError("give --init-from or --init-from-model, not both")
+    if init_from_model is not None:
+        return resolve_pretrained(init_from_model, check=BiLM.from_files)
+    return None if init_from is None else resolve_files(*init_from, check=BiLM.from_files)
 
 
 def parse_duration(text: str) -> float:

@@ -29,7 +29,7 @@ from .bilm.model import BiLMSettings
 from .layers import ElmoListener, get_bilm, set_bilm
 from .layers.arrays import no_backprop
 from .layers.bilm_io import bilm_from_bytes, bilm_to_bytes
-from .layers.listener import FEATURES_ATTR, size_mismatch
+from .layers.listener import FEATURES_ATTR, UNREAD_ATTR
 from .threads import Threads, check_threads, torch_threads
 
 LAYERS_ATTR = "elmo_layers"
@@ -57,7 +57,7 @@ DEFAULT_MODEL = {
     "grad_scaler_config": {},
 }
 
-for _attr in (FEATURES_ATTR, LAYERS_ATTR):
+for _attr in (FEATURES_ATTR, UNREAD_ATTR, LAYERS_ATTR):
     if not Doc.has_extension(_attr):
         Doc.set_extension(_attr, default=None)
 
@@ -136,6 +136,8 @@ class Elmo(TrainablePipe):
             "features": str(features) if features is not None else None,
         }
         self._pid = os.getpid()
+        self._backprop_pending = False  # a fine-tuning forward pass awaits its listeners' gradients
+        self._deferred_sgd: Optional[Optimizer] = None
         if features is not None:
             self._use_features(Path(features))
 
@@ -162,7 +164,7 @@ class Elmo(TrainablePipe):
 
     def add_listener(self, listener: ElmoListener, component_name: str) -> None:
         listener.component_name = component_name
-        self._check_listener_sizes(listener)
+        self._size_listener(listener)
         listeners = self.listener_map.setdefault(component_name, [])
         if listener not in listeners:
             listeners.append(listener)
@@ -183,14 +185,16 @@ class Elmo(TrainablePipe):
                 if isinstance(node, ElmoListener) and node.upstream_name in ("*", self.name):
                     self.add_listener(node, component.name)
 
-    def _check_listener_sizes(self, listener: ElmoListener) -> None:
-        """Refuse a listener sized for another biLM, as soon as the biLM's sizes are known."""
-        if self.model.has_dim("nO") is not True or self.model.has_dim("nL") is not True:
-            return
-        bilm_sizes = (self.model.get_dim("nL"), self.model.get_dim("nO"))
-        listener_sizes = (listener.get_dim("nL"), listener.get_dim("nO"))
-        if listener_sizes != bilm_sizes:
-            raise size_mismatch(listener_sizes, bilm_sizes, listener.component_name, self.name)
+    def _size_listener(self, listener: ElmoListener) -> None:
+        """Give the listener the biLM's (n_layers, width) as soon as the biLM's sizes are known.
+
+        A fresh biLM knows them when it is built, here at registration; one from files at
+        :meth:`initialize`, which spaCy runs before the initialize of the components after this
+        one: the listener has its sizes when its own component infers the sizes of the layers
+        after it. A listener sized in its config for another biLM is refused.
+        """
+        if self.model.has_dim("nO") is True and self.model.has_dim("nL") is True:
+            listener.take_sizes(self.model.get_dim("nL"), self.model.get_dim("nO"), self.name)
 
     # ------------------------------------------------------------------ prediction
     def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
@@ -202,13 +206,20 @@ class Elmo(TrainablePipe):
             return self.model.predict(docs)
 
     def set_annotations(self, docs: Sequence[Doc], layers: Sequence[Floats3d]) -> None:
-        """Set ``doc.tensor`` (n_tokens, width), the vector hooks, and the layers where needed."""
+        """Set ``doc.tensor`` (n_tokens, width), the vector hooks, and the layers where needed.
+
+        The layers go to ``doc._.elmo_features`` only for the listeners, with the ids of those
+        that have yet to read them; the last of them to read releases them (see
+        :mod:`spacy_elmo.layers.listener`). Without listeners nothing is kept but what the user
+        asked for: ``doc.tensor`` and, with ``store_layers``, ``doc._.elmo_layers``.
+        """
         weights = self._tensor_weights()
-        keep_features = bool(self.listener_map)
+        unread = tuple(listener.id for listener in self.listeners)
         for doc, doc_layers in zip(docs, layers):
             doc.tensor = self.model.ops.xp.tensordot(weights, doc_layers, axes=1)
-            if keep_features:
+            if unread:
                 doc._.set(FEATURES_ATTR, doc_layers)
+                doc._.set(UNREAD_ATTR, unread)
             if self.cfg["store_layers"]:
                 doc._.set(LAYERS_ATTR, self.model.ops.to_numpy(doc_layers))
             install_vector_hooks(doc)
@@ -276,6 +287,7 @@ class Elmo(TrainablePipe):
                 listener.receive(batch_id, outputs, no_backprop)
             return losses
         d_outputs = [self.model.ops.alloc3f(*output.shape) for output in outputs]
+        self._backprop_pending, self._deferred_sgd = True, None
 
         def accumulate_gradient(one_d_outputs: List[Floats3d]) -> List[Doc]:
             for d_output, one in zip(d_outputs, one_d_outputs):
@@ -286,14 +298,29 @@ class Elmo(TrainablePipe):
         def backprop(one_d_outputs: List[Floats3d]) -> List[Doc]:
             accumulate_gradient(one_d_outputs)
             backprop_layers(d_outputs)
-            if sgd is not None:
-                self.finish_update(sgd)
+            self._backprop_pending = False
+            optimizer = sgd if sgd is not None else self._deferred_sgd
+            if optimizer is not None:
+                self.finish_update(optimizer)
             return []
 
         for listener in self.listeners[:-1]:
             listener.receive(batch_id, outputs, accumulate_gradient)
         self.listeners[-1].receive(batch_id, outputs, backprop)
         return losses
+
+    def finish_update(self, sgd: Optimizer) -> None:
+        """Step the biLM, or defer the step while its listeners have not sent their gradients back.
+
+        ``nlp.update`` calls each component's ``finish_update`` right after its ``update``, before
+        the components downstream run: a step then would write the weights that the pending
+        backward pass needs, and apply the gradients a batch late. The last listener's backprop
+        takes the deferred step instead. (``spacy train`` steps after every backprop has run.)
+        """
+        if self._backprop_pending:
+            self._deferred_sgd = sgd
+            return
+        super().finish_update(sgd)
 
     def get_loss(self, examples: Iterable[Example], scores) -> None:
         """The biLM has no loss of its own here: gradients come from the listeners."""
@@ -307,7 +334,7 @@ class Elmo(TrainablePipe):
             store.check()  # training with a missing or wrong store is an error; a loaded pipeline only warns
         self._tensor_weights()
         for listener in self.listeners:
-            self._check_listener_sizes(listener)
+            self._size_listener(listener)
 
     def add_label(self, label: str) -> int:
         raise NotImplementedError("The elmo component has no labels")

@@ -18,7 +18,7 @@ from .chars import CHAR_PADDING, boundary_char_ids, token_char_ids
 from .files import read_weights, write_files
 from .lstm import BiLSTMStack, LSTMState
 from .options import ElmoOptions
-from .precision import Precision, check_precision, own_precision, resolve_precision
+from .precision import Precision, check_precision, own_precision, resolve_precision, tensor_versions
 from .token_cache import TokenCache
 
 StateMode = Literal["zero", "warm", "carry"]
@@ -164,6 +164,19 @@ class BiLM(nn.Module):
         read_weights(model, weight_file)
         return model
 
+    @classmethod
+    def from_pretrained(cls, name_or_url_or_dir: str, **settings: Any) -> "BiLM":
+        """Load a published biLM by registry name (``"original-5.5b"``; ``spacy-elmo models`` lists
+        them), an http(s) URL of a directory holding ``options.json`` and ``weights.hdf5``, or a
+        local directory. A name or URL is downloaded into the cache once, then read from there
+        with no network access (see :mod:`spacy_elmo.pretrained.cache`).
+
+        ``settings``: keyword arguments of the constructor (see :class:`BiLMSettings`).
+        """
+        from ..pretrained.resolve import resolve_pretrained
+
+        return cls.from_files(*resolve_pretrained(name_or_url_or_dir, check=cls.from_files), **settings)
+
     def to_files(self, options_file: PathLike, weight_file: PathLike) -> None:
         """Write ``options.json`` and ``weights.hdf5`` in the standard layout, each atomically."""
         write_files(self, options_file, weight_file)
@@ -174,11 +187,12 @@ class BiLM(nn.Module):
 
         ``state`` overrides the model's state mode for this call: shapes
         (n_layers, 2, batch, projection_dim) and (n_layers, 2, batch, lstm_dim). An autocast
-        around the call does not apply: the products run at the model's ``precision``.
+        around the call does not apply, nor TF32 in ``"fp32"``: the products run at the model's
+        ``precision`` (see :func:`~spacy_elmo.bilm.precision.own_precision`).
         """
         if len(sentences) == 0:
             raise ValueError("BiLM.forward needs at least one sentence (an empty one is fine)")
-        with own_precision(self.device):
+        with own_precision(self.device, self.compute_dtype):
             return self._forward(sentences, state)
 
     def _forward(self, sentences: Sequence[Sequence[str]], state: Optional[LSTMState]) -> BiLMOutput:
@@ -235,14 +249,19 @@ class BiLM(nn.Module):
         return self.embed_tokens(list(rows)), torch.from_numpy(index)
 
     def fingerprint(self) -> Tuple:
-        """Changes whenever a parameter or buffer is replaced, moved or modified in place, or the
-        precision of the products changes.
+        """Changes whenever a parameter or buffer is replaced, moved or written, or the precision
+        of the products changes.
 
         Caches of what the model computed (token encodings, features) key on it, so a result
-        computed in one precision is never served in another.
+        computed in one precision, or from older weights, is never served. Writes that torch does
+        not track must be reported with :meth:`weights_written`.
         """
-        tensors = itertools.chain(self.parameters(), self.buffers())
-        return (self.compute_dtype, *((t.data_ptr(), t._version, t.dtype) for t in tensors))
+        return (self.compute_dtype, tensor_versions(itertools.chain(self.parameters(), self.buffers())))
+
+    def weights_written(self) -> None:
+        """Report that the parameters were written outside torch (thinc's optimizer writes them
+        in place through array views), so that :meth:`fingerprint` changes as for any torch write."""
+        torch.autograd.graph.increment_version(list(self.parameters()))
 
     # ------------------------------------------------------------------ states
     def warm_up(self, sentences: Sequence[Sequence[str]]) -> None:

@@ -13,10 +13,25 @@ elementwise gate math in bf16, cannot cast the ``out=`` products the inference l
 buffers with, and re-casts every weight at every call. Here a weight is cast once and the copy
 kept (see :class:`LowPrecisionWeights`) until the float32 parameter changes, and the biLM ignores
 any autocast around it (:func:`own_precision`): it sets its precision itself.
+
+``"fp32"`` on a GPU means IEEE float32 products, not TF32. On Ampere and later GPUs torch runs
+float32 convolutions in TF32 by default, and float32 matmuls too where a user or library asked for
+it (``torch.set_float32_matmul_precision("high")``); TF32 rounds each product's inputs to 10
+mantissa bits instead of float32's 23, so the layers would not be float32's. So while a float32
+biLM call runs on CUDA, :func:`own_precision` sets ``torch.backends.cuda.matmul.fp32_precision`` and
+``torch.backends.cudnn.conv.fp32_precision`` to ``"ieee"`` and restores them afterwards (see
+:func:`ieee_float32`). The flags are process-wide: products of other threads running during the
+call are IEEE too. The backward pass of a training step runs after the forward call has returned,
+under the process's own settings: set both to ``"ieee"`` yourself to train in strict float32.
+
+``"auto"`` is bf16 on a GPU only where the model's GPU multiplies bf16 natively: compute
+capability 8.0 (Ampere) and up (:func:`gpu_has_native_bf16`). Older GPUs (V100, T4) have no bf16
+tensor cores and emulate it, although ``torch.cuda.is_bf16_supported()`` answers yes for them.
 """
 
 import contextlib
-from typing import Callable, Dict, Iterator, Literal, Sequence, Tuple
+import threading
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -31,6 +46,9 @@ DTYPES: Dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # Small size and 1,373 against 2,035 tokens/s of `base` pretraining (benchmarks/bilm_speed.py,
 # pretrain_speed.py).
 FAST_BF16_FEATURE = "amx_bf16"
+
+# The compute capability from which NVIDIA GPUs have bf16 tensor cores (Ampere, sm_80).
+NATIVE_BF16_CAPABILITY: Tuple[int, int] = (8, 0)
 
 
 def check_precision(precision: str) -> None:
@@ -48,12 +66,30 @@ def cpu_has_amx_bf16() -> bool:
     return bool(torch.cpu.get_capabilities().get(FAST_BF16_FEATURE, False))
 
 
+def gpu_has_native_bf16(capability: Tuple[int, int]) -> bool:
+    """Whether a GPU of this compute capability, ``(major, minor)``, multiplies bf16 natively.
+
+    Ampere (8.0) and later have bf16 tensor cores; Volta (7.0) and Turing (7.5) have none and run
+    bf16 products emulated, without the speed-up ``auto`` is for.
+    """
+    return tuple(capability) >= NATIVE_BF16_CAPABILITY
+
+
+def cuda_has_native_bf16(device: torch.device) -> bool:
+    """Whether the CUDA ``device`` (the model's, not the current one) multiplies bf16 natively.
+
+    Not ``torch.cuda.is_bf16_supported()``: it answers for the current device, and by default
+    counts emulated bf16 as supported.
+    """
+    return gpu_has_native_bf16(torch.cuda.get_device_capability(device))
+
+
 def resolve_precision(precision: Precision, device: torch.device) -> torch.dtype:
     """The dtype of the products for ``precision`` on ``device``.
 
     ``"auto"`` is bf16 only where products in it are faster than float32: a CPU with AMX
-    (:func:`cpu_has_amx_bf16`), or a GPU that supports bf16 (as
-    thinc's mixed precision would use it); float32 elsewhere.
+    (:func:`cpu_has_amx_bf16`), or a GPU with native bf16 (:func:`cuda_has_native_bf16`);
+    float32 elsewhere.
     """
     check_precision(precision)
     if precision != "auto":
@@ -61,29 +97,113 @@ def resolve_precision(precision: Precision, device: torch.device) -> torch.dtype
     if device.type == "cpu":
         native = cpu_has_amx_bf16()
     elif device.type == "cuda":
-        native = torch.cuda.is_bf16_supported()
+        native = cuda_has_native_bf16(device)
     else:
         native = False
     return torch.bfloat16 if native else torch.float32
 
 
+def _cuda_fp32_settings() -> List[Tuple[Any, str, Any]]:
+    """``(object, attribute, strict value)`` of each setting that lets CUDA's float32 products run
+    in TF32: cuBLAS's (the linear layers, the LSTM's batched products, the softmax) and cuDNN's
+    convolutions' (the char CNN).
+
+    torch >= 2.9 sets this per backend and operation (``fp32_precision``), and raises when the
+    legacy ``allow_tf32`` flags are read after it was used; older versions have the flags only.
+    """
+    if hasattr(torch.backends.cudnn, "conv"):
+        return [
+            (torch.backends.cuda.matmul, "fp32_precision", "ieee"),
+            (torch.backends.cudnn.conv, "fp32_precision", "ieee"),
+        ]
+    return [(torch.backends.cuda.matmul, "allow_tf32", False), (torch.backends.cudnn, "allow_tf32", False)]
+
+
+class _IeeeFloat32:
+    """Holds CUDA's float32 products at IEEE precision while at least one caller needs it.
+
+    The settings are process-wide, so nested and concurrent callers (threads) share one save and
+    restore: the first in saves the settings and sets them strict, the last out restores them.
+    With a save and restore per caller, a call ending first would turn TF32 back on under one
+    still running, and the last to end would leave it off for good.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._saved: List[Tuple[Any, str, Any]] = []
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        with self._lock:
+            if self._holders == 0:
+                settings = _cuda_fp32_settings()
+                self._saved = [(owner, name, getattr(owner, name)) for owner, name, _ in settings]
+                for owner, name, strict in settings:
+                    setattr(owner, name, strict)
+            self._holders += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._holders -= 1
+                if self._holders == 0:
+                    for owner, name, value in self._saved:
+                        setattr(owner, name, value)
+
+
+_IEEE_FLOAT32 = _IeeeFloat32()
+
+
 @contextlib.contextmanager
-def own_precision(device: torch.device) -> Iterator[None]:
-    """Run the block without any autocast set up around it: the biLM casts its products itself."""
+def ieee_float32() -> Iterator[None]:
+    """A block whose float32 CUDA matmuls and convolutions run in IEEE float32, not TF32.
+
+    Sets ``torch.backends.cuda.matmul.fp32_precision`` and
+    ``torch.backends.cudnn.conv.fp32_precision`` to ``"ieee"`` (before torch 2.9: the
+    ``allow_tf32`` flags of both to False) and restores them when the last such block, of any
+    thread, ends. CPU settings (``torch.backends.mkldnn``) are left alone.
+    """
+    with _IEEE_FLOAT32.held():
+        yield
+
+
+@contextlib.contextmanager
+def own_precision(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
+    """Run the block at the biLM's precision, ``dtype`` (its :attr:`~spacy_elmo.BiLM.compute_dtype`).
+
+    Any autocast set up around it is off: the biLM casts its products itself. On CUDA in float32,
+    TF32 is off too (:func:`ieee_float32`), so that ``"fp32"`` means float32.
+    """
     if device.type not in ("cpu", "cuda"):
         yield
         return
-    with torch.autocast(device.type, enabled=False):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.autocast(device.type, enabled=False))
+        if device.type == "cuda" and dtype == torch.float32:
+            stack.enter_context(ieee_float32())
         yield
+
+
+def tensor_versions(tensors: Iterable[Tensor]) -> Tuple:
+    """What tells the values of ``tensors`` apart within a process: storage, device, dtype, version.
+
+    Caches of what a model computed key on it (:class:`LowPrecisionWeights`, and through
+    ``BiLM.fingerprint`` the token and feature caches). torch advances a tensor's version counter
+    at every in-place write it makes (an optimizer step, ``load_state_dict``, ``copy_``); a move or
+    a cast gives new storage. Writes torch cannot see, through a NumPy or DLPack view as thinc's
+    optimizers make them, must be reported with ``torch.autograd.graph.increment_version``
+    (``BiLM.weights_written``), so that this one key covers every change.
+    """
+    return tuple((t.data_ptr(), t.device, t.dtype, t._version) for t in tensors)
 
 
 class LowPrecisionWeights:
     """Copies of weights in a product dtype, made once and kept while their sources are unchanged.
 
-    Without gradients (inference, held-out evaluation), a copy is keyed on the dtype and on each
-    source tensor's storage, device and version counter, which every in-place change (loading,
-    an optimizer step) advances; a stale copy is never served. With gradients, every call casts
-    afresh, so that autograd carries the gradient back to the float32 parameters.
+    Without gradients (inference, held-out evaluation), a copy is keyed on the dtype and on the
+    sources' :func:`tensor_versions`, so a stale copy is never served. With gradients, every call
+    casts afresh, so that autograd carries the gradient back to the float32 parameters.
     """
 
     def __init__(self) -> None:
@@ -96,7 +216,7 @@ class LowPrecisionWeights:
         """``make().to(dtype)``, from the cache when ``sources`` have not changed since."""
         if torch.is_grad_enabled() and any(source.requires_grad for source in sources):
             return make().to(dtype)
-        key = (dtype, *((s.data_ptr(), s.device, s._version) for s in sources))
+        key = (dtype, tensor_versions(sources))
         cached = self._copies.get(name)
         if cached is not None and cached[0] == key:
             return cached[1]

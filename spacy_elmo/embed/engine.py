@@ -29,8 +29,18 @@ CHUNK_TOKENS = 16_384  # tokens of one chunk (one Parquet table); a longer sente
 Progress = Callable[[int, int], None]  # (sentences, tokens) just finished
 
 
-def load_bilm(options_file: Optional[PathLike], weight_file: Optional[PathLike], settings: EmbedSettings) -> BiLM:
-    """The biLM of a run: the given standard files, or the bundled English biLM."""
+def load_bilm(
+    options_file: Optional[PathLike],
+    weight_file: Optional[PathLike],
+    settings: EmbedSettings,
+    device: torch.device = torch.device("cpu"),
+) -> BiLM:
+    """The biLM of a run, on ``device``: the given standard files, or the bundled English biLM.
+
+    Moved before anything reads :attr:`BiLM.compute_dtype`: ``precision = "auto"`` resolves on
+    the biLM's device. Its outputs come back to the host as float32, one copy per batch
+    (:meth:`BiLM.embed_sentences`), so the writers never see device arrays.
+    """
     if (options_file is None) != (weight_file is None):
         raise ValueError("give both --options-file and --weight-file, or neither (for the bundled biLM)")
     if options_file is None:
@@ -39,6 +49,7 @@ def load_bilm(options_file: Optional[PathLike], weight_file: Optional[PathLike],
         options_file, weight_file, state=settings.state, max_batch_tokens=settings.batch_tokens, precision=settings.precision
     )
     settings.check_model(bilm)
+    bilm.to(device)
     bilm.eval()
     return bilm
 

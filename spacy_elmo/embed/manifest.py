@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from ..fileio import atomic_path
-from .settings import identity_differences
+from .settings import identity_differences, products_precision, resume_identity
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "spacy-elmo embed"
@@ -76,10 +76,23 @@ class Manifest:
             tmp.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n", encoding="utf8")
 
     def check_resumable(self, other: "Manifest", output: Path) -> None:
-        """Refuse to continue ``output`` (this manifest) with another model, settings or input."""
+        """Refuse to continue ``output`` (this manifest) with another model, settings or input.
+
+        The products' precision is part of the model (bf16 and fp32 products give other bytes);
+        the device is recorded nowhere, so a run may be finished on another machine, in the
+        precision it started with.
+        """
+        stored, computed = self.model.get("products"), other.model.get("products")
+        same_weights = not identity_differences({**self.model, "products": None}, {**other.model, "products": None})
+        if stored and computed and stored != computed and same_weights:
+            raise OutputError(
+                f"{output} holds layers computed with {stored} matrix products, and this run would compute "
+                f"{computed} ones (--precision {other.settings['precision']} on this device). Finish it with "
+                f"--precision {products_precision(stored)}, or write to a new OUTPUT (or delete this one)."
+            )
         for what, mine, theirs in (
             ("model", self.model, other.model),
-            ("settings", self.settings, other.settings),
+            ("settings", resume_identity(self.settings), resume_identity(other.settings)),
             ("input", {"files": self.input}, {"files": other.input}),
         ):
             changed = identity_differences(mine, theirs)

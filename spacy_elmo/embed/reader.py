@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
-from ..fileio import PathLike
-from ..training.corpus import corpus_files, jsonl_text, spacy_tokenizer, text_lines
+from ..fileio import PathLike, text_lines
+from ..training.corpus import corpus_files, jsonl_text, spacy_tokenizer
 
 if TYPE_CHECKING:
     from spacy.tokens import Doc

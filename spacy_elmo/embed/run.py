@@ -1,13 +1,16 @@
 """``spacy-elmo embed``: plan the shards, check the output, run an engine, assemble, summarise."""
 
+import dataclasses
 import shutil
 import time
 from pathlib import Path
 from typing import Literal, Optional
 
+import torch
 from tqdm import tqdm
 
 from ..fileio import PathLike, remove_stale_temporaries
+from .device import local_device, worker_device, worker_precision
 from .engine import Summary, load_bilm, sentence_source
 from .hdf5 import assemble, finished_manifest, parts_directory
 from .local import embed_locally
@@ -40,12 +43,21 @@ def run_embed(
     workers: int = 2,
     ray_address: Optional[str] = None,
     threads: Optional[int] = None,
+    device: str = "auto",
+    prefer_gpu: bool = False,
+    gpus_per_worker: float = 0.0,
     progress: bool = True,
 ) -> Summary:
     """Embed every sentence of ``input_path`` into ``output``; resumes a run stopped there.
 
+    ``device``: where the local engine runs the biLM, ``auto``, ``cpu``, ``cuda`` or ``cuda:N``
+    (:func:`device.resolve_device`): ``auto`` is thinc's GPU after ``spacy.require_gpu()``, else
+    ``cuda:0`` if ``prefer_gpu`` (the command line) and torch sees one, else the CPU. On Ray,
+    the workers' device: a GPU each with ``gpus_per_worker`` > 0 (:func:`device.worker_device`).
+    The device is not part of the output's identity; the products' precision it resolves to is.
+
     Raises :class:`OutputError` for an output that holds something else or another run's work,
-    ``ValueError`` / ``OSError`` for input that cannot be read.
+    ``ValueError`` / ``OSError`` for input that cannot be read or holds no sentence.
     """
     start = time.perf_counter()
     output = Path(output)
@@ -54,9 +66,25 @@ def run_embed(
         raise ValueError(f"--engine must be local or ray, got {engine!r}")
     if engine == "ray" and chosen != "parquet":
         raise ValueError("--engine ray writes Parquet only: give a directory OUTPUT or --format parquet")
+    if engine == "local" and gpus_per_worker:
+        raise ValueError("--gpus-per-worker is for --engine ray; the local engine's device is --device")
     source = sentence_source(input_path, settings)
-    bilm = load_bilm(options_file, weight_file, settings)
+    if engine == "local":
+        bilm = load_bilm(options_file, weight_file, settings, local_device(device, prefer_gpu))
+    else:  # the driver's biLM only names the model; the workers run theirs where Ray puts them
+        workers_on = worker_device(device, gpus_per_worker)
+        workers_settings = dataclasses.replace(
+            settings, precision=worker_precision(settings.precision, workers_on, torch.cuda.device_count())
+        )
+        bilm = load_bilm(options_file, weight_file, settings)
+        bilm.precision = workers_settings.precision  # so that the manifest records the workers' products
     specs = source.plan(settings.shard_size)
+    if not specs:  # an empty output and exit 0 would pass for success
+        files = "" if len(source.files) == 1 else f" ({len(source.files)} files)"
+        raise ValueError(
+            f"{input_path}{files} has no text: there is no sentence to embed. "
+            "Give a file with a sentence per line (or .jsonl / .spacy files)"
+        )
     fresh = Manifest(model_identity(bilm), settings.to_dict(), source.description(), len(specs), sum(s.count for s in specs))
     if chosen == "hdf5":
         done = finished_manifest(output)
@@ -81,16 +109,14 @@ def run_embed(
 
         if engine == "local":
             if threads is not None:
-                import torch
-
                 torch.set_num_threads(threads)
             embed_locally(bilm, source, settings, directory, manifest, todo, advance)
         else:
             from .ray_engine import embed_on_ray
 
             embed_on_ray(
-                options_file, weight_file, input_path, settings, directory, manifest, todo, advance,
-                workers=workers, address=ray_address, threads=threads,
+                options_file, weight_file, input_path, workers_settings, directory, manifest, todo, advance,
+                workers=workers, address=ray_address, threads=threads, device=workers_on, gpus_per_worker=gpus_per_worker,
             )
     if chosen == "hdf5":
         assemble(directory, manifest, output)

@@ -1,7 +1,9 @@
 """What an embedding run computes: which layers it keeps, how the biLM runs, which model it is.
 
 Everything here goes into the output's manifest, and a resumed run must agree with it: output
-written with other settings or another model must never be mixed into one store.
+written with other settings or another model must never be mixed into one store. One exception:
+``precision`` may be asked for otherwise (:func:`resume_identity`), as long as it resolves to the
+products the manifest records.
 """
 
 import hashlib
@@ -14,7 +16,7 @@ import torch
 
 from ..bilm import BiLM, ElmoOptions
 from ..bilm.model import STATE_MODES, StateMode
-from ..bilm.precision import Precision, check_precision
+from ..bilm.precision import DTYPES, Precision, check_precision
 
 LAYER_CHOICES = ("all", "top", "average", "mix")
 
@@ -116,6 +118,19 @@ def model_identity(bilm: BiLM) -> Dict[str, Any]:
         digest.update(array.view(-1).view(torch.uint8).numpy().tobytes() if array.numel() else b"")
     products = str(bilm.compute_dtype).replace("torch.", "")  # the precision setting, resolved
     return {"fingerprint": digest.hexdigest(), "products": products, "options": bilm.options.to_dict()}
+
+
+def products_precision(products: str) -> str:
+    """The ``--precision`` (and component ``precision``) that computes ``products``, a dtype name
+    as :func:`model_identity` records it: ``"float32"`` -> ``"fp32"``, ``"bfloat16"`` -> ``"bf16"``."""
+    return next(name for name, dtype in DTYPES.items() if str(dtype).replace("torch.", "") == products)
+
+
+def resume_identity(settings: Dict[str, Any]) -> Dict[str, Any]:
+    """The settings a resumed run must share, all but ``precision``: the manifest's ``model.products``
+    records what it resolved to, and that alone decides the kind of values a shard holds, however
+    it was asked for (``auto`` on a bf16 GPU, or ``bf16`` on a CPU to finish that run there)."""
+    return {key: value for key, value in settings.items() if key != "precision"}
 
 
 def identity_differences(stored: Dict[str, Any], current: Dict[str, Any]) -> List[str]:

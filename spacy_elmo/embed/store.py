@@ -3,9 +3,10 @@
 The store maps a sentence's tokens to its layers, (n_layers + 1, n_tokens, width). The component
 looks up each biLM input (a doc, a sentence of it, or a window; see
 :mod:`spacy_elmo.layers.segmentation`) and computes only what is missing, so ``spacy train``
-runs over the same corpus pay for the biLM once. A stored value equals what the biLM would
-compute only if it is the same biLM (weights, checked by the fingerprint in the manifest) with the
-same precision of products, in the same state mode; all are checked before the first lookup, and a mismatch is an error.
+runs over the same corpus pay for the biLM once. A stored value stands for what the biLM would
+compute only if it is the same biLM (weights, checked by the fingerprint in the manifest) in the
+same state mode, with products at least as precise as the biLM's setting asks
+(:func:`store_serves`); all are checked before the first lookup, and a mismatch is an error.
 
 The store is opened on first use: only the tokens are read then (an index held in memory); the
 layers are read on demand, one Parquet row group (or HDF5 dataset) at a time, the most recently
@@ -21,13 +22,27 @@ from typing import Dict, Hashable, List, Optional, Sequence, Tuple
 import numpy
 
 from ..bilm import BiLM, ElmoOptions
+from ..bilm.precision import Precision
 from ..fileio import PathLike
 from .hdf5 import SENTENCE_TO_INDEX, finished_manifest
 from .manifest import MANIFEST_NAME, Manifest
-from .settings import EmbedSettings, model_identity, output_tail_shape
+from .settings import EmbedSettings, model_identity, output_tail_shape, products_precision
 
 Location = Tuple[str, int, int]  # (shard file, row group, row) or (dataset name, -1, -1) in HDF5
 CACHED_ROW_GROUPS = 64
+
+
+def store_serves(stored_products: str, precision: Precision) -> bool:
+    """Whether layers computed with ``stored_products`` (``"float32"`` or ``"bfloat16"``) may stand
+    in for a biLM whose ``precision`` setting is ``precision``.
+
+    float32 products serve every setting: a store written on a CPU feeds a GPU pipeline whose
+    ``auto`` resolves to bf16 there, with values more precise than its own. bf16 products serve
+    ``bf16`` and ``auto``, a setting that accepts bf16 values wherever the hardware makes them
+    fast (the same pipeline on a bf16 GPU computes them), even where it resolves to float32. They
+    do not serve ``fp32``: a pipeline that asks for float32 must not be fed bf16 values silently.
+    """
+    return stored_products == "float32" or precision != "fp32"
 
 
 class FeatureStore:
@@ -37,7 +52,7 @@ class FeatureStore:
         self.path = Path(path)
         self._index: Optional[Dict[Tuple[str, ...], Location]] = None
         self._manifest: Optional[Manifest] = None
-        self._checked: Optional[Tuple] = None  # BiLM.fingerprint() of the biLM last checked
+        self._checked: Optional[Tuple] = None  # (BiLM.fingerprint(), precision setting) last checked
         self._row_groups: "OrderedDict[Tuple[str, int], List[numpy.ndarray]]" = OrderedDict()
         self._warned_missing = False
 
@@ -99,8 +114,10 @@ class FeatureStore:
         return EmbedSettings.from_dict(self._manifest.settings)
 
     def _check(self, bilm: BiLM) -> None:
-        """Refuse a biLM other than the store's, or another state mode (checked once per weights)."""
-        if self._checked == bilm.fingerprint():
+        """Refuse a biLM other than the store's, a more precise setting than the store's products,
+        or another state mode (checked once per weights and precision)."""
+        checked = (bilm.fingerprint(), bilm.precision)  # the setting: "auto" and "fp32" may resolve alike
+        if self._checked == checked:
             return
         assert self._manifest is not None
         identity = model_identity(bilm)
@@ -111,11 +128,14 @@ class FeatureStore:
                 f"pipeline's is {current[:12]}). Recompute it with `spacy-elmo embed` and this pipeline's "
                 "biLM (--options-file/--weight-file), or set [components.elmo] features = null."
             )
-        if identity["products"] != self._manifest.model["products"]:
+        stored_products = self._manifest.model["products"]
+        if not store_serves(stored_products, bilm.precision):
             raise ValueError(
-                f"elmo features: {self.path} was computed with {self._manifest.model['products']} matrix products "
-                f"but this pipeline's biLM multiplies in {identity['products']}: set the component's precision "
-                "to match ([components.elmo.model] precision), or recompute the store in that precision"
+                f"elmo features: {self.path} holds layers computed with {stored_products} matrix products, and "
+                f"this pipeline's biLM asks for {identity['products']} ([components.elmo.model] precision = "
+                f"\"{bilm.precision}\"). Either accept the store's: set [components.elmo.model] precision = \"auto\" "
+                f"(bf16 where the hardware is fast at it) or \"{products_precision(stored_products)}\"; or recompute "
+                f"the store: spacy-elmo embed ... --precision {products_precision(identity['products'])}"
             )
         if bilm.state_mode != self._settings.state:
             raise ValueError(
@@ -123,7 +143,7 @@ class FeatureStore:
                 f"in {bilm.state_mode!r}: set the component's state to match, or recompute with --state "
                 f"{bilm.state_mode}"
             )
-        self._checked = bilm.fingerprint()
+        self._checked = checked
 
     # ------------------------------------------------------------------ Parquet
     def _parquet_index(self) -> Dict[Tuple[str, ...], Location]:

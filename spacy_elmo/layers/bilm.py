@@ -10,7 +10,7 @@ a saved pipeline never goes back to them.
 import copy
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy
 from spacy.tokens import Doc
@@ -23,7 +23,7 @@ from thinc.types import Floats3d, FloatsXd
 from ..bilm import BiLM, ElmoOptions
 from ..bilm.model import BiLMSettings, StateMode
 from ..bilm.precision import Precision, check_precision
-from ..pretrained import pretrained_files
+from ..pretrained.resolve import resolve_files, resolve_pretrained
 from .arrays import no_backprop, split_by_lengths
 from .feature_cache import FeatureCache
 from .segmentation import SKIPPED, SegmentPlan, check_window, plan_segments
@@ -44,8 +44,8 @@ class ScaledSteps:
 UNTRAINED_WARNING = (
     "spacy_elmo: the 'elmo' component built a biLM with random, untrained weights, so its "
     "vectors carry no meaning yet. Load pretrained ELMo weights (bilm-tf / AllenNLP format) "
-    "with nlp.add_pipe('elmo', config={'model': {'options_file': ..., 'weight_file': ...}}) or "
-    "the same keys under [components.elmo.model] in config.cfg."
+    "with nlp.add_pipe('elmo', config={'model': {'pretrained': NAME_URL_OR_DIRECTORY}}) (names: "
+    "`spacy-elmo models`) or the same key under [components.elmo.model] in config.cfg."
 )
 
 
@@ -80,7 +80,10 @@ class BiLMShim(PyTorchShim):
         )
 
     def finish_update(self, optimizer: Optimizer) -> None:
+        stepped = any(param.grad is not None for param in self._model.parameters())  # what thinc's step writes
         super().finish_update(ScaledSteps(optimizer, self.learn_rate_scale))
+        if stepped:  # a frozen biLM has no gradients: its caches stay valid
+            self._model.weights_written()
 
     def to_device(self, device_type: str, device_id: int) -> None:  # pragma: no cover - GPU only
         if self._model is not None:
@@ -90,8 +93,8 @@ class BiLMShim(PyTorchShim):
 def ElmoBiLMLayer(
     *,
     pretrained: Optional[str],
-    options_file: Optional[Path],
-    weight_file: Optional[Path],
+    options_file: Optional[Union[str, Path]],
+    weight_file: Optional[Union[str, Path]],
     sizes: Dict[str, Any],
     state: StateMode,
     freeze: bool,
@@ -106,17 +109,17 @@ def ElmoBiLMLayer(
     grad_scaler: Optional[PyTorchGradScaler],
     learn_rate_scale: float,
 ) -> Model[List[Doc], List[Floats3d]]:
-    """The biLM layer: from ``options_file``/``weight_file`` if given, else from the bundled biLM
-    ``pretrained``, else fresh. ``sizes`` (keyword arguments of :class:`ElmoOptions`) shape a
-    fresh biLM, and must agree with the files otherwise.
+    """The biLM layer: from ``options_file``/``weight_file`` (paths or URLs) if given, else from
+    ``pretrained`` (a registry name, URL or directory: see :mod:`spacy_elmo.pretrained.resolve`),
+    else fresh. ``sizes`` (keyword arguments of :class:`ElmoOptions`) shape a fresh biLM, and must
+    agree with the files otherwise. Names and URLs are resolved (downloaded if need be) in
+    ``initialize``, never here, so that loading a saved pipeline reads nothing but its own files.
 
     Dims: ``nO`` the width of every layer (2 x projection_dim), ``nL`` the number of layers
     (n_layers + 1); known at construction for a fresh model, at initialization for files.
     """
     if (options_file is None) != (weight_file is None):
-        raise ValueError("elmo: give both options_file and weight_file, or neither (for the bundled biLM)")
-    if options_file is None and pretrained is not None:
-        options_file, weight_file = pretrained_files(pretrained)
+        raise ValueError("elmo: give both options_file and weight_file, or neither (for `pretrained`)")
     check_window(window, overlap)
     check_precision(precision)
     if not learn_rate_scale > 0:
@@ -125,7 +128,7 @@ def ElmoBiLMLayer(
         )
     if feature_cache_mb < 0:
         raise ValueError(f"elmo feature_cache_mb must be 0 or more, got {feature_cache_mb}")
-    from_files = options_file is not None
+    from_files = options_file is not None or pretrained is not None
     fresh = None if from_files else ElmoOptions(**sizes)
     return Model(
         "elmo_bilm",
@@ -137,8 +140,9 @@ def ElmoBiLMLayer(
             "nL": None if fresh is None else fresh.n_layers + 1,
         },
         attrs={
-            "options_file": str(options_file) if from_files else None,
-            "weight_file": str(weight_file) if from_files else None,
+            "pretrained": pretrained,
+            "options_file": str(options_file) if options_file is not None else None,
+            "weight_file": str(weight_file) if weight_file is not None else None,
             "sizes": sizes,
             "bilm_settings": BiLMSettings(state, token_cache_size, max_batch_tokens, dropout, precision),
             "freeze": freeze,
@@ -183,13 +187,23 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[object] = None
         return
     settings = model.attrs["bilm_settings"].to_dict()
     sizes = model.attrs["sizes"]
-    if model.attrs["options_file"] is not None:
-        bilm = BiLM.from_files(model.attrs["options_file"], model.attrs["weight_file"], **settings)
-        check_sizes(sizes, bilm.options, model.attrs["options_file"])
+    files = bilm_files(model)
+    if files is not None:
+        bilm = BiLM.from_files(*files, **settings)
+        check_sizes(sizes, bilm.options, str(files[0]))
     else:
         warnings.warn(UNTRAINED_WARNING, UserWarning, stacklevel=2)
         bilm = BiLM(ElmoOptions(**sizes), **settings)
     set_bilm(model, bilm)
+
+
+def bilm_files(model: Model) -> Optional[Tuple[Path, Path]]:
+    """Local ``(options, weights)`` of the configured biLM (downloaded if need be), None for a fresh one."""
+    if model.attrs["options_file"] is not None:
+        return resolve_files(model.attrs["options_file"], model.attrs["weight_file"], check=BiLM.from_files)
+    if model.attrs["pretrained"] is not None:
+        return resolve_pretrained(model.attrs["pretrained"], check=BiLM.from_files)
+    return None
 
 
 def check_sizes(sizes: Dict[str, Any], options: ElmoOptions, options_file: str) -> None:

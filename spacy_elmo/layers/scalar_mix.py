@@ -5,7 +5,7 @@ softmax, and a scale ``gamma``. Each downstream task owns its own mix, so NER an
 weight the biLM's layers differently while sharing one biLM pass.
 """
 
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from thinc.api import Model
 from thinc.types import Floats1d, Floats2d, Floats3d
@@ -17,8 +17,8 @@ LAYER_NORM_EPS = 1e-12
 
 
 def ScalarMix(
-    n_layers: int,
-    width: int,
+    n_layers: Optional[int] = None,
+    width: Optional[int] = None,
     *,
     layer_norm: bool = False,
     l2: float = 0.0,
@@ -26,12 +26,14 @@ def ScalarMix(
 ) -> Model[List[Floats3d], List[Floats2d]]:
     """Mix each doc's (n_layers, n_tokens, width) layers into (n_tokens, width).
 
+    ``n_layers`` and ``width`` left None are learned at initialization from the first doc of the
+    sample (see :func:`infer_layer_sizes`), as thinc layers learn their input width.
     ``layer_norm`` normalises every token vector of every layer to zero mean and unit variance
     before mixing (per token, so a doc's vectors do not depend on its batch). ``l2`` adds
     ``l2 * sum(w ** 2)`` to the loss, pulling the mix towards the plain average. ``dropout``
     applies inverted dropout to the mixed vectors in training.
     """
-    if n_layers < 1 or width < 1:
+    if any(size is not None and size < 1 for size in (n_layers, width)):
         raise ValueError(f"ScalarMix needs n_layers >= 1 and width >= 1, got {n_layers} and {width}")
     if l2 < 0 or not 0.0 <= dropout < 1.0:
         raise ValueError(f"ScalarMix needs l2 >= 0 and 0 <= dropout < 1, got {l2} and {dropout}")
@@ -47,6 +49,7 @@ def ScalarMix(
 
 def init(model: Model, X: Optional[List[Floats3d]] = None, Y: Optional[object] = None) -> None:
     """Equal layer weights (w = 0, so softmax(w) is the average) and gamma = 1."""
+    infer_layer_sizes(model, X, width_dim="nO")
     model.set_param("W", model.ops.alloc1f(model.get_dim("nL")))
     model.set_param("gamma", model.ops.asarray1f([1.0]))
 
@@ -81,6 +84,26 @@ def forward(model: Model, Xs: List[Floats3d], is_train: bool) -> Tuple[List[Floa
         return split_by_lengths(xp, dX, lengths, axis=1)
 
     return split_by_lengths(xp, Y, lengths, axis=0), backprop
+
+
+def infer_layer_sizes(model: Model, X: Optional[Sequence[Floats3d]], width_dim: str) -> None:
+    """Set the dims ``nL`` and ``width_dim`` left unset from the sample's (n_layers, n_tokens, width).
+
+    A layer after an ElmoListener learns the biLM's sizes this way, so no config names them. With
+    no sample to learn from, unset sizes are an error that says what is missing.
+    """
+    unset = [dim for dim in ("nL", width_dim) if model.has_dim(dim) is None]
+    if not unset:
+        return
+    if not X:
+        missing = " and ".join("n_layers" if dim == "nL" else "width" for dim in unset)
+        raise ValueError(
+            f"{model.name} has no {missing}: give them, or initialize it on a sample of "
+            "(n_layers, n_tokens, width) arrays to learn them from"
+        )
+    for dim, size in (("nL", X[0].shape[0]), (width_dim, X[0].shape[2])):
+        if dim in unset:
+            model.set_dim(dim, size)
 
 
 def _layer_norm(xp, X: Floats3d) -> Tuple[Floats3d, Floats3d]:

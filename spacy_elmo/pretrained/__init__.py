@@ -5,6 +5,9 @@ pretrain``, its token encoder started from and kept near word2vec vectors; sizes
 held-out perplexities in ``en/README.md``). It is the default of the ``elmo`` component, so
 ``nlp.add_pipe("elmo")`` gives contextual vectors with no configuration. ``en_small`` is the
 earlier default, the ``small`` preset: weaker features, about 3 times as fast.
+
+The published biLMs (AllenNLP's and others') are named in :mod:`.registry` and downloaded into
+the cache of :mod:`.cache`; :mod:`.resolve` turns a NAME, URL or DIRECTORY into local files.
 """
 
 from pathlib import Path

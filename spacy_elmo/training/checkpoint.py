@@ -3,12 +3,19 @@
 One file, ``OUTPUT_DIR/checkpoint.pt``, replaced atomically (see :mod:`spacy_elmo.fileio`),
 so a kill or a full disk at any moment leaves either the previous checkpoint or the new one. It holds only tensors and plain containers and is read
 with ``torch.load(weights_only=True)``: loading a checkpoint never runs pickled code.
+
+SIGINT (Ctrl-C) and SIGTERM (a scheduler, torchrun stopping its workers) during the loop only
+ask the run to stop (:func:`stop_requests`): it saves a checkpoint at the end of the step, then
+raises :class:`Interrupted`, so stopping a run never loses the steps since the last checkpoint.
 """
 
+import contextlib
 import random
+import signal
 import tempfile
+import threading
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Iterator, List, Sequence
 
 import numpy
 import torch
@@ -19,8 +26,54 @@ CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT_VERSION = 1
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 class OutputError(RuntimeError):
     """A file of the run could not be written (full disk, permissions); the message says what survived."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run stopped on a signal after saving its checkpoint.
+
+    A KeyboardInterrupt, so that code calling ``pretrain`` stops as on Ctrl-C; the message says
+    where the checkpoint is and how to resume (empty on the processes that do not write it).
+    """
+
+    def __init__(self, signal_number: int, message: str = "") -> None:
+        super().__init__(message)
+        self.signal_number = signal_number
+
+
+@contextlib.contextmanager
+def stop_requests() -> Iterator[List[int]]:
+    """While in the block, SIGINT and SIGTERM are only recorded (in the list yielded), for the loop to
+    stop at a step boundary; the previous handlers come back after it.
+
+    A second Ctrl-C raises KeyboardInterrupt at once, without saving, as a user who presses it
+    twice expects. Every SIGTERM is only recorded: a scheduler may send it to every process of a
+    job and torchrun sends it again to its workers, and none may end a worker before it has saved
+    (schedulers and torchrun send SIGKILL after a grace period, 30 s for torchrun). Handlers can
+    only be set in the main thread; elsewhere signals keep theirs and the list stays empty.
+    """
+    received: List[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def request(number: int, frame: Any) -> None:
+        if number == signal.SIGINT and number in received:
+            raise KeyboardInterrupt
+        received.append(number)
+
+    previous = {number: signal.getsignal(number) for number in STOP_SIGNALS}
+    for number in STOP_SIGNALS:
+        signal.signal(number, request)
+    try:
+        yield received
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
 
 
 def prepare_output_dir(directory: Path) -> None:
@@ -74,8 +127,19 @@ def set_rng_state(state: Dict[str, Any]) -> None:
     name, keys, pos, has_gauss, cached = state["numpy"]
     numpy.random.set_state((name, keys.numpy().astype(numpy.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    set_cuda_rng_states(state["cuda"])
+
+
+def set_cuda_rng_states(states: Sequence[torch.Tensor]) -> None:
+    """Restore the saved RNG state of each GPU that is visible now, by index; skip the others.
+
+    A run may resume on another machine, with fewer GPUs or none: a process draws only on its own
+    GPU, ``LOCAL_RANK`` (see :mod:`.distributed`), which the resumed run, of the same number of
+    processes, has again; states of GPUs it does not see are of no use to it.
+    (``torch.cuda.set_rng_state_all`` raises IndexError for them.)
+    """
+    for index, state in enumerate(states[: torch.cuda.device_count()]):
+        torch.cuda.set_rng_state(state, index)
 
 
 def _tuples(value: Any) -> Any:

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
 
-from ..fileio import PathLike
+from ..fileio import PathLike, text_lines
 
 Tokenizer = Callable[[str], List[str]]
 
@@ -107,21 +107,6 @@ class CorpusReader:
             raise ValueError(f"{path} is not a readable .spacy DocBin: {err}") from err
         for index in range(offset, len(docs)):
             yield [t.text for t in docs[index] if not t.is_space], index + 1
-
-
-def text_lines(path: Path, offset: int) -> Iterator[Tuple[str, int]]:
-    """Decoded lines from byte ``offset`` on, each with the byte offset after it."""
-    with path.open("rb") as f:
-        f.seek(offset)
-        while True:
-            raw = f.readline()
-            if not raw:
-                return
-            try:
-                line = raw.decode("utf8")
-            except UnicodeDecodeError as err:
-                raise ValueError(f"{path} is not UTF-8 text (byte offset {f.tell() - len(raw)}): {err}") from err
-            yield line.strip(), f.tell()
 
 
 def _paragraphs(path: Path, offset: int) -> Iterator[Tuple[str, int]]:

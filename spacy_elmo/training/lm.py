@@ -38,7 +38,7 @@ class BiLMLoss(nn.Module):
 
         ``state``: hidden (n_layers, 2, batch, P), memory (n_layers, 2, batch, lstm_dim).
         """
-        with own_precision(self.softmax.weight.device):
+        with own_precision(self.softmax.weight.device, self.bilm.compute_dtype):
             return self._losses(batch, state)
 
     def _losses(self, batch: WindowBatch, state: LSTMState) -> Tuple[Tensor, Tensor, LSTMState]:

@@ -11,9 +11,11 @@ may change (a resumed run may be on another machine).
 """
 
 import contextlib
+import inspect
 import json
 import math
 import random
+import signal
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -31,12 +33,14 @@ from ..fileio import PathLike
 from ..bilm.lstm import LSTMState
 from .checkpoint import (
     CHECKPOINT_NAME,
+    Interrupted,
     OutputError,
     load_checkpoint,
     prepare_output_dir,
     rng_state,
     save_checkpoint,
     set_rng_state,
+    stop_requests,
 )
 from .config import TrainingConfig, training_keys
 from .continuation import (
@@ -151,7 +155,7 @@ class Trainer:
         fits = init_tokens is not None and checkpoint is None and env.is_main  # a new biLM's encoder, once
         mimicked = self._mimic(mimic) if fits and mimic is not None else []
         self.objective = Objective(self.loss, mimic if config.init_tokens_weight > 0 else None)
-        self.model = DistributedDataParallel(self.objective) if env.enabled else self.objective
+        self.model = data_parallel(self.objective) if env.enabled else self.objective
         self.optimizer = _optimizer(config, self.objective.parameters())
         self.rows = config.batch_size // env.world
         self.stream = WindowStream(self.reader, self.vocab, self.rows, config.window, env.rank, env.world)
@@ -217,6 +221,16 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Dict[str, Any]:
+        """Train to the limits, save, export. SIGINT / SIGTERM end the step, save and raise :class:`Interrupted`."""
+        with stop_requests() as stop:
+            self._loop(stop)
+        received = [number for numbers in self.env.gather(stop[:1]) for number in numbers]  # all ranks agree
+        if received:
+            raise self._interrupted(received[0])
+        return self._finish()
+
+    def _loop(self, stop: List[int]) -> None:
+        """Steps until a limit or a stop request (``stop`` not empty on any process), then a checkpoint."""
         config = self.config
         bar = tqdm(
             total=config.max_steps, initial=self.step, disable=not self.progress, unit="step", dynamic_ncols=True
@@ -224,7 +238,7 @@ class Trainer:
         interval = torch.zeros(6, dtype=torch.float64)  # NLL sums and counts, both directions; distance sum, steps
         interval_start, interval_tokens = time.perf_counter(), 0
         last_checkpoint = self.step
-        while not self._should_stop():
+        while not self._should_stop(bool(stop)):
             started = time.perf_counter()
             sums, counts, distance = self._train_step()
             self.step += 1
@@ -247,7 +261,6 @@ class Trainer:
         bar.close()
         if last_checkpoint != self.step:
             self.save()
-        return self._finish()
 
     def _train_step(self) -> Tuple[Tensor, Tensor, Tensor]:
         """One update. Returns the NLL sums (2,), scored counts (2,) and [distance, 1] (2,) or zeros."""
@@ -263,12 +276,26 @@ class Trainer:
         kept = float(self.objective.mimic is not None)
         return sums, counts, torch.stack([distance.detach(), distance.new_tensor(kept)])
 
-    def _should_stop(self) -> bool:
+    def _should_stop(self, requested: bool) -> bool:
+        """A limit is reached or a stop was ``requested``, on any process: all stop at the same step."""
         config = self.config
         done = (config.max_steps is not None and self.step >= config.max_steps) or (
             config.max_time is not None and self.elapsed >= config.max_time
         )
-        return self.env.any(done)
+        return self.env.any(done or requested)
+
+    def _interrupted(self, number: int) -> Interrupted:
+        """The error that ends a run stopped by signal ``number``; on rank 0 it says what to run next."""
+        if not self.env.is_main:
+            return Interrupted(number)
+        name = signal.Signals(number).name
+        if self.saved_step is None:
+            return Interrupted(number, f"Stopped by {name} before the first step: there is nothing to resume.")
+        return Interrupted(
+            number,
+            f"Stopped by {name} at step {self.step}; checkpoint saved to {self.output_dir / CHECKPOINT_NAME}. "
+            f"Run the same command again to continue from step {self.step} (--no-resume starts over).",
+        )
 
     # ------------------------------------------------------------------ reporting
     def _log_interval(self, interval: torch.Tensor, tokens: int, seconds: float) -> Dict[str, Any]:
@@ -443,6 +470,21 @@ class Objective(nn.Module):
         if self.mimic is None:
             return sums, counts, final, sums.new_zeros(())
         return sums, counts, final, self.mimic(self.loss.bilm, self.mimic.sample())
+
+
+def data_parallel(objective: nn.Module) -> DistributedDataParallel:
+    """``objective`` under DistributedDataParallel, without broadcasting its buffers at every step.
+
+    No buffer changes in training: the LSTMs' forget biases and the mimic's targets (the static
+    vectors, (n_words, width)) are constants, and a run drops the biLM's warm states (they are
+    recomputed at export). DDP's default would broadcast them all from rank 0 before every forward
+    pass. torch >= 2.13 names the switch ``forward_sync_buffers`` and still syncs buffers once at
+    construction; older versions name it ``broadcast_buffers``, which skips that sync too: harmless,
+    as every process builds the same constants from the same configuration and files.
+    """
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters:
+        return DistributedDataParallel(objective, forward_sync_buffers=False)
+    return DistributedDataParallel(objective, broadcast_buffers=False)
 
 
 def _optimizer(config: TrainingConfig, parameters) -> torch.optim.Optimizer:

@@ -9,7 +9,7 @@ import torch
 from spacy_elmo import BiLM
 from spacy_elmo.bilm import lstm
 
-from ..helpers import random_bilm, tiny_options
+from ..helpers import assert_float32_close, random_bilm, tiny_options
 
 SENTENCES = [
     "The bank raised its interest rates .".split(),
@@ -186,9 +186,9 @@ def test_inference_path_matches_the_autograd_path(monkeypatch, precomputed_posit
     with torch.no_grad():
         fast = model(SENTENCES)
     slow = model(SENTENCES)
-    torch.testing.assert_close(fast.layers, slow.layers.detach(), atol=1e-6, rtol=1e-6)
+    assert_float32_close(fast.layers, slow.layers)
     for fast_state, slow_state in zip(fast.state, slow.state):
-        torch.testing.assert_close(fast_state, slow_state.detach(), atol=1e-6, rtol=1e-6)
+        assert_float32_close(fast_state, slow_state)
 
 
 def test_a_deep_copy_gives_the_same_vectors():
@@ -199,7 +199,7 @@ def test_a_deep_copy_gives_the_same_vectors():
     clone = copy.deepcopy(model)
     assert len(clone.token_cache) == 0
     for a, b in zip(model.embed_sentences(SENTENCES), clone.embed_sentences(SENTENCES)):
-        numpy.testing.assert_allclose(a, b, atol=1e-6)
+        assert_float32_close(a, b)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -214,4 +214,4 @@ def test_char_cnn_cut_at_the_padding_gives_the_maxima_of_all_positions(seed):
     assert model.char_cnn._positions_needed(short) < 50 == model.char_cnn._positions_needed(with_long)
     with torch.no_grad():
         cut, full = model.char_cnn(short), model.char_cnn(with_long)[: len(words)]
-    torch.testing.assert_close(cut, full, atol=1e-6, rtol=1e-6)
+    assert_float32_close(cut, full)

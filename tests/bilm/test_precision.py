@@ -5,14 +5,18 @@ instructions: slowly, but with the same roundings), so these tests skip only whe
 cannot multiply bf16 at all.
 """
 
+import threading
+import types
+
 import numpy
 import pytest
 import torch
 
 from spacy_elmo import BiLM, pretrained_files
+from spacy_elmo.bilm import model as model_module
 from spacy_elmo.bilm import precision
 
-from ..helpers import random_bilm, tiny_options
+from ..helpers import random_bilm, record_own_precision, tiny_options
 
 # Real text with the usual mix of frequent words, names, numbers and punctuation.
 TEXT = [
@@ -162,3 +166,110 @@ def test_bf16_inference_and_training_compute_the_same_layers():
         inference = model(TEXT[:3]).layers
     training = model(TEXT[:3]).layers.detach()
     torch.testing.assert_close(inference, training, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "capability, native",
+    [
+        *(((8, 0), True), ((8, 6), True), ((8, 9), True), ((9, 0), True), ((10, 0), True)),
+        *(((7, 0), False), ((7, 5), False), ((6, 1), False)),
+    ],
+)
+def test_a_gpu_has_native_bf16_from_ampere_on(capability, native):
+    """V100 (7.0) and T4 (7.5) emulate bf16, though torch.cuda.is_bf16_supported() says yes for them."""
+    assert precision.gpu_has_native_bf16(capability) is native
+
+
+@pytest.mark.parametrize("capability, expected", [((7, 5), torch.float32), ((8, 0), torch.bfloat16)])
+def test_auto_on_a_gpu_asks_the_models_gpu(monkeypatch, capability, expected):
+    """The capability of the model's device, not the current device's, nor is_bf16_supported()'s answer."""
+    asked = []
+
+    def get_device_capability(device=None):
+        asked.append(device)
+        return capability
+
+    def is_bf16_supported(including_emulation=True):
+        raise AssertionError("is_bf16_supported counts emulated bf16 and answers for the current device")
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", get_device_capability)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
+    assert precision.resolve_precision("auto", torch.device("cuda", 1)) == expected
+    assert asked == [torch.device("cuda", 1)]
+    assert precision.resolve_precision("fp32", torch.device("cuda", 1)) == torch.float32
+    assert precision.resolve_precision("bf16", torch.device("cuda", 1)) == torch.bfloat16
+    assert len(asked) == 1  # only "auto" looks at the hardware
+
+
+def _cuda_fp32_precision():
+    return torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision
+
+
+@pytest.fixture
+def tf32_allowed():
+    """CUDA's float32 products allowed to run in TF32 (cuDNN's default for convolutions), restored after.
+
+    The settings are plain process-wide values, also in a torch built without CUDA.
+    """
+    matmul, conv = _cuda_fp32_precision()
+    torch.backends.cuda.matmul.fp32_precision = torch.backends.cudnn.conv.fp32_precision = "tf32"
+    yield
+    torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = matmul, conv
+
+
+def test_fp32_on_a_gpu_runs_without_tf32_and_restores_the_settings(tf32_allowed):
+    with precision.own_precision(torch.device("cuda", 0), torch.float32):
+        assert _cuda_fp32_precision() == ("ieee", "ieee")
+    assert _cuda_fp32_precision() == ("tf32", "tf32")
+    with pytest.raises(RuntimeError, match="out of memory"):
+        with precision.own_precision(torch.device("cuda", 0), torch.float32):
+            raise RuntimeError("CUDA out of memory")
+    assert _cuda_fp32_precision() == ("tf32", "tf32")
+
+
+@pytest.mark.parametrize("device, dtype", [("cuda", torch.bfloat16), ("cpu", torch.float32), ("cpu", torch.bfloat16)])
+def test_other_precisions_and_the_cpu_leave_the_gpu_settings_alone(tf32_allowed, device, dtype):
+    with precision.own_precision(torch.device(device), dtype):
+        assert _cuda_fp32_precision() == ("tf32", "tf32")
+
+
+def test_nested_and_concurrent_fp32_calls_restore_the_settings_once_the_last_ends(tf32_allowed):
+    """A call that ends first must not turn TF32 back on under one still running, in any thread."""
+    gpu = torch.device("cuda", 0)
+    inside, release = threading.Event(), threading.Event()
+
+    def other_thread() -> None:
+        with precision.own_precision(gpu, torch.float32):
+            inside.set()
+            release.wait(timeout=30)
+
+    worker = threading.Thread(target=other_thread)
+    with precision.own_precision(gpu, torch.float32):
+        with precision.own_precision(gpu, torch.float32):
+            worker.start()
+            assert inside.wait(timeout=30)
+        assert _cuda_fp32_precision() == ("ieee", "ieee")
+    assert _cuda_fp32_precision() == ("ieee", "ieee")  # the other thread's call still runs
+    release.set()
+    worker.join(timeout=30)
+    assert _cuda_fp32_precision() == ("tf32", "tf32")
+
+
+def test_before_torch_2_9_the_legacy_tf32_flags_are_set_and_restored(monkeypatch):
+    """torch < 2.9 has only the allow_tf32 flags (torch.backends.cudnn has no ``conv`` setting)."""
+    flags = types.SimpleNamespace(allow_tf32=True)
+    cudnn = types.SimpleNamespace(allow_tf32=True)
+    monkeypatch.setattr(torch.backends.cuda, "matmul", flags)
+    monkeypatch.setattr(torch.backends, "cudnn", cudnn)
+    with precision.own_precision(torch.device("cuda", 0), torch.float32):
+        assert (flags.allow_tf32, cudnn.allow_tf32) == (False, False)
+    assert (flags.allow_tf32, cudnn.allow_tf32) == (True, True)
+
+
+def test_the_bilm_runs_at_its_own_precision(monkeypatch):
+    """BiLM.forward enters own_precision with its device and resolved dtype (no TF32 in "fp32" on a GPU)."""
+    entered = record_own_precision(monkeypatch, model_module)
+    for setting, dtype in [("fp32", torch.float32), ("bf16", torch.bfloat16)]:
+        entered.clear()
+        random_bilm(precision=setting)(TEXT[:1])
+        assert entered == [(torch.device("cpu"), dtype)]

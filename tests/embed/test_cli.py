@@ -4,6 +4,8 @@ import subprocess
 import sys
 
 import h5py
+import pytest
+import torch
 
 from .conftest import SENTENCES
 
@@ -23,10 +25,40 @@ def test_command_line_writes_allennlps_file(bilm_files, corpus, tmp_path):
 
 def test_command_line_reports_bad_input_clearly(tmp_path):
     (tmp_path / "latin1.txt").write_bytes("caf\xe9\n".encode("latin1"))
-    for path, message in ((tmp_path / "missing.txt", "does not exist"), (tmp_path / "latin1.txt", "not UTF-8")):
+    (tmp_path / "empty.txt").write_bytes(b"")
+    for path, message in (
+        (tmp_path / "missing.txt", "does not exist"),
+        (tmp_path / "latin1.txt", "not UTF-8 text: line 1"),
+        (tmp_path / "empty.txt", f"{tmp_path / 'empty.txt'} has no text"),  # not an empty output and exit 0
+    ):
         result = subprocess.run(
             [sys.executable, "-m", "spacy_elmo", "embed", str(path), str(tmp_path / "out"), "--no-progress"],
             capture_output=True, text=True, timeout=120,
         )
         assert result.returncode == 1 and "Error:" in result.stderr and message in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_device_options_reach_run_embed_with_the_command_lines_gpu_preference(monkeypatch, tmp_path):
+    """The command line's auto takes a visible GPU (prefer_gpu); --device and --gpus-per-worker pass through."""
+    import spacy_elmo.embed
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    calls = []
+    monkeypatch.setattr(spacy_elmo.embed, "run_embed", lambda *args, **kwargs: calls.append(kwargs) or "done")
+    for options, expected in (([], ("auto", 0.0)), (["--device", "cuda:1", "--gpus-per-worker", "0.5"], ("cuda:1", 0.5))):
+        result = CliRunner().invoke(app, ["embed", str(tmp_path / "in.txt"), str(tmp_path / "out"), *options])
+        assert result.exit_code == 0, result.output
+        assert (calls[-1]["device"], calls[-1]["gpus_per_worker"], calls[-1]["prefer_gpu"]) == (*expected, True)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_command_line_asked_for_a_gpu_it_lacks_says_which_option_to_change(corpus, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "spacy_elmo", "embed", str(corpus), str(tmp_path / "out"), "--device", "cuda", "--no-progress"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 1 and "Error: --device cuda: torch sees no CUDA GPU" in result.stderr
+    assert "--device cpu or auto" in result.stderr and not (tmp_path / "out").exists()

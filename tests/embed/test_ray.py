@@ -20,6 +20,16 @@ def local_ray():
     ray.shutdown()
 
 
+def test_more_gpu_workers_than_the_local_ray_has_gpus_are_refused_not_left_waiting(bilm_files, corpus, tmp_path):
+    """The Ray a run starts here has this machine's GPUs; actors asking for more would wait forever."""
+    if ray.is_initialized():
+        pytest.skip("needs a Ray that the run starts itself")
+    settings = EmbedSettings(whitespace=True, shard_size=2, precision="fp32")
+    with pytest.raises(ValueError, match="--workers 64 x --gpus-per-worker 1 needs 64 GPUs"):
+        run_embed(corpus, tmp_path / "ray", settings, *bilm_files, engine="ray", workers=64, gpus_per_worker=1.0, progress=False)
+    assert not ray.is_initialized()
+
+
 def read(directory):
     table = pq.read_table(sorted(directory.glob("shard-*.parquet")))
     tokens = table["tokens"].to_pylist()

@@ -20,6 +20,7 @@ from spacy_elmo.cli import app
 from spacy_elmo.embed import EmbedSettings, run_embed
 from spacy_elmo.embed.store import FeatureStore
 
+from ..helpers import assert_float32_close
 from ..pipeline.conftest import NAMES, WIDTH
 
 TEXTS = ["The bank raised its rates .", "I sat by the river bank .", "Hello there", ""]
@@ -62,9 +63,9 @@ def lookup_keys(docs: List[Doc]) -> List[tuple]:
     return [tuple(t.text for t in doc if not t.is_space) for doc in docs]
 
 
-def pipeline(bilm_files, features=None):
+def pipeline(bilm_files, features=None, precision="auto"):
     nlp = spacy.blank("en")
-    model = {"options_file": str(bilm_files[0]), "weight_file": str(bilm_files[1])}
+    model = {"options_file": str(bilm_files[0]), "weight_file": str(bilm_files[1]), "precision": precision}
     nlp.add_pipe("elmo", config={"model": model, "features": str(features) if features else None, "threads": 1})
     nlp.initialize()
     return nlp
@@ -163,13 +164,44 @@ def test_spacy_train_reads_its_features_from_the_store(bilm_files, tmp_path, cou
     numpy.testing.assert_allclose(doc.tensor, pipeline(bilm_files)("Alice went home .").tensor, atol=1e-5)
 
 
-def test_a_store_of_other_precision_is_an_error(bilm_files, tmp_path):
-    """bf16 products give other values than the fp32 ones the store holds."""
-    from spacy_elmo.embed.store import FeatureStore
+def store_of(bilm_files, tmp_path, precision: str) -> Path:
+    """A store of TEXTS whose products are ``precision``, as the manifest records them."""
+    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf8")
+    run_embed(tmp_path / "in.txt", tmp_path / precision, EmbedSettings(precision=precision), *bilm_files, progress=False)
+    products = json.loads((tmp_path / precision / "manifest.json").read_text())["model"]["products"]
+    assert products == {"fp32": "float32", "bf16": "bfloat16"}[precision]
+    return tmp_path / precision
 
-    (tmp_path / "in.txt").write_text("Hello there\n", encoding="utf8")
-    run_embed(tmp_path / "in.txt", tmp_path / "store", EmbedSettings(), *bilm_files, progress=False)
-    store = FeatureStore(tmp_path / "store")
-    assert store.get_many([("Hello", "there")], BiLM.from_files(*bilm_files))[0].shape == (3, 2, WIDTH)
-    with pytest.raises(ValueError, match="float32 matrix products .* bfloat16"):
-        store.get_many([("Hello", "there")], BiLM.from_files(*bilm_files, precision="bf16"))
+
+def test_a_float32_store_serves_a_pipeline_that_multiplies_in_bf16(bilm_files, tmp_path, count_biLM_sentences):
+    """A store written on a CPU feeds a GPU pipeline whose precision "auto" resolves to bf16 there:
+    here bf16 is set explicitly (torch runs it on a CPU). Its values are the store's float32 ones."""
+    store = store_of(bilm_files, tmp_path, "fp32")
+    stored = pipeline(bilm_files, store, precision="bf16")
+    count_biLM_sentences.clear()
+    docs = list(stored.pipe(TEXTS[:3]))
+    assert count_biLM_sentences == []
+    for doc, reference in zip(docs, pipeline(bilm_files, precision="fp32").pipe(TEXTS[:3])):
+        assert_float32_close(doc.tensor, reference.tensor)
+    assert FeatureStore(store).get_many([("Hello", "there")], BiLM.from_files(*bilm_files, precision="bf16"))[0] is not None
+
+
+def test_a_bf16_store_serves_auto_and_bf16_but_a_float32_pipeline_gets_an_error_naming_both_fixes(bilm_files, tmp_path):
+    store = FeatureStore(store_of(bilm_files, tmp_path, "bf16"))
+    for precision in ("bf16", "auto"):  # auto accepts bf16 values, even where it resolves to float32
+        assert store.get_many([("Hello", "there")], BiLM.from_files(*bilm_files, precision=precision))[0] is not None
+    fixes = r'\[components.elmo.model\] precision = "auto" .* or "bf16".*spacy-elmo embed .*--precision fp32'
+    with pytest.raises(ValueError, match=f"bfloat16 matrix products, and this pipeline's biLM asks for float32 .*{fixes}"):
+        store.get_many([("Hello", "there")], BiLM.from_files(*bilm_files, precision="fp32"))
+    with pytest.raises(ValueError, match="asks for float32"):
+        pipeline(bilm_files, store.path, precision="fp32")("Hello there")
+
+
+def test_the_precision_setting_is_checked_again_when_it_changes(bilm_files, tmp_path):
+    """"auto" and "fp32" resolve alike on most CPUs: the check keys on the setting, not only the dtype."""
+    store = FeatureStore(store_of(bilm_files, tmp_path, "bf16"))
+    bilm = BiLM.from_files(*bilm_files, precision="auto")
+    assert store.get_many([("Hello", "there")], bilm)[0] is not None
+    bilm.precision = "fp32"
+    with pytest.raises(ValueError, match="asks for float32"):
+        store.get_many([("Hello", "there")], bilm)

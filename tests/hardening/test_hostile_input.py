@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..helpers import random_bilm
+from ..helpers import assert_float32_close, random_bilm
 from ..pipeline.conftest import N_LAYERS, WIDTH
 
 # Characters (and emoji sequences) that tokenizers, byte encoders and fixed-width char buffers get wrong.
@@ -71,7 +71,7 @@ def test_embed_sentences_any_unicode(tiny_bilm, batch: List[List[str]]) -> None:
 def test_embed_sentences_surrogates_are_dropped_like_invalid_bytes(tiny_bilm) -> None:
     """A token of lone surrogates reads as the empty token: what bilm-tf does with unencodable text."""
     surrogates, empty = tiny_bilm.embed_sentences([["a", "\ud800\udfff", "b"], ["a", "", "b"]])
-    numpy.testing.assert_allclose(surrogates, empty, rtol=1e-5, atol=1e-6)
+    assert_float32_close(surrogates, empty)
 
 
 # ---------------------------------------------------------------------- the elmo pipe
@@ -149,4 +149,4 @@ def test_hundred_thousand_tokens_without_sentence_boundaries(nlp_elmo: Language)
     assert elapsed < 60.0, f"100,000 tokens took {elapsed:.1f} s with a tiny model"
     # Layer 0 is context-free: the last token's is the same as in a short doc.
     tail = nlp_elmo(Doc(nlp_elmo.vocab, words=words[-16:]))
-    numpy.testing.assert_allclose(doc._.elmo_layers[0, -1], tail._.elmo_layers[0, -1], rtol=1e-5, atol=1e-6)
+    assert_float32_close(doc._.elmo_layers[0, -1], tail._.elmo_layers[0, -1])

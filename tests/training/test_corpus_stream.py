@@ -6,6 +6,7 @@ from spacy.tokens import DocBin
 
 from spacy_elmo.bilm.model import SENTENCE_END as E
 from spacy_elmo.bilm.model import SENTENCE_START as S
+from spacy_elmo.embed.reader import SentenceSource
 from spacy_elmo.training.corpus import CorpusReader, Position
 from spacy_elmo.training.stream import WindowStream
 from spacy_elmo.training.vocab import Vocabulary
@@ -51,6 +52,26 @@ def test_bad_input_gets_clear_errors(tmp_path):
         list(CorpusReader(tmp_path / "bad.txt").texts())
     with pytest.raises(FileNotFoundError):
         CorpusReader(tmp_path / "missing")
+
+
+def test_non_utf8_text_error_names_the_line_and_the_fix(tmp_path):
+    """pretrain and embed read text with one function: both name the line (also when reading
+    resumes past the start of the file) and give a conversion that keeps the file's name."""
+    path = tmp_path / "my corpus.jsonl"
+    path.write_bytes(b'{"text": "fine"}\n{"text": "ok"}\n{"text": "caf\xe9"}\n')
+    reader = CorpusReader(path)
+    resumed_at = next(reader.documents())[1]  # after line 1
+    fix = f"iconv -f LATIN1 -t UTF-8 '{path}' > '{path}.utf8' && mv '{path}.utf8' '{path}'"
+    for read in (
+        lambda: list(reader.texts()),
+        lambda: list(reader.documents(resumed_at)),
+        lambda: SentenceSource(path).plan(10),
+    ):
+        with pytest.raises(ValueError) as error:
+            read()
+        message = str(error.value)
+        assert f"{path} is not UTF-8 text: line 3 (byte 45 of the file) holds b'\\xe9'" in message
+        assert fix in message
 
 
 def _stream(tmp_path, text, batch_size=1, window=4, rank=0, world=1):

@@ -4,12 +4,13 @@ import torch
 
 from spacy_elmo.bilm.model import SENTENCE_END as E
 from spacy_elmo.bilm.model import SENTENCE_START as S
+from spacy_elmo.training import lm
 from spacy_elmo.training.evaluate import heldout_perplexity
 from spacy_elmo.training.lm import BiLMLoss, detach
 from spacy_elmo.training.stream import WindowBatch
 from spacy_elmo.training.vocab import BOS, EOS, Vocabulary
 
-from ..helpers import random_bilm
+from ..helpers import assert_float32_close, random_bilm, record_own_precision
 
 
 def _batch(forward, backward, vocab):
@@ -31,8 +32,8 @@ def test_training_windows_see_exactly_what_bilm_forward_sees():
         top, final = loss.top_layer(_batch(forward, backward, vocab), loss.zero_state(1))
         expected = bilm([sentence]).layers[-1][0]  # (time, 2P) with boundaries
     P = bilm.options.projection_dim
-    assert torch.allclose(top[0, 0], expected[:, :P], atol=1e-6)
-    assert torch.allclose(top[1, 0], expected.flip(0)[:, P:], atol=1e-6)
+    assert_float32_close(top[0, 0], expected[:, :P])
+    assert_float32_close(top[1, 0], expected.flip(0)[:, P:])
 
 
 def test_carried_state_continues_the_stream_exactly():
@@ -46,7 +47,7 @@ def test_carried_state_continues_the_stream_exactly():
         whole, _ = loss.top_layer(_batch(forward, backward, vocab), loss.zero_state(1))
         first, state = loss.top_layer(_batch(forward[:5], backward[:5], vocab), loss.zero_state(1))
         second, _ = loss.top_layer(_batch(forward[4:], backward[4:], vocab), detach(state))
-    assert torch.allclose(torch.cat([first, second], dim=2), whole, atol=1e-6)
+    assert_float32_close(torch.cat([first, second], dim=2), whole)
 
 
 def test_loss_counts_and_sums_scored_targets():
@@ -116,5 +117,17 @@ def test_lstm_run_reads_a_different_text_in_each_direction():
         want_forward = bilm([first]).layers[1:, 0, :, :P]
         want_backward = bilm([second]).layers[1:, 0, :, P:].flip(1)
     for index, layer in enumerate(layers):
-        assert torch.allclose(layer[:, 0, 0], want_forward[index], atol=1e-6)
-        assert torch.allclose(layer[:, 1, 0], want_backward[index], atol=1e-6)
+        assert_float32_close(layer[:, 0, 0], want_forward[index])
+        assert_float32_close(layer[:, 1, 0], want_backward[index])
+
+
+def test_the_losses_run_at_the_bilms_precision(monkeypatch):
+    """BiLMLoss enters own_precision with the biLM's resolved dtype (no TF32 in "fp32" on a GPU)."""
+    entered = record_own_precision(monkeypatch, lm)
+    vocab = Vocabulary(["a", "b"])
+    batch = _batch([S, "a", E, S, "b"], [E, "a", S, E, "b"], vocab)
+    for setting, dtype in [("fp32", torch.float32), ("bf16", torch.bfloat16)]:
+        loss = BiLMLoss(random_bilm(precision=setting), len(vocab))
+        entered.clear()
+        loss(batch, loss.zero_state(1))
+        assert entered == [(torch.device("cpu"), dtype)]

@@ -1,19 +1,24 @@
 """Fitting a new biLM's token encoder to static vectors before pretraining (MIMICK)."""
 
 import json
+import warnings
 
 import h5py
 import numpy
 import pytest
 import spacy
 import torch
+import torch.distributed as dist
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 from spacy_elmo.training import get_preset, pretrain
+from spacy_elmo.training.distributed import Distributed
 from spacy_elmo.training.mimic import VectorMimic, load_static_vectors, mimic_targets, mimic_vectors
+from spacy_elmo.training.train import Trainer, data_parallel
 
+from ..helpers import assert_float32_close
 from .helpers import WORDS, write_corpus
 
 
@@ -137,7 +142,7 @@ def test_a_kept_distance_holds_layer_0_near_the_vectors_and_resumes_exactly(vect
     # stopped at step 20 and resumed: the same weights as the run in one go (the head and sampled words included)
     resumed = _weights_after(tmp_path, "resumed", vectors_pipeline, 5.0, [20, 40])
     for name, value in kept.state_dict().items():
-        torch.testing.assert_close(resumed.state_dict()[name], value, rtol=0, atol=1e-6, msg=name)
+        assert_float32_close(resumed.state_dict()[name], value, err_msg=name)
 
 
 def test_a_kept_distance_needs_the_vectors_also_to_resume(vectors_pipeline, tmp_path):
@@ -180,7 +185,7 @@ def test_a_kept_run_continues_from_its_export_with_its_vectors_and_head(vectors_
     )
     again = _kept_file(tmp_path / "continued")
     numpy.testing.assert_array_equal(again["vectors"], end["vectors"])
-    numpy.testing.assert_allclose(again["head_weight"], end["head_weight"], atol=1e-6)
+    assert_float32_close(again["head_weight"], end["head_weight"])
     assert not any("mimic" in line for line in (tmp_path / "continued" / "log.jsonl").read_text().splitlines())
 
 
@@ -196,3 +201,41 @@ def test_continuing_a_kept_distance_needs_the_exported_vectors(vectors_pipeline,
             tmp_path / "train.txt", tmp_path / "continued", preset.options, config.updated(init_tokens_weight=1.0),
             progress=False, init_from=(free / "options.json", free / "weights.hdf5"),
         )
+
+
+def _kept_trainer(tmp_path, vectors_pipeline) -> Trainer:
+    """A one-process run that fits and keeps the distance to the vectors (the mimic's targets are a buffer)."""
+    write_corpus(tmp_path / "train.txt", 20)
+    preset = get_preset("tiny")
+    config = preset.training.updated(max_steps=3, init_tokens_epochs=2, init_tokens_weight=1.0)
+    return Trainer(
+        env=Distributed(), input_path=tmp_path / "train.txt", output_dir=tmp_path / "out", options=preset.options,
+        config=config, dev_path=None, init_from=None, resume=False, progress=False, init_tokens=vectors_pipeline,
+    )
+
+
+def test_no_buffer_changes_in_training(vectors_pipeline, tmp_path):
+    """Why DDP need not broadcast buffers at every step: the targets and the forget biases are constants."""
+    trainer = _kept_trainer(tmp_path, vectors_pipeline)
+    before = {name: buffer.clone() for name, buffer in trainer.objective.named_buffers()}
+    assert "mimic.targets" in before and any(name.endswith("forget_bias") for name in before)
+    for _ in range(3):
+        trainer._train_step()
+    after = dict(trainer.objective.named_buffers())
+    assert after.keys() == before.keys()
+    for name, buffer in before.items():
+        assert torch.equal(after[name], buffer), name
+
+
+def test_ddp_does_not_broadcast_the_targets_at_every_step(vectors_pipeline, tmp_path):
+    """The targets matrix, (n_words, width), was broadcast from rank 0 before every step (gloo, one process)."""
+    objective = _kept_trainer(tmp_path, vectors_pipeline).objective
+    dist.init_process_group("gloo", init_method=(tmp_path / "store").as_uri(), rank=0, world_size=1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FutureWarning)  # the current flag, not the deprecated one
+            model = data_parallel(objective)
+        assert any(buffer is objective.mimic.targets for buffer in model.module.buffers())
+        assert not model.will_sync_module_buffers()
+    finally:
+        dist.destroy_process_group()

@@ -8,11 +8,11 @@ import sys
 import time
 
 import h5py
-import numpy
 import pytest
 
 from spacy_elmo.training.checkpoint import load_checkpoint
 
+from ..helpers import assert_float32_close
 from .helpers import write_corpus
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -65,7 +65,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
     whole, resumed = _weights(tmp_path / "whole" / "weights.hdf5"), _weights(tmp_path / "killed" / "weights.hdf5")
     assert whole.keys() == resumed.keys()
     for name in whole:
-        numpy.testing.assert_allclose(resumed[name], whole[name], atol=1e-6, err_msg=name)
+        assert_float32_close(resumed[name], whole[name], err_msg=name)
     steps = [json.loads(line).get("step") for line in (tmp_path / "killed" / "log.jsonl").read_text().splitlines()]
     logged = [s for s in steps if s is not None]
     assert logged == sorted(logged) and logged[-1] == 150

@@ -1,0 +1,139 @@
+"""One way to name a biLM everywhere: a registry NAME, a URL, or a local DIRECTORY.
+
+- NAME: an entry of :mod:`.registry` (``original-5.5b``, ``pubmed``, the bundled ``en`` ...):
+  downloaded once into the cache (:mod:`.cache`), or read from the package for a bundled one.
+- URL (``https://``, ``http://``): a directory on a web server holding ``options.json`` and
+  ``weights.hdf5`` (a mirror, a private host), cached like a name. ``file://`` is a local path.
+- DIRECTORY: ``options.json`` + ``weights.hdf5``, or one ``*options*.json`` and one
+  ``*weights*.hdf5`` as AllenNLP names them. A registry name wins over a directory of the same
+  name: write ``./small`` for the directory.
+
+Separate ``options_file`` / ``weight_file`` may each be a path or a URL (:func:`resolve_files`).
+``check`` loads a downloaded pair before it is kept (``BiLM.from_files``: see :mod:`.cache`).
+"""
+
+import hashlib
+import re
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Optional, Tuple
+
+from . import PRETRAINED, pretrained_files
+from .cache import OPTIONS_NAME, WEIGHTS_NAME, Check, Source, cache_root, fetch
+from .registry import PublishedModel, find_model, registered_models
+
+REMOTE_SCHEMES = ("http", "https")
+
+
+def resolve_pretrained(spec: str, check: Check, progress: bool = True) -> Tuple[Path, Path]:
+    """``(options.json, weights.hdf5)`` of the biLM that ``spec`` (NAME, URL or DIRECTORY) names,
+    downloading it into the cache the first time."""
+    source = source_for(spec)
+    if source is not None:
+        return fetch(source, check, progress=progress)
+    if spec in PRETRAINED:
+        return pretrained_files(spec)
+    return directory_files(spec)
+
+
+def resolve_files(options_file: str, weight_file: str, check: Check, progress: bool = True) -> Tuple[Path, Path]:
+    """Local paths of an options file and a weight file, each given as a path or a URL.
+
+    Local files (paths, ``file://``) are used where they are; when either is remote, both are
+    cached together, so that the weights are checked against the options they come with.
+    """
+    if not (is_remote(options_file) or is_remote(weight_file)):
+        return local_path(options_file), local_path(weight_file)
+    options_url, weights_url = as_url(options_file), as_url(weight_file)
+    directory = _url_directory(weights_url, suffix=".hdf5", extra=options_url)
+    source = Source(weights_url, options_url, weights_url, directory, fix=f"delete {directory} and load it again")
+    return fetch(source, check, progress=progress)
+
+
+def download_pretrained(spec: str, check: Check, force: bool = False, progress: bool = True) -> Tuple[Path, Path]:
+    """Fetch NAME or URL into the cache ahead of use (``force``: again, whatever is cached)."""
+    source = source_for(spec)
+    if source is None:
+        where = "ships inside the package" if spec in PRETRAINED else "is not a registry name or an http(s) URL"
+        raise ValueError(f"nothing to download: {spec!r} {where}. `spacy-elmo models` lists the names")
+    return fetch(source, check, force=force, progress=progress)
+
+
+def source_for(spec: str) -> Optional[Source]:
+    """Where NAME or URL is downloaded from and cached; None for a bundled biLM or a directory."""
+    model = find_model(spec)
+    if model is not None and not model.bundled:
+        return named_source(model)
+    if model is None and is_remote(spec):
+        if re.search(r"\.(json|hdf5|h5)$", urllib.parse.urlsplit(spec).path):
+            raise ValueError(
+                f"pretrained = {spec!r} names one file; a URL there is a directory holding options.json and "
+                "weights.hdf5. For two files elsewhere, set options_file and weight_file to their URLs"
+            )
+        base = spec.rstrip("/")
+        directory = _url_directory(base)
+        return Source(spec, f"{base}/{OPTIONS_NAME}", f"{base}/{WEIGHTS_NAME}", directory, f"run `spacy-elmo download {spec} --force`")
+    return None
+
+
+def named_source(model: PublishedModel) -> Source:
+    """The download of a registry entry, cached under its name."""
+    assert model.options_url is not None and model.weights_url is not None
+    return Source(
+        model.name, model.options_url, model.weights_url, cache_root() / model.name,
+        f"run `spacy-elmo download {model.name} --force`", model.weights_bytes, model.weights_sha256,
+    )
+
+
+def directory_files(spec: str) -> Tuple[Path, Path]:
+    """The two files of a local directory (``spec`` may be a ``file://`` URL)."""
+    directory = local_path(spec)
+    if not directory.is_dir():
+        names = ", ".join(registered_models())
+        raise ValueError(
+            f"elmo: no biLM {spec!r}: it is not a registered name ({names}), an http(s):// or file:// URL, or "
+            "a directory holding options.json and weights.hdf5. `spacy-elmo models` lists the names"
+        )
+    if (directory / OPTIONS_NAME).is_file() and (directory / WEIGHTS_NAME).is_file():
+        return directory / OPTIONS_NAME, directory / WEIGHTS_NAME
+    options, weights = sorted(directory.glob("*options*.json")), sorted(directory.glob("*weights*.hdf5"))
+    if len(options) == 1 and len(weights) == 1:
+        return options[0], weights[0]
+    raise ValueError(
+        f"elmo: {directory} holds no options.json + weights.hdf5 (found {[p.name for p in options + weights]}): "
+        "rename them so, or give options_file and weight_file"
+    )
+
+
+def is_remote(spec: str) -> bool:
+    return urllib.parse.urlsplit(spec).scheme in REMOTE_SCHEMES
+
+
+def local_path(spec: str) -> Path:
+    """A path, or the path of a ``file://`` URL."""
+    parts = urllib.parse.urlsplit(spec)
+    if parts.scheme == "file":
+        return Path(urllib.request.url2pathname(parts.path))
+    return Path(spec).expanduser()
+
+
+def as_url(spec: str) -> str:
+    """``spec`` as a URL: local paths become ``file://`` URLs (copied into the cache beside a remote file)."""
+    return spec if urllib.parse.urlsplit(spec).scheme in (*REMOTE_SCHEMES, "file") else local_path(spec).resolve().as_uri()
+
+
+def _url_directory(url: str, suffix: str = "", extra: str = "") -> Path:
+    """``CACHE/urls/HOST/PATH`` for ``url``: readable, and distinct for distinct URLs (``extra`` too)."""
+    parts = urllib.parse.urlsplit(url)
+    path = parts.path[: -len(suffix)] if suffix and parts.path.endswith(suffix) else parts.path
+    segments = [re.sub(r"[^A-Za-z0-9._-]", "_", s) for s in path.split("/") if s not in ("", ".", "..")]
+    leaf = "-".join(filter(None, [segments.pop() if segments else "root", _short_hash(parts.query, extra)]))
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", parts.netloc)
+    return cache_root().joinpath("urls", host, *segments, leaf)
+
+
+def _short_hash(*texts: str) -> str:
+    """8 hex digits that tell apart URLs whose readable part is the same; empty when there is nothing to tell."""
+    text = "\n".join(texts)
+    return hashlib.sha256(text.encode("utf8")).hexdigest()[:8] if text.strip() else ""

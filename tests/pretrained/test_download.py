@@ -1,0 +1,261 @@
+"""Names, URLs and the cache against a local server: what users of other ELMo tools ran into."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from spacy_elmo import BiLM
+from spacy_elmo.pretrained import download
+from spacy_elmo.pretrained.cache import CacheIntegrityError, OfflineError
+from spacy_elmo.pretrained.download import ATTEMPTS, DownloadError
+from spacy_elmo.pretrained import resolve as resolution
+
+from .conftest import tiny_entry, write_registry
+
+WEIGHTS = "/tiny/weights.hdf5"
+OPTIONS = "/tiny/options.json"
+
+
+def resolve_pretrained(spec, **kwargs):
+    return resolution.resolve_pretrained(spec, check=BiLM.from_files, **kwargs)
+
+
+def resolve_files(options_file, weight_file, **kwargs):
+    return resolution.resolve_files(options_file, weight_file, check=BiLM.from_files, **kwargs)
+
+
+def download_pretrained(spec, **kwargs):
+    return resolution.download_pretrained(spec, check=BiLM.from_files, **kwargs)
+
+
+def assert_same_weights(a: BiLM, b: BiLM) -> None:
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(x, y), name
+
+
+def assert_nothing_cached(cache) -> None:
+    assert not [p.name for p in (cache / "tiny").glob("*") if p.name in ("options.json", "weights.hdf5", "source.json")]
+
+
+def test_a_name_downloads_once_and_loads_as_the_files_it_names(registry, host, cache, tiny_files):
+    bilm = BiLM.from_pretrained("tiny")
+    assert_same_weights(bilm, BiLM.from_files(*tiny_files))
+    assert (cache / "tiny" / "weights.hdf5").read_bytes() == tiny_files[1].read_bytes()
+    record = json.loads((cache / "tiny" / "source.json").read_text())
+    assert record["weights_url"] == f"{host.url}{WEIGHTS}" and len(record["files"]["weights.hdf5"]["sha256"]) == 64
+    assert len(host.gets(WEIGHTS)) == 1
+
+
+@pytest.mark.parametrize("offline", ["1", ""])
+def test_a_cached_biLM_loads_with_no_request(registry, host, cache, monkeypatch, offline):
+    resolve_pretrained("tiny", progress=False)
+    before = len(host.requests)
+    monkeypatch.setenv("SPACY_ELMO_OFFLINE", offline)
+    assert resolve_pretrained("tiny") == (cache / "tiny" / "options.json", cache / "tiny" / "weights.hdf5")
+    assert len(host.requests) == before
+
+
+def test_a_dropped_connection_resumes_with_a_range_request(registry, host, cache, tiny_files):
+    host.faults[WEIGHTS] = "drop_once"
+    size = len(host.files[WEIGHTS])
+    resolve_pretrained("tiny", progress=False)
+    assert [r.range for r in host.gets(WEIGHTS)] == [None, f"bytes={size // 2}-"]
+    assert host.sent[WEIGHTS] == size  # each byte sent once: the transfer continued, it did not restart
+    assert (cache / "tiny" / "weights.hdf5").read_bytes() == tiny_files[1].read_bytes()
+
+
+@pytest.mark.parametrize("fault", ["unavailable_twice", "stall_twice"])
+def test_5xx_answers_and_timeouts_are_retried(registry, host, cache, tiny_files, monkeypatch, fault):
+    monkeypatch.setattr(download, "TIMEOUT_SECONDS", 0.3)
+    host.faults[WEIGHTS] = fault
+    resolve_pretrained("tiny", progress=False)
+    assert len(host.gets(WEIGHTS)) == 3
+    assert (cache / "tiny" / "weights.hdf5").read_bytes() == tiny_files[1].read_bytes()
+
+
+def test_a_host_that_keeps_dropping_gives_up_keeps_the_bytes_and_a_later_run_continues(registry, host, cache, tiny_files):
+    host.faults[WEIGHTS] = "drop_always"
+    size = len(host.files[WEIGHTS])
+    with pytest.raises(DownloadError, match=f"failed {ATTEMPTS} times in a row.*run the same command again"):
+        resolve_pretrained("tiny", progress=False)
+    assert_nothing_cached(cache)
+    assert (cache / "tiny" / ".weights.hdf5.part").stat().st_size == size // 2
+    del host.faults[WEIGHTS]
+    resolve_pretrained("tiny", progress=False)
+    assert host.gets(WEIGHTS)[-1].range == f"bytes={size // 2}-"
+    assert (cache / "tiny" / "weights.hdf5").read_bytes() == tiny_files[1].read_bytes()
+
+
+@pytest.mark.parametrize(
+    "fault, path, message",
+    [
+        ("missing", WEIGHTS, "HTTP 404 Not Found: the file is not there"),
+        ("missing", OPTIONS, "HTTP 404 Not Found: the file is not there"),
+        ("html", WEIGHTS, r"returned an HTML page \(Content-Type text/html"),
+        ("html_body", WEIGHTS, r"returned an HTML page \(its body is markup\)"),
+        ("html_body", OPTIONS, r"returned an HTML page \(its body is markup\)"),
+    ],
+)
+def test_what_is_not_the_file_is_a_clear_error_and_nothing_is_cached(registry, host, cache, fault, path, message):
+    if fault == "missing":
+        del host.files[path]
+    else:
+        host.faults[path] = fault
+    with pytest.raises(DownloadError, match=message):
+        resolve_pretrained("tiny", progress=False)
+    assert_nothing_cached(cache)
+    assert not list((cache / "tiny").glob(".*.part"))
+
+
+def test_a_short_file_is_refused_by_its_registry_size(registry, host, cache, tiny_files):
+    size = len(host.files[WEIGHTS])
+    host.files[WEIGHTS] = host.files[WEIGHTS][: size // 2]
+    write_registry(registry, tiny=tiny_entry(host, weights_bytes=size))
+    with pytest.raises(DownloadError, match=f"serves {size // 2} bytes, but the registry expects {size}"):
+        resolve_pretrained("tiny", progress=False)
+    assert_nothing_cached(cache)
+
+
+def test_a_short_file_of_unknown_size_fails_to_open_and_is_not_cached(registry, host, cache):
+    host.files[WEIGHTS] = host.files[WEIGHTS][: len(host.files[WEIGHTS]) // 2]
+    with pytest.raises(DownloadError, match="not a usable ELMo biLM, so nothing was cached.*truncated"):
+        resolve_pretrained("tiny", progress=False)
+    assert_nothing_cached(cache)
+    assert not list((cache / "tiny").glob(".*.part"))
+
+
+def test_weights_that_do_not_fit_the_options_are_not_cached(registry, host, cache, tiny_files):
+    other = cache.parent / "other"
+    from ..helpers import random_bilm, tiny_options
+
+    random_bilm(options=tiny_options(projection_dim=6)).to_files(other / "options.json", other / "weights.hdf5")
+    host.files[WEIGHTS] = (other / "weights.hdf5").read_bytes()
+    with pytest.raises(DownloadError, match="not a usable ELMo biLM.*has shape"):
+        resolve_pretrained("tiny", progress=False)
+    assert_nothing_cached(cache)
+
+
+def test_the_registry_sha256_is_checked_before_the_weights_are_kept(registry, host, cache, tiny_files):
+    write_registry(registry, tiny=tiny_entry(host, weights_sha256="0" * 64))
+    with pytest.raises(DownloadError, match="sha256 is [0-9a-f]{64}, the registry expects 0{64}"):
+        resolve_pretrained("tiny", progress=False)
+    assert_nothing_cached(cache)
+    import hashlib
+
+    write_registry(registry, tiny=tiny_entry(host, weights_sha256=hashlib.sha256(tiny_files[1].read_bytes()).hexdigest()))
+    resolve_pretrained("tiny", progress=False)
+
+
+@pytest.mark.parametrize("name", ["weights.hdf5", "options.json"])
+def test_a_cached_file_altered_later_is_an_error_naming_it_and_the_fix(registry, host, cache, name):
+    resolve_pretrained("tiny", progress=False)
+    path = cache / "tiny" / name
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(CacheIntegrityError, match=rf"{path} changed after it was downloaded.*spacy-elmo download tiny --force"):
+        resolve_pretrained("tiny")
+    download_pretrained("tiny", force=True, progress=False)
+    assert resolve_pretrained("tiny")[0].parent == cache / "tiny"
+    assert len(host.gets(WEIGHTS)) == 2
+
+
+def test_offline_without_the_biLM_names_the_urls_and_where_the_files_go(registry, host, cache, monkeypatch, tiny_files):
+    monkeypatch.setenv("SPACY_ELMO_OFFLINE", "1")
+    with pytest.raises(OfflineError) as err:
+        resolve_pretrained("tiny")
+    for text in (f"{host.url}{OPTIONS}", f"{host.url}{WEIGHTS}", str(cache / "tiny" / "options.json"), str(cache / "tiny" / "weights.hdf5")):
+        assert text in str(err.value)
+    assert not host.requests
+    # Placed there by hand, as the message says: checked, recorded and used, still offline.
+    (cache / "tiny").mkdir(parents=True, exist_ok=True)
+    for source in tiny_files:
+        (cache / "tiny" / source.name).write_bytes(source.read_bytes())
+    assert_same_weights(BiLM.from_pretrained("tiny"), BiLM.from_files(*tiny_files))
+    assert (cache / "tiny" / "source.json").is_file() and not host.requests
+
+
+def test_files_placed_by_hand_that_are_not_the_biLM_are_refused(registry, host, cache, monkeypatch, tiny_files):
+    monkeypatch.setenv("SPACY_ELMO_OFFLINE", "1")
+    (cache / "tiny").mkdir(parents=True)
+    (cache / "tiny" / "options.json").write_bytes(tiny_files[0].read_bytes())
+    (cache / "tiny" / "weights.hdf5").write_bytes(b"<html>not weights</html>")
+    with pytest.raises(CacheIntegrityError, match=f"the files in {cache / 'tiny'} are not the biLM 'tiny'"):
+        resolve_pretrained("tiny")
+
+
+@pytest.mark.slow
+def test_two_processes_asking_at_once_make_one_transfer(registry, host, cache, tmp_path):
+    host.faults[WEIGHTS] = "slow"  # the transfer lasts about a second: the second process asks during it
+    script = textwrap.dedent(
+        """
+        import sys, time
+        from pathlib import Path
+        from spacy_elmo import BiLM
+        from spacy_elmo.pretrained.resolve import resolve_pretrained
+        barrier = Path(sys.argv[1])
+        (barrier / sys.argv[2]).touch()
+        while len(list(barrier.iterdir())) < 2:
+            time.sleep(0.01)
+        start = time.time()
+        files = resolve_pretrained("tiny", check=BiLM.from_files, progress=False)
+        print(start, time.time(), files[1])
+        """
+    )
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    workers = [
+        subprocess.Popen([sys.executable, "-c", script, str(barrier), str(i)], env=env, stdout=subprocess.PIPE, text=True)
+        for i in range(2)
+    ]
+    outputs = [worker.communicate(timeout=120)[0].split() for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0]
+    (start_a, end_a, path_a), (start_b, end_b, path_b) = outputs
+    assert max(float(start_a), float(start_b)) < min(float(end_a), float(end_b))  # they did overlap
+    assert path_a == path_b == str(cache / "tiny" / "weights.hdf5")
+    assert len(host.gets(WEIGHTS)) == 1
+
+
+def test_a_url_of_a_directory_is_cached_under_its_host_and_path(host, cache, tiny_files):
+    options, weights = resolve_pretrained(f"{host.url}/tiny/", progress=False)
+    port = host.url.rsplit(":", 1)[1]
+    assert weights == cache / "urls" / f"127.0.0.1_{port}" / "tiny" / "weights.hdf5"
+    assert_same_weights(BiLM.from_files(options, weights), BiLM.from_files(*tiny_files))
+
+
+def test_a_url_of_one_file_as_pretrained_says_what_to_give(host, cache):
+    with pytest.raises(ValueError, match="names one file.*set options_file and weight_file"):
+        resolve_pretrained(f"{host.url}{WEIGHTS}")
+
+
+def test_options_and_weight_urls_are_cached_together_and_file_urls_used_in_place(host, cache, tiny_files):
+    options, weights = resolve_files(f"{host.url}{OPTIONS}", f"{host.url}{WEIGHTS}", progress=False)
+    assert weights.read_bytes() == tiny_files[1].read_bytes() and cache in weights.parents
+    assert resolve_files(tiny_files[0].as_uri(), tiny_files[1].as_uri()) == tiny_files
+    assert resolve_files(str(tiny_files[0]), str(tiny_files[1])) == tiny_files
+
+
+def test_a_directory_with_allennlps_file_names_is_found(tmp_path, tiny_files, cache):
+    (tmp_path / "elmo_x_options.json").write_bytes(tiny_files[0].read_bytes())
+    (tmp_path / "elmo_x_weights.hdf5").write_bytes(tiny_files[1].read_bytes())
+    assert resolve_pretrained(str(tmp_path)) == (tmp_path / "elmo_x_options.json", tmp_path / "elmo_x_weights.hdf5")
+    assert resolve_pretrained(tmp_path.as_uri())[1] == tmp_path / "elmo_x_weights.hdf5"
+
+
+def test_an_unknown_name_lists_the_names(cache):
+    with pytest.raises(ValueError, match=r"no biLM 'nope': it is not a registered name \(en, small, medium, original"):
+        resolve_pretrained("nope")
+
+
+def test_force_offline_is_refused_and_keeps_the_cached_biLM(registry, host, cache, monkeypatch):
+    resolve_pretrained("tiny", progress=False)
+    monkeypatch.setenv("SPACY_ELMO_OFFLINE", "1")
+    with pytest.raises(OfflineError):
+        download_pretrained("tiny", force=True)
+    assert resolve_pretrained("tiny")[1] == cache / "tiny" / "weights.hdf5"

@@ -1,0 +1,29 @@
+"""The random state a checkpoint carries, restored on a machine with fewer GPUs than the one that saved it."""
+
+import random
+
+import numpy
+import pytest
+import torch
+
+from spacy_elmo.training.checkpoint import rng_state, set_rng_state
+
+
+def _draws():
+    return random.random(), numpy.random.random_sample(), torch.rand(()).item()
+
+
+@pytest.mark.parametrize("visible", [0, 1, 2])
+def test_a_checkpoint_from_two_gpus_resumes_with_the_gpus_present(monkeypatch, visible):
+    """Only the states of GPUs present are set (set_rng_state_all raised IndexError); the host's always."""
+    saved = {**rng_state(), "cuda": [torch.full((16,), gpu + 1, dtype=torch.uint8) for gpu in range(2)]}
+    expected = _draws()
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: visible > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: visible)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device="cuda": restored.append((device, state)))
+    set_rng_state(saved)
+    assert [device for device, _ in restored] == list(range(visible))
+    for device, state in restored:
+        assert torch.equal(state, saved["cuda"][device])
+    assert _draws() == expected
