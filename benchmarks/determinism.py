@@ -6,7 +6,7 @@ a shuffled order, 4 threads at once, 2 processes and after a save/load round tri
 largest absolute difference of any layer value to the reference run (batch size 8), beside the
 float32 error itself (the reference against the same biLM in float64).
 
-    python benchmarks/determinism.py [--pretrained en_small]     # default: en
+    python benchmarks/determinism.py [--pretrained DIRECTORY]     # default: the bundled en
 """
 
 import argparse

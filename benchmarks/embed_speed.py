@@ -1,12 +1,13 @@
 """Throughput of ``spacy-elmo embed``: the local engine on 1 and 2 torch threads, Ray on 1 and 2
-workers (one torch thread each), with a bundled biLM (``--pretrained``, default ``en``), on made-up
+workers (one torch thread each), with the biLM ``--pretrained`` (a name, URL or directory; default
+the bundled ``en``), on made-up
 English-like sentences.
 
 Each run writes Parquet into a fresh directory and is timed end to end, as a user sees it:
 reading and planning the input, loading the biLM (once per Ray actor), embedding, writing, and
 for Ray starting a local cluster. Sentences/s and tokens/s are printed per configuration.
 
-    python benchmarks/embed_speed.py [--sentences 2000] [--shard-size 250] [--runs local1,local2,ray1,ray2] [--pretrained en_small]
+    python benchmarks/embed_speed.py [--sentences 2000] [--shard-size 250] [--runs local1,local2,ray1,ray2] [--pretrained DIRECTORY]
 """
 
 import argparse
@@ -16,7 +17,8 @@ import time
 from pathlib import Path
 from typing import List, Tuple
 
-from spacy_elmo import pretrained_files
+from spacy_elmo import BiLM
+from spacy_elmo.pretrained.resolve import resolve_pretrained
 from spacy_elmo.embed import EmbedSettings, run_embed
 
 WORDS = [w.strip() for w in "the of and to a in is was for that on with as by it at from his an were are which be this has".split()]
@@ -52,14 +54,15 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=2000)
     parser.add_argument("--shard-size", type=int, default=250)
     parser.add_argument("--runs", default="local1,local2,ray1,ray2", help="local<threads> / ray<workers>, comma-separated")
-    parser.add_argument("--pretrained", default="en", help="Which bundled biLM")
+    parser.add_argument("--pretrained", default="en", help="The biLM: a bundled or registry name, a URL or a directory")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.txt"
         write_corpus(corpus, args.sentences)
-        print(f"{args.sentences} sentences, bundled biLM {args.pretrained!r}, shards of {args.shard_size}")
+        print(f"{args.sentences} sentences, biLM {args.pretrained!r}, shards of {args.shard_size}")
+        files = resolve_pretrained(args.pretrained, check=BiLM.from_files)
         for name in args.runs.split(","):
-            run(corpus, Path(tmp) / name, name, args.shard_size, pretrained_files(args.pretrained))
+            run(corpus, Path(tmp) / name, name, args.shard_size, files)
 
 
 if __name__ == "__main__":

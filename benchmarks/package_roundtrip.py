@@ -43,7 +43,7 @@ def train_tiny_pipeline(directory: Path) -> spacy.Language:
     nlp.add_pipe("textcat", config={"model": {
         "@architectures": "spacy.TextCatReduce.v1", "exclusive_classes": True, "use_reduce_first": False,
         "use_reduce_last": False, "use_reduce_max": False, "use_reduce_mean": True, "nO": None,
-        "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v1", "width": 16, "n_layers": 3},
+        "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v2", "width": 16, "n_layers": 3},
     }})
     examples = [Example.from_dict(nlp.make_doc(t), {"cats": {"A": float(i % 2), "B": float(1 - i % 2)}})
                 for i, t in enumerate(TEXTS * 4)]

@@ -25,8 +25,7 @@ from thinc.types import Floats1d, Floats3d
 
 from . import architectures  # noqa: F401  (registers the architectures named in DEFAULT_MODEL)
 from .bilm import BiLM
-from .bilm.model import BiLMSettings
-from .layers import ElmoListener, get_bilm, set_bilm
+from .layers import ElmoBiLMSettings, ElmoListener, get_bilm, set_bilm
 from .layers.arrays import no_backprop
 from .layers.bilm_io import bilm_from_bytes, bilm_to_bytes
 from .layers.listener import FEATURES_ATTR, UNREAD_ATTR
@@ -34,28 +33,8 @@ from .threads import Threads, check_threads, torch_threads
 
 LAYERS_ATTR = "elmo_layers"
 
-# [components.elmo.model]: the bundled English biLM, frozen (see spacy_elmo.ElmoBiLM.v1). The
-# sizes are null: the biLM's files decide them. The biLM's run settings default to BiLM's own,
-# except precision: "auto" (bf16 products where the hardware has them), fp32 for BiLM.
-DEFAULT_MODEL = {
-    "@architectures": "spacy_elmo.ElmoBiLM.v1",
-    "pretrained": "en",
-    "options_file": None,
-    "weight_file": None,
-    **dict.fromkeys(["lstm_dim", "projection_dim", "n_layers", "char_embedding_dim", "filters", "n_highway"]),
-    "state": BiLMSettings.state,
-    "freeze": True,
-    "learn_rate_scale": 1.0,
-    "window": 64,
-    "overlap": 16,
-    "max_batch_tokens": BiLMSettings.max_batch_tokens,
-    "token_cache_size": BiLMSettings.cache_size,
-    "feature_cache_mb": 512.0,
-    "dropout": BiLMSettings.dropout,
-    "precision": "auto",
-    "mixed_precision": False,
-    "grad_scaler_config": {},
-}
+# [components.elmo.model]: the bundled English biLM, frozen, with the defaults of ElmoBiLMSettings.
+DEFAULT_MODEL = {"@architectures": "spacy_elmo.ElmoBiLM.v1", **ElmoBiLMSettings().to_config()}
 
 for _attr in (FEATURES_ATTR, UNREAD_ATTR, LAYERS_ATTR):
     if not Doc.has_extension(_attr):

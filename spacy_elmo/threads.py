@@ -2,8 +2,8 @@
 
 Torch's default is one thread per core. Alone on the machine that is fastest; beside another
 CPU-bound job, the threads of one matrix product wait for each other whenever the scheduler
-parks one of them, and throughput collapses far below a fair share (measured on 2 cores: 26%
-of the idle words/s with 2 threads beside a competing torch job, 66% with 1 thread). ``"auto"``
+parks one of them, and throughput collapses far below a fair share (measured by
+``benchmarks/shared_cpu.py``, figures in docs/component.md). ``"auto"``
 counts the runnable threads of other processes before each biLM call and leaves them their
 cores: all cores on an idle machine, fewer when others are busy.
 """

@@ -16,7 +16,8 @@ The systems must have the same folds or seeds, and the same documents in each. T
 bootstrap resamples documents (with replacement, ``--n-boot`` times, fixed ``--seed``) and
 recomputes both systems' pooled metric on the same sample; the 2.5 and 97.5 percentiles of the
 difference are the 95% CI. The table also gives each fold's or seed's difference: how many the
-system wins, and their mean ± sd.
+system wins, and their mean ± sd. With a single seed (or fold) there is no spread to give: the
+table shows each system's score and its difference with the CI, and says "one seed".
 
 Cross-validation files of ``scripts/crossval.py`` also carry ``dev_score``, the dev score that
 chose each fold's model; where every file of a system has one, the table shows its mean over the
@@ -161,11 +162,12 @@ def compare(system: Runs, baseline: Runs, n_boot: int, seed: int) -> Dict[str, o
 
 
 def summary(runs: Runs) -> Dict[str, object]:
+    """Pooled score, mean and sd over the units (sd None for a single unit), dev mean, counts."""
     values = [runs.scores[n] for n in sorted(runs.scores)]
     return {
         "pooled": runs.pooled,
         "mean": statistics.fmean(values),
-        "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "sd": statistics.stdev(values) if len(values) > 1 else None,
         "dev_mean": statistics.fmean(runs.dev.values()) if runs.dev else None,
         "units": len(values),
         "docs": len(runs.numerators),
@@ -180,30 +182,48 @@ def signed(value: float) -> str:
     return f"{100 * value:+.1f}"
 
 
+def counted(number: int, unit: str) -> str:
+    """``one seed``, ``5 seeds``, ``10 folds``."""
+    return f"one {unit}" if number == 1 else f"{number} {unit}s"
+
+
 def markdown(title: str, unit: str, results: Dict[str, Dict[str, object]], baselines: List[str]) -> str:
-    """One row per system; a comparison column per baseline."""
+    """One row per system; a comparison column per baseline.
+
+    Several folds or seeds: the pooled score, the mean ± sd over the units and the wins per
+    comparison. A single one: its score and the difference with its CI, no spread and no wins.
+    """
+    first = next(iter(results.values()))["summary"]
+    single = all(result["summary"]["units"] == 1 for result in results.values())  # type: ignore[index]
     with_dev = any(result["summary"]["dev_mean"] is not None for result in results.values())  # type: ignore[index]
-    header = ["system", "pooled", f"mean ± sd over {unit}s"] + (["dev, mean"] if with_dev else [])
-    header += [f"vs {b}: diff [95% CI], wins" for b in baselines]
+    header = ["system"] + ([f"score, {counted(1, unit)}"] if single else ["pooled", f"mean ± sd over {unit}s"])
+    header += ["dev, mean"] if with_dev else []
+    header += [f"vs {b}: diff [95% CI]" + ("" if single else ", wins") for b in baselines]
     lines = [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, result in results.items():
         s = result["summary"]
-        cells = [name, pct(s["pooled"]), f"{pct(s['mean'])} ± {pct(s['sd'])}"]  # type: ignore[index]
+        cells = [name, pct(s["pooled"])]  # type: ignore[index]
+        if not single:
+            spread = "" if s["sd"] is None else f" ± {pct(s['sd'])}"  # type: ignore[index]
+            cells.append(f"{pct(s['mean'])}{spread}")  # type: ignore[index]
         if with_dev:
             cells.append("" if s["dev_mean"] is None else pct(s["dev_mean"]))  # type: ignore[index]
         by_baseline = {c["baseline"]: c for c in result["comparisons"]}  # type: ignore[union-attr]
         for baseline in baselines:
             c = by_baseline.get(baseline)
-            cells.append(
-                f"{signed(c['difference'])} [{signed(c['ci95'][0])}, {signed(c['ci95'][1])}], "
-                f"{c['wins']}/{len(c['per_unit'])}" if c else ""
-            )
+            text = f"{signed(c['difference'])} [{signed(c['ci95'][0])}, {signed(c['ci95'][1])}]" if c else ""
+            if c and not single:
+                text += f", {c['wins']}/{len(c['per_unit'])}"
+            cells.append(text)
         lines.append("| " + " | ".join(cells) + " |")
-    first = next(iter(results.values()))["summary"]
-    lines += ["", f"Scores in percent; {first['units']} {unit}s, {first['docs']} test documents pooled. "  # type: ignore[index]
-              "CI: paired bootstrap over documents; wins: folds or seeds where the system scores higher."
-              + (" Dev: the score that chose each fold's model (fold k+1 of run k), mean over folds and seeds." if with_dev else "")]
-    return "\n".join(lines) + "\n"
+    note = f"Scores in percent; {counted(first['units'], unit)}, {first['docs']} test documents"  # type: ignore[index]
+    note += ". CI: paired bootstrap over documents." if single else (
+        " pooled. CI: paired bootstrap over documents; wins: folds or seeds where the system scores higher.")
+    if single and unit == "seed":
+        note += " One seed cannot show how far another seed would move a score: the CI covers the test documents only."
+    if with_dev:
+        note += " Dev: the score that chose each fold's model (fold k+1 of run k), mean over folds and seeds."
+    return "\n".join(lines + ["", note]) + "\n"
 
 
 def main(

@@ -34,14 +34,14 @@ from typing import Dict, List, Optional
 import spacy
 import srsly
 import typer
-from spacy.cli._util import parse_config_overrides
+from spacy.cli._util import import_code, parse_config_overrides
 from spacy.cli.train import train as spacy_train
 from spacy.tokens import DocBin
 from spacy.util import load_config
 
 from evaluate import evaluate_run, find_model
 from make_corpus import near_duplicate_groups
-from train import run_overrides
+from train import CODE_HELP, run_overrides
 
 SPLITS = ("train", "dev", "test")
 
@@ -119,8 +119,10 @@ def run(
     bilm_per_fold: Optional[Path] = typer.Option(
         None, exists=True, file_okay=False, help="Output of `finetune`: each fold uses its own biLM and features"
     ),
+    code: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, help=CODE_HELP),
 ) -> None:
     """Train CONFIG on each fold and score it on the fold's test documents; finished folds are skipped."""
+    import_code(code)  # as `spacy train --code`: before the config is read
     k = int(srsly.read_json(folds_dir / "folds.json")["k"])
     extra = parse_config_overrides(ctx.args)
     logs = "log" in load_config(config).get("paths", {})

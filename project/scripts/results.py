@@ -2,7 +2,9 @@
 
 - ``results.md``: a row per system, a column per task metric (NER F1; sentiment and topics
   accuracy and macro-F1), each cell ``mean ± sd (n)`` over seeds in percent (sd is the sample
-  standard deviation; blank with one seed), then NER F1 per entity label.
+  standard deviation), then NER F1 per entity label. Where every system ran one seed, a cell is
+  that seed's score alone and the caption says so. For NER, spaCy's efficiency config (s) is the
+  CNN (a), so (s)'s NER cell points to (a).
 - ``results.png``: the headline metrics as grouped bars with the seed spread as error bars.
 - ``learning_curves.png``: the dev score at every evaluation step (spaCy's JSONL training log,
   ``<runs>/<system>-<task>/seed<k>/log.jsonl``), a panel per task, the mean over seeds per system.
@@ -75,12 +77,25 @@ def mean_sd(values: Sequence[float]) -> Tuple[float, Optional[float]]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
 
 
-def cell(values: Optional[Sequence[float]]) -> str:
+def cell(values: Optional[Sequence[float]], count: bool = True) -> str:
+    """``mean ± sd (n)`` in percent; ``mean (1)`` for one seed; the bare score without ``count``."""
     if not values:
         return "–"
     mean, sd = mean_sd(values)
     spread = f" ± {100 * sd:.1f}" if sd is not None else ""
-    return f"{100 * mean:.1f}{spread} ({len(values)})"
+    return f"{100 * mean:.1f}{spread}" + (f" ({len(values)})" if count else "")
+
+
+def one_seed(scores: Scores) -> bool:
+    """Whether every score in the table comes from a single seed."""
+    return all(len(values) == 1 for values in scores.values())
+
+
+def score_cell(scores: Scores, system: str, task: str, metric: str) -> str:
+    """A table cell; spaCy's efficiency config (s) has no NER runs of its own: for NER it is (a)."""
+    if system == "spacy" and task == "ner" and (system, task, metric) not in scores and ("cnn", task, metric) in scores:
+        return "= (a)"
+    return cell(scores.get((system, task, metric)), count=not one_seed(scores))
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -97,14 +112,16 @@ def training_steps(metrics_dir: Path) -> List[int]:
 
 def caption(scores: Scores, steps: Sequence[int]) -> str:
     """What the table ran: seeds and steps, and a warning where one seed cannot show the spread."""
-    seeds = sorted({len(values) for values in scores.values()})
-    text = "Test scores in percent, mean ± sample sd over seeds (number of seeds)"
+    if one_seed(scores):
+        text = "Test scores in percent, one seed per system"
+    else:
+        text = "Test scores in percent, mean ± sample sd over seeds (number of seeds)"
     if steps:
         text += f"; at most {', '.join(map(str, steps))} training steps per run"
     text += "."
-    if seeds == [1]:
-        text += (" One seed per system: the seed-to-seed spread is unknown, and differences of a few"
-                 " points can be noise. `compare` gives confidence intervals; `all` runs 5 seeds.")
+    if one_seed(scores):
+        text += (" One seed cannot show the seed-to-seed spread, and differences of a few points can be"
+                 " noise: `compare` gives confidence intervals over the test documents; `all` runs 5 seeds.")
     return text
 
 
@@ -113,7 +130,7 @@ def results_markdown(scores: Scores, ner_labels: Scores, steps: Sequence[int] = 
     columns = [c for c in COLUMNS if any((s, c[0], c[1]) in scores for s in systems)]
     main = markdown_table(
         ["System"] + [title for _, _, title in columns],
-        [[SYSTEMS.get(s, s)] + [cell(scores.get((s, task, metric))) for task, metric, _ in columns] for s in systems],
+        [[SYSTEMS.get(s, s)] + [score_cell(scores, s, task, metric) for task, metric, _ in columns] for s in systems],
     )
     text = caption(scores, steps) + "\n\n" + main + "\n"
     labels = sorted({label for _, _, label in ner_labels})
@@ -121,7 +138,8 @@ def results_markdown(scores: Scores, ner_labels: Scores, steps: Sequence[int] = 
         ner_systems = [s for s in systems if any((s, "ner", label) in ner_labels for label in labels)]
         per_label = markdown_table(
             ["NER F1 by label"] + [SYSTEMS.get(s, s) for s in ner_systems],
-            [[label] + [cell(ner_labels.get((s, "ner", label))) for s in ner_systems] for label in labels],
+            [[label] + [cell(ner_labels.get((s, "ner", label)), count=not one_seed(ner_labels)) for s in ner_systems]
+             for label in labels],
         )
         text += "\n" + per_label + "\n"
     return text

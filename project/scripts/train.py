@@ -5,15 +5,16 @@ repeats: the task's train/dev DocBins, the seed, a fresh JSONL training log per 
 (``seed<k>/log.jsonl``, read by scripts/results.py for learning curves, when the config's
 logger writes to ``paths.log``; spaCy refuses to log into a file that exists, so a stale log
 from an earlier run is removed first), and optional
-vectors / pretrained tok2vec weights. Anything else goes through as config overrides
-(``--training.patience 400``).
+vectors / pretrained tok2vec weights. ``--code FILE`` imports registered functions first, as
+``spacy train --code`` does (``code/elmo_variants.py``). Anything else goes through as config
+overrides (``--training.patience 400``).
 """
 
 from pathlib import Path
 from typing import Dict, List, Optional
 
 import typer
-from spacy.cli._util import parse_config_overrides
+from spacy.cli._util import import_code, parse_config_overrides
 from spacy.cli.train import train as spacy_train
 from spacy.util import load_config
 
@@ -27,6 +28,9 @@ def parse_seeds(text: str) -> List[int]:
     if not seeds:
         raise typer.BadParameter("give at least one seed")
     return seeds
+
+
+CODE_HELP = "A Python file with registered functions the config names, as `spacy train --code` (e.g. code/elmo_variants.py)"
 
 
 def run_overrides(
@@ -67,8 +71,10 @@ def main(
     vectors: Optional[Path] = typer.Option(None, exists=True, help="A spaCy vectors directory (spacy init vectors)"),
     init_tok2vec: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, help="spacy pretrain weights (.bin)"),
     gpu_id: int = typer.Option(-1, help="GPU id, -1 for CPU"),
+    code: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, help=CODE_HELP),
 ) -> None:
     """Train CONFIG on --corpus once per seed."""
+    import_code(code)  # as `spacy train --code`: before the config is read
     extra = parse_config_overrides(ctx.args)
     logs = "log" in load_config(config).get("paths", {})
     if not logs:

@@ -10,7 +10,7 @@ a saved pipeline never goes back to them.
 import copy
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy
 from spacy.tokens import Doc
@@ -21,13 +21,12 @@ from thinc.api import (
 from thinc.types import Floats3d, FloatsXd
 
 from ..bilm import BiLM, ElmoOptions
-from ..bilm.model import BiLMSettings, StateMode
-from ..bilm.precision import Precision, check_precision
 from ..pretrained.resolve import resolve_files, resolve_pretrained
 from .arrays import no_backprop, split_by_lengths
-from .feature_cache import FeatureCache
-from .segmentation import SKIPPED, SegmentPlan, check_window, plan_segments
 from .bilm_io import bilm_from_bytes, bilm_to_bytes
+from .bilm_settings import ElmoBiLMSettings
+from .feature_cache import FeatureCache
+from .segmentation import SKIPPED, SegmentPlan, plan_segments
 
 
 class ScaledSteps:
@@ -90,65 +89,36 @@ class BiLMShim(PyTorchShim):
             super().to_device(device_type, device_id)
 
 
-def ElmoBiLMLayer(
-    *,
-    pretrained: Optional[str],
-    options_file: Optional[Union[str, Path]],
-    weight_file: Optional[Union[str, Path]],
-    sizes: Dict[str, Any],
-    state: StateMode,
-    freeze: bool,
-    window: int,
-    overlap: int,
-    max_batch_tokens: int,
-    token_cache_size: int,
-    feature_cache_mb: float,
-    dropout: float,
-    precision: Precision,
-    mixed_precision: bool,
-    grad_scaler: Optional[PyTorchGradScaler],
-    learn_rate_scale: float,
-) -> Model[List[Doc], List[Floats3d]]:
-    """The biLM layer: from ``options_file``/``weight_file`` (paths or URLs) if given, else from
-    ``pretrained`` (a registry name, URL or directory: see :mod:`spacy_elmo.pretrained.resolve`),
-    else fresh. ``sizes`` (keyword arguments of :class:`ElmoOptions`) shape a fresh biLM, and must
-    agree with the files otherwise. Names and URLs are resolved (downloaded if need be) in
-    ``initialize``, never here, so that loading a saved pipeline reads nothing but its own files.
+def ElmoBiLMLayer(settings: ElmoBiLMSettings) -> Model[List[Doc], List[Floats3d]]:
+    """The biLM layer of ``settings`` (see :class:`ElmoBiLMSettings`): from its files if given, else
+    from ``pretrained``, else fresh of its sizes. Names and URLs are resolved (downloaded if need
+    be) in ``initialize``, never here, so that loading a saved pipeline reads nothing but its own
+    files.
 
     Dims: ``nO`` the width of every layer (2 x projection_dim), ``nL`` the number of layers
     (n_layers + 1); known at construction for a fresh model, at initialization for files.
     """
-    if (options_file is None) != (weight_file is None):
-        raise ValueError("elmo: give both options_file and weight_file, or neither (for `pretrained`)")
-    check_window(window, overlap)
-    check_precision(precision)
-    if not learn_rate_scale > 0:
-        raise ValueError(
-            f"elmo learn_rate_scale must be above 0, got {learn_rate_scale}; to keep the biLM fixed, set freeze = true"
-        )
-    if feature_cache_mb < 0:
-        raise ValueError(f"elmo feature_cache_mb must be 0 or more, got {feature_cache_mb}")
-    from_files = options_file is not None or pretrained is not None
-    fresh = None if from_files else ElmoOptions(**sizes)
+    from_files = settings.options_file is not None or settings.pretrained is not None
+    fresh = None if from_files else ElmoOptions(**settings.sizes)
     return Model(
         "elmo_bilm",
         forward,
         init=init,
-        shims=[BiLMShim(None, mixed_precision, grad_scaler, learn_rate_scale)],
+        shims=[BiLMShim(None, settings.mixed_precision, settings.grad_scaler(), settings.learn_rate_scale)],
         dims={
             "nO": None if fresh is None else fresh.output_dim,
             "nL": None if fresh is None else fresh.n_layers + 1,
         },
         attrs={
-            "pretrained": pretrained,
-            "options_file": str(options_file) if options_file is not None else None,
-            "weight_file": str(weight_file) if weight_file is not None else None,
-            "sizes": sizes,
-            "bilm_settings": BiLMSettings(state, token_cache_size, max_batch_tokens, dropout, precision),
-            "freeze": freeze,
-            "window": window,
-            "overlap": overlap,
-            "feature_cache": FeatureCache(int(feature_cache_mb * 2**20)),
+            "pretrained": settings.pretrained,
+            "options_file": str(settings.options_file) if settings.options_file is not None else None,
+            "weight_file": str(settings.weight_file) if settings.weight_file is not None else None,
+            "sizes": settings.sizes,
+            "bilm_settings": settings.bilm_settings,
+            "freeze": settings.freeze,
+            "window": settings.window,
+            "overlap": settings.overlap,
+            "feature_cache": FeatureCache(int(settings.feature_cache_mb * 2**20)),
             "replace_listener": lambda copied_model: copied_model,
             "replace_listener_cfg": replace_listener_cfg,
         },

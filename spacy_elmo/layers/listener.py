@@ -26,13 +26,13 @@ UNREGISTERED = "the downstream component"
 MISSING_SIZES = (
     "The ELMo listener in '{component}' has no width and n_layers: they come from the biLM of its "
     "upstream 'elmo' component, which has not given them. Initialize 'elmo' before '{component}' "
-    "(nlp.initialize() does, in pipeline order), or set width and n_layers of spacy_elmo.ElmoListener.v1."
+    "(nlp.initialize() does, in pipeline order), or set width and n_layers of spacy_elmo.ElmoListener.v2."
 )
 
 NO_UPSTREAM_SIZES = (
     "An ELMo listener has no width and n_layers, and no upstream component gives them: add the 'elmo' "
     "component (upstream = '{upstream}'; '*' is any) before the component that holds the listener, "
-    "so that the sizes come from its biLM, or set width and n_layers of spacy_elmo.ElmoListener.v1."
+    "so that the sizes come from its biLM, or set width and n_layers of spacy_elmo.ElmoListener.v2."
 )
 
 MISSING_UPSTREAM = (
@@ -55,7 +55,7 @@ def size_mismatch(
     return ValueError(
         f"{listener} is configured for n_layers={listener_sizes[0]} and width={listener_sizes[1]}, but "
         f"{bilm} gives {bilm_sizes[0]} layers of width {bilm_sizes[1]}: set n_layers and width of "
-        "spacy_elmo.ElmoListener.v1 to null (they then come from the biLM) or to the biLM's sizes."
+        "spacy_elmo.ElmoListener.v2 to null (they then come from the biLM) or to the biLM's sizes."
     )
 
 

@@ -3,8 +3,7 @@
 ``en`` is the English biLM that ``project/`` pretrains (the ``base`` preset of ``spacy-elmo
 pretrain``, its token encoder started from and kept near word2vec vectors; sizes, data and
 held-out perplexities in ``en/README.md``). It is the default of the ``elmo`` component, so
-``nlp.add_pipe("elmo")`` gives contextual vectors with no configuration. ``en_small`` is the
-earlier default, the ``small`` preset: weaker features, about 3 times as fast.
+``nlp.add_pipe("elmo")`` gives contextual vectors with no configuration.
 
 The published biLMs (AllenNLP's and others') are named in :mod:`.registry` and downloaded into
 the cache of :mod:`.cache`; :mod:`.resolve` turns a NAME, URL or DIRECTORY into local files.
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Tuple
 
 PRETRAINED_DIR = Path(__file__).parent
-PRETRAINED = ("en", "en_small")
+PRETRAINED = ("en",)
 
 
 def pretrained_files(name: str = "en") -> Tuple[Path, Path]:

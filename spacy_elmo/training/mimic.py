@@ -1,16 +1,16 @@
 """Start a new biLM's token encoder from static word vectors (MIMICK, Pinter et al. 2017).
 
 ELMo's char CNN learns what a word means only from the contexts the language model sees it in.
-On a few million tokens that teaches it spelling far better than meaning: a linear probe of the
-bundled biLM's layer 0 tells five news topics apart with 64% accuracy, word2vec trained on the
-same text with 95%. Static vectors learn meaning from the same text much faster, so before the
-language model trains, :func:`mimic_vectors` fits the char CNN, its highways and projection
-(layer 0) to reproduce them: a linear head maps layer 0 to the vectors' width and the loss is
-one minus the cosine to the vector, centred (their shared direction removed, else matching it
-alone scores a cosine of about 0.7) and of unit length. The head is not part of the biLM's
-files. Language-model training then pulls layer 0 towards what predicts the next word and can
-wash the vectors' knowledge out; a run may keep the same distance as a second, weighted loss
-(``init_tokens_weight``, see :mod:`.train`).
+On a few million tokens that teaches it spelling far better than meaning: a linear probe tells
+news topics apart from a small biLM's layer 0 far worse than from word2vec trained on the same
+text (project/docs/lab-notebook.md, "What the features carry"). Static vectors learn meaning
+from the same text much faster, so before the language model trains, :func:`mimic_vectors` fits
+the char CNN, its highways and projection (layer 0) to reproduce them: a linear head maps
+layer 0 to the vectors' width and the loss is one minus the cosine to the vector, centred (their
+shared direction removed, else matching it alone scores a high cosine) and of unit length. The
+head is not part of the biLM's files. Language-model training then pulls layer 0 towards what
+predicts the next word and can wash the vectors' knowledge out; a run may keep the same distance
+as a second, weighted loss (``init_tokens_weight``, see :mod:`.train`).
 """
 
 from pathlib import Path

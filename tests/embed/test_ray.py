@@ -36,6 +36,7 @@ def read(directory):
     return table["index"].to_pylist(), tokens, arrays_of(table["layers"], [len(t) for t in tokens], (3, 16))
 
 
+@pytest.mark.slow  # embeds on the workers of a local Ray cluster
 def test_ray_equals_the_local_engine_and_writes_every_sentence_once(bilm_files, corpus, tmp_path, local_ray):
     run_embed(corpus, tmp_path / "local", SETTINGS, *bilm_files, progress=False)
     summary = run_embed(corpus, tmp_path / "ray", SETTINGS, *bilm_files, engine="ray", workers=2, progress=False)
@@ -62,6 +63,7 @@ def actor_processes(name: str):
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="finds the actors through /proc")
 def test_a_killed_worker_is_replaced_and_the_output_has_every_index_once(bilm_files, tmp_path, local_ray):
     """SIGKILL one biLM actor mid-run: Ray restarts it and retries its shard."""

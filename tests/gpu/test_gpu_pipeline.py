@@ -93,11 +93,11 @@ def test_fp32_is_float32_on_the_gpu_even_where_tf32_is_allowed(bilm_files, tf32_
 
 
 def test_auto_is_bf16_on_a_gpu_with_native_bf16_and_close_to_fp32() -> None:
-    """On the bundled small biLM (trained weights): the bf16 contract of tests/bilm/test_precision.py."""
+    """On the bundled biLM `en` (trained weights): the bf16 contract of tests/bilm/test_precision.py."""
     pipelines = {}
     for precision in ("auto", "fp32"):
         nlp = spacy.blank("en")
-        nlp.add_pipe("elmo", config={"model": {"pretrained": "en_small", "precision": precision}})
+        nlp.add_pipe("elmo", config={"model": {"pretrained": "en", "precision": precision}})
         nlp.initialize()
         pipelines[precision] = nlp
     native = gpu_has_native_bf16(torch.cuda.get_device_capability(0))

@@ -95,6 +95,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow  # its fixture pretrains a run
 def test_unwritable_output_directory_fails_at_once_and_clearly(uninterrupted: Path) -> None:
     blocker = uninterrupted / "a_file"
     blocker.write_text("not a directory")

@@ -34,7 +34,12 @@ def elmo_config(bilm_files: Tuple[Path, Path], **model: object) -> Dict[str, obj
 
 
 def listener_config(**overrides: object) -> Dict[str, object]:
-    return {"@architectures": "spacy_elmo.ElmoListener.v1", "width": WIDTH, "n_layers": N_LAYERS, **overrides}
+    return {"@architectures": "spacy_elmo.ElmoListener.v2", "width": WIDTH, "n_layers": N_LAYERS, **overrides}
+
+
+def mix_config(**settings: object) -> Dict[str, object]:
+    """A listener's ``mix`` block: the scalar mix with ``settings``."""
+    return {"@layers": "spacy_elmo.ScalarMix.v1", **settings}
 
 
 @pytest.fixture

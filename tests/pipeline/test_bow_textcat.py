@@ -4,7 +4,6 @@ import numpy
 import pytest
 import spacy
 from spacy.training import Example
-from spacy.util import fix_random_seed
 from thinc.api import Adam
 
 from .conftest import elmo_config, listener_config
@@ -76,49 +75,3 @@ def test_an_empty_doc_gets_scores(bilm_files) -> None:
 def _with_features(nlp, docs):
     """``docs`` with ELMo features again: the pipeline's listener released them once it read them."""
     return list(nlp.get_pipe("elmo").pipe(docs))
-
-
-def _elmo_alone_loss(nlp, examples) -> float:
-    """Cross-entropy of the ELMo branch's scores alone, without the bag of words."""
-    elmo_branch = nlp.get_pipe("textcat").model.layers[0].layers[1]
-    scores = elmo_branch.predict(_with_features(nlp, nlp.pipe(eg.reference.text for eg in examples)))
-    labels = nlp.get_pipe("textcat").labels
-    gold = [labels.index(max(eg.reference.cats, key=eg.reference.cats.get)) for eg in examples]
-    log_p = scores - scores.max(axis=1, keepdims=True)
-    log_p -= numpy.log(numpy.exp(log_p).sum(axis=1, keepdims=True))
-    return float(-log_p[numpy.arange(len(gold)), gold].mean())
-
-
-def test_bow_dropout_makes_elmo_learn_beside_a_fitted_bag_of_words(bilm_files) -> None:
-    """The bag of words fits these examples at once; only with bow_dropout does ELMo keep learning."""
-    losses = {}
-    for bow_dropout in (0.0, 0.5):
-        fix_random_seed(0)
-        nlp, examples = _pipeline(bilm_files, {**_elmo_bow(), "bow_dropout": bow_dropout})
-        optimizer = Adam(0.01)
-        for _ in range(200):
-            nlp.update(examples, sgd=optimizer)
-        assert all((doc.cats["POS"] > 0.5) == (eg.reference.cats["POS"] > 0.5)
-                   for doc, eg in zip(nlp.pipe(eg.reference.text for eg in examples), examples))
-        losses[bow_dropout] = _elmo_alone_loss(nlp, examples)
-    assert losses[0.0] > 0.62  # ln 2 = 0.69 is chance; here 0.64
-    assert losses[0.5] < 0.58  # here 0.55 (other seeds 0.42-0.50)
-
-
-def test_bow_dropout_drops_whole_docs_in_training_only(bilm_files) -> None:
-    nlp, examples = _pipeline(bilm_files, {**_elmo_bow(), "bow_dropout": 0.5})
-    nlp.update(examples, sgd=Adam(0.01))
-    bow_branch = nlp.get_pipe("textcat").model.layers[0].layers[0]
-    docs = list(nlp.pipe(eg.reference.text for eg in examples))
-    scores = bow_branch.predict(docs)  # prediction: the bag of words' scores, not dropped or scaled
-    assert (numpy.abs(scores).sum(axis=1) > 0).all()
-    trained, backprop = bow_branch.layers[-1](scores, is_train=True)
-    kept = numpy.abs(trained).sum(axis=1) > 0
-    assert 0 < kept.sum() < len(docs)
-    numpy.testing.assert_allclose(trained[kept], 2.0 * scores[kept])
-    numpy.testing.assert_array_equal(numpy.abs(backprop(numpy.ones_like(scores))).sum(axis=1) > 0, kept)
-
-
-def test_bow_dropout_must_be_a_rate(bilm_files) -> None:
-    with pytest.raises(ValueError, match="0 <= rate < 1"):
-        _pipeline(bilm_files, {**_elmo_bow(), "bow_dropout": 1.0})

@@ -39,11 +39,10 @@ def test_default_config_loads_the_bundled_english_bilm() -> None:
     assert doc.tensor.shape == (6, 256)
 
 
-def test_the_small_bundled_bilm_is_selected_by_name() -> None:
-    nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"model": {"pretrained": "en_small"}})
-    nlp.initialize()
-    assert nlp("The bank raised its rates .").tensor.shape == (6, 128)
+def test_the_package_ships_en_alone() -> None:
+    """en_small left the wheel (its recipe is in project/bilm_small.md)."""
+    with pytest.raises(ValueError, match=r"no bundled biLM named 'en_small'; the package ships: en$"):
+        pretrained_files("en_small")
 
 
 def test_no_pretrained_and_no_files_builds_an_untrained_bilm_and_says_so() -> None:

@@ -2,14 +2,14 @@ import numpy
 import pytest
 import spacy
 import torch
-from thinc.api import fix_random_seed
+from thinc.api import ConfigValidationError, fix_random_seed
 
 from spacy_elmo import BiLM
-from spacy_elmo.layers import ConcatLayers, ScalarMix, SelectLayers, get_bilm
+from spacy_elmo.layers import ScalarMix, SelectLayers, get_bilm
 from spacy_elmo.layers.scalar_mix import mix_weights
 
 from ..helpers import FLOAT32_RTOL, assert_float32_close
-from .conftest import N_LAYERS, WIDTH, build_ner_textcat, elmo_config, listener_config, make_examples
+from .conftest import N_LAYERS, WIDTH, build_ner_textcat, elmo_config, listener_config, make_examples, mix_config
 
 TEXTS = ["Alice went to Paris .", "It was great .", "Bob stayed in London"]
 
@@ -273,7 +273,8 @@ def test_listener_with_wrong_sizes_names_them(bilm_files) -> None:
 def test_layer_norm_l2_and_embed_options_train(bilm_files) -> None:
     embed = {"@architectures": "spacy.MultiHashEmbed.v2", "width": 8, "attrs": ["NORM", "SHAPE"],
              "rows": [100, 50], "include_static_vectors": False}
-    nlp = build_ner_textcat(bilm_files, listener={"layer_norm": True, "l2": 0.01, "dropout": 0.2, "embed": embed})
+    mix = mix_config(layer_norm=True, l2=0.01, dropout=0.2)
+    nlp = build_ner_textcat(bilm_files, listener={"mix": mix, "embed": embed})
     losses = train(nlp, make_examples(nlp), steps=2)
     assert losses["ner"] > 0
     assert nlp.get_pipe("textcat").model.get_ref("tok2vec").get_dim("nO") == WIDTH + 8
@@ -296,37 +297,15 @@ def test_encode_option_gives_the_encoder_width_and_learns(bilm_files) -> None:
                for doc, eg in zip(nlp.pipe([eg.text for eg in examples]), examples))
 
 
-def test_skip_encoder_puts_elmo_and_the_embedding_beside_the_encoder_output(bilm_files) -> None:
-    embed = {"@architectures": "spacy.MultiHashEmbed.v2", "width": 8, "attrs": ["NORM"],
-             "rows": [100], "include_static_vectors": False}
-    nlp = build_ner_textcat(bilm_files, listener={"embed": embed, "encode": ENCODE, "skip_encoder": True})
-    tok2vec = nlp.get_pipe("textcat").model.get_ref("tok2vec")
-    assert tok2vec.get_dim("nO") == 12 + WIDTH + 8
-    docs = [nlp.make_doc(text) for text in TEXTS]
-    nlp.get_pipe("elmo").set_annotations(docs, nlp.get_pipe("elmo").predict(docs))
-    outputs = tok2vec.predict(docs)
-    mixed = [layers.mean(axis=0) for layers in nlp.get_pipe("elmo").model.predict(docs)]
-    for doc, output, elmo in zip(docs, outputs, mixed):
-        assert output.shape == (len(doc), 12 + WIDTH + 8)
-        assert_float32_close(output[:, 12 : 12 + WIDTH], elmo)  # the untrained mix: the average
-    losses = train(nlp, make_examples(nlp), steps=2)
-    assert losses["ner"] > 0
-
-
-def test_select_and_concat_layers_keep_values_and_pass_gradients_back() -> None:
+def test_select_layers_keeps_values_and_passes_gradients_back() -> None:
     rng = numpy.random.default_rng(0)
     Xs = [rng.normal(size=(3, n, 4)).astype("float32") for n in (2, 0, 3)]
-    select, concat = SelectLayers([2, 0], 3), ConcatLayers(2, 4)
-    chosen, back_select = select(Xs, is_train=True)
-    Ys, back_concat = concat(chosen, is_train=True)
-    for X, Y in zip(Xs, Ys):
-        assert Y.shape == (X.shape[1], 8)
-        numpy.testing.assert_array_equal(Y[:, :4], X[2])
-        numpy.testing.assert_array_equal(Y[:, 4:], X[0])
-    dYs = [rng.normal(size=Y.shape).astype("float32") for Y in Ys]
-    for dY, dX in zip(dYs, back_select(back_concat(dYs))):
-        numpy.testing.assert_array_equal(dX[2], dY[:, :4])
-        numpy.testing.assert_array_equal(dX[0], dY[:, 4:])
+    chosen, backprop = SelectLayers([2, 0], 3)(Xs, is_train=True)
+    for X, Y in zip(Xs, chosen):
+        numpy.testing.assert_array_equal(Y, X[[2, 0]])
+    dYs = [rng.normal(size=Y.shape).astype("float32") for Y in chosen]
+    for dY, dX in zip(dYs, backprop(dYs)):
+        numpy.testing.assert_array_equal(dX[[2, 0]], dY)
         assert not dX[1].any()  # the layer the task does not read takes no gradient
 
 
@@ -336,31 +315,30 @@ def test_layers_must_name_distinct_biLM_layers(layers) -> None:
         SelectLayers(layers, 3)
 
 
-def test_listener_reads_the_chosen_layers_mixed_or_side_by_side(bilm_files) -> None:
-    nlp = build_ner_textcat(bilm_files, listener={"layers": [1, 2], "concat_layers": True, "dropout": 0.1})
+def test_listener_mixes_the_chosen_layers(bilm_files) -> None:
+    nlp = build_ner_textcat(bilm_files, listener={"mix": mix_config(layers=[0])})
     tok2vec = nlp.get_pipe("textcat").model.get_ref("tok2vec")
-    assert tok2vec.get_dim("nO") == 2 * WIDTH
     docs = [nlp.make_doc(text) for text in TEXTS]
     nlp.get_pipe("elmo").set_annotations(docs, nlp.get_pipe("elmo").predict(docs))
     layers = nlp.get_pipe("elmo").model.predict(docs)
     for output, doc_layers in zip(tok2vec.predict(docs), layers):
-        numpy.testing.assert_allclose(output, numpy.concatenate([doc_layers[1], doc_layers[2]], axis=1), rtol=1e-6)
+        numpy.testing.assert_allclose(output, doc_layers[0], rtol=1e-6)  # one layer: the untrained mix is it
     assert train(nlp, make_examples(nlp), steps=2)["ner"] > 0
-    mixed = build_ner_textcat(bilm_files, listener={"layers": [0]})
-    tok2vec = mixed.get_pipe("textcat").model.get_ref("tok2vec")
-    mixed.get_pipe("elmo").set_annotations(docs, mixed.get_pipe("elmo").predict(docs))
-    for output, doc_layers in zip(tok2vec.predict(docs), layers):
-        numpy.testing.assert_allclose(output, doc_layers[0], rtol=1e-6)
 
 
-def test_concat_layers_refuses_the_mix_options(bilm_files) -> None:
-    with pytest.raises(ValueError, match="with concat_layers = true there is no mix"):
-        build_ner_textcat(bilm_files, listener={"concat_layers": True, "l2": 0.1})
+def test_a_listener_without_a_mix_averages_all_layers(bilm_files) -> None:
+    """The default mix: spacy_elmo.ScalarMix.v1 over every layer, which starts as their average."""
+    nlp = build_ner_textcat(bilm_files)
+    tok2vec = nlp.get_pipe("textcat").model.get_ref("tok2vec")
+    docs = [nlp.make_doc(text) for text in TEXTS]
+    nlp.get_pipe("elmo").set_annotations(docs, nlp.get_pipe("elmo").predict(docs))
+    for output, doc_layers in zip(tok2vec.predict(docs), nlp.get_pipe("elmo").model.predict(docs)):
+        assert_float32_close(output, doc_layers.mean(axis=0))
 
 
-def test_skip_encoder_without_an_encoder_is_a_clear_error(bilm_files) -> None:
-    with pytest.raises(ValueError, match="skip_encoder = true .* needs an encode model"):
-        build_ner_textcat(bilm_files, listener={"skip_encoder": True})
+def test_the_removed_listener_switches_are_refused_by_the_config(bilm_files) -> None:
+    with pytest.raises(ConfigValidationError, match="concat_layers"):
+        build_ner_textcat(bilm_files, listener={"concat_layers": True})
 
 
 def test_predictions_do_not_depend_on_the_batch(bilm_files) -> None:
@@ -406,7 +384,7 @@ def test_sourced_components_keep_listening(bilm_files, tmp_path) -> None:
 
 
 def test_trained_pipeline_round_trips_to_disk(bilm_files, tmp_path) -> None:
-    nlp = build_ner_textcat(bilm_files, listener={"l2": 0.1})
+    nlp = build_ner_textcat(bilm_files, listener={"mix": mix_config(l2=0.1)})
     train(nlp, make_examples(nlp), steps=2)
     expected = [(doc.tensor, doc.cats) for doc in nlp.pipe(TEXTS)]
     nlp.to_disk(tmp_path / "trained")

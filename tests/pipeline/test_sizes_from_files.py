@@ -15,10 +15,10 @@ from spacy.cli.train import train
 from spacy.tokens import DocBin
 
 import spacy_elmo
-from spacy_elmo.layers import ConcatLayers, ScalarMix
+from spacy_elmo.layers import ScalarMix
 
 from ..helpers import random_bilm, tiny_options
-from .conftest import N_LAYERS, WIDTH, build_ner_textcat, elmo_config, make_examples
+from .conftest import N_LAYERS, WIDTH, build_ner_textcat, elmo_config, make_examples, mix_config
 
 CONFIGS = Path(spacy_elmo.__file__).parent / "configs"
 TEXTS = ["Alice went home . It was great .", "Bob saw Paris ."]
@@ -104,7 +104,7 @@ def test_a_size_the_files_contradict_is_a_clear_error(
     overrides = train_overrides(corpus, *bilm_files, **set_sizes)
     expected = (
         f"The ELMo listener in 'ner' is configured for {configured}, but the 'elmo' biLM gives 3 layers "
-        "of width 16: set n_layers and width of spacy_elmo.ElmoListener.v1 to null"
+        "of width 16: set n_layers and width of spacy_elmo.ElmoListener.v2 to null"
     )
     with pytest.raises(ValueError, match=expected):
         train(CONFIGS / "ner_elmo.cfg", tmp_path / "out", overrides=overrides)
@@ -121,24 +121,25 @@ def test_a_fresh_biLM_sizes_its_listeners_when_they_are_added() -> None:
     nlp.add_pipe("elmo", config={"model": {"pretrained": None, "lstm_dim": 24, "projection_dim": 6, "n_layers": 1}})
     nlp.add_pipe("textcat", config={"model": {
         "@architectures": "spacy_elmo.ElmoBOWTextCat.v1", "exclusive_classes": True,
-        "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v1"},
+        "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v2"},
     }})
     (listener,) = nlp.get_pipe("elmo").listeners
     assert (listener.get_dim("nL"), listener.get_dim("nO")) == (2, 12)
 
 
 def test_chosen_layers_are_checked_against_the_biLM_at_initialization(bilm_files) -> None:
-    nlp = build_ner_textcat(bilm_files, listener={"width": None, "n_layers": None, "layers": [2, 0], "concat_layers": True})
-    assert nlp.get_pipe("textcat").model.get_ref("tok2vec").get_dim("nO") == 2 * WIDTH
+    unsized = {"width": None, "n_layers": None}
+    nlp = build_ner_textcat(bilm_files, listener={**unsized, "mix": mix_config(layers=[2, 0])})
+    assert nlp.get_pipe("textcat").model.get_ref("tok2vec").get_dim("nO") == WIDTH
     with pytest.raises(ValueError, match=r"layers must name distinct biLM layers from 0 to 2 .*got \[3\]"):
-        build_ner_textcat(bilm_files, listener={"width": None, "n_layers": None, "layers": [3]})
+        build_ner_textcat(bilm_files, listener={**unsized, "mix": mix_config(layers=[3])})
 
 
 def test_a_listener_without_sizes_or_upstream_says_what_to_add() -> None:
     nlp = spacy.blank("en")
     nlp.add_pipe("textcat", config={"model": {
         "@architectures": "spacy_elmo.ElmoBOWTextCat.v1", "exclusive_classes": True,
-        "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v1"},
+        "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v2"},
     }})
     with pytest.raises(ValueError, match="An ELMo listener has no width and n_layers, .* add the 'elmo' component"):
         nlp.initialize(lambda: make_examples(nlp))
@@ -149,18 +150,16 @@ def test_a_listener_whose_upstream_has_not_initialized_says_so(bilm_files) -> No
     nlp.add_pipe("elmo", config=elmo_config(bilm_files))
     textcat = nlp.add_pipe("textcat", config={"model": {
         "@architectures": "spacy_elmo.ElmoBOWTextCat.v1", "exclusive_classes": True,
-        "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v1"},
+        "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v2"},
     }})
     with pytest.raises(ValueError, match="The ELMo listener in 'textcat' has no width .* Initialize 'elmo' before 'textcat'"):
         textcat.initialize(lambda: make_examples(nlp), nlp=nlp)
 
 
-@pytest.mark.parametrize("layer", [ScalarMix, ConcatLayers])
-def test_the_layers_after_a_listener_learn_its_sizes_from_the_sample(layer) -> None:
-    model = layer()
+def test_the_mix_after_a_listener_learns_its_sizes_from_the_sample() -> None:
+    model = ScalarMix()
     with pytest.raises(ValueError, match="has no n_layers and width: give them, or initialize it on a sample"):
         model.initialize()
-    model = layer()
+    model = ScalarMix()
     model.initialize(X=[numpy.zeros((3, 2, 5), dtype="float32")])
-    assert model.get_dim("nL") == 3
-    assert model.get_dim("nO") == (5 if layer is ScalarMix else 15)
+    assert (model.get_dim("nL"), model.get_dim("nO")) == (3, 5)

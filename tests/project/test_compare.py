@@ -137,3 +137,21 @@ def test_the_dev_scores_that_chose_the_models_sit_beside_the_test_scores(tmp_pat
     assert "| old | 50.0 | 50.0 ± 0.0 |  |" in result.output
     systems = srsly.read_json(tmp_path / "out.json")["systems"]
     assert systems["new"]["summary"]["dev_mean"] == pytest.approx(0.45) and systems["old"]["summary"]["dev_mean"] is None
+
+
+def test_one_seed_is_printed_as_one_seed(tmp_path: Path) -> None:
+    """No spread, no wins of one, no "1 seeds": the score, the difference and its CI."""
+    rng = numpy.random.default_rng(3)
+    write_units(tmp_path / "spacy", "seed", [accuracy_items(rng, 200, 0.9)])
+    write_units(tmp_path / "elmo", "seed", [accuracy_items(rng, 200, 0.9)])
+    app = typer.Typer()
+    app.command()(compare.main)
+    result = CliRunner().invoke(app, [str(tmp_path / "quick"), "--system", f"(s) spaCy={tmp_path / 'spacy'}",
+                                      "--system", f"(d) ELMo={tmp_path / 'elmo'}", "--baseline", "(s) spaCy", "--n-boot", "200"])
+    assert result.exit_code == 0, result.output
+    assert "| system | score, one seed | vs (s) spaCy: diff [95% CI] |" in result.output
+    assert "one seed, 200 test documents" in result.output
+    assert "±" not in result.output and "1 seeds" not in result.output and "/1" not in result.output
+    row = next(line for line in result.output.splitlines() if line.startswith("| (d) ELMo |"))
+    assert row.count("|") == 4 and row.split(" | ")[2].startswith(("+", "-")) and "[" in row
+    assert srsly.read_json(tmp_path / "quick.json")["systems"]["(d) ELMo"]["summary"]["sd"] is None

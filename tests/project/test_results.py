@@ -94,6 +94,7 @@ def test_cli_rejects_a_file_that_is_not_metrics(tmp_path: Path) -> None:
 
 def test_single_seed_has_no_spread() -> None:
     assert results.cell([0.5]) == "50.0 (1)"
+    assert results.cell([0.5], count=False) == "50.0"
     assert results.cell(None) == "–"
 
 
@@ -114,6 +115,22 @@ def test_cross_validation_folds_stay_out_of_the_seed_table(tmp_path: Path) -> No
 
 def test_caption_says_what_ran_and_warns_about_one_seed() -> None:
     one = results.caption({("cnn", "ner", "f1"): [0.4]}, [300])
-    assert "at most 300 training steps" in one and "One seed per system" in one
+    assert "at most 300 training steps" in one and "one seed per system" in one and "± sample sd" not in one
     many = results.caption({("cnn", "ner", "f1"): [0.4, 0.5]}, [2000])
-    assert "One seed" not in many
+    assert "one seed" not in many.lower() and "mean ± sample sd over seeds" in many
+
+
+def test_one_seed_prints_scores_without_spread_and_s_beside_ner(tmp_path: Path) -> None:
+    """The quick workflow's table: one seed each, (s) for text classification only."""
+    for system, task, metric, value in [("spacy", "topics", "accuracy", 0.95), ("cnn", "topics", "accuracy", 0.5),
+                                        ("cnn", "ner", "f1", 0.3), ("elmo", "ner", "f1", 0.35)]:
+        write_json(tmp_path / system / task / "seed0.json", {
+            "system": system, "task": task, "seed": 0, "metrics": {metric: value}, "per_label": {"person": {"f": value}},
+        })
+    scores, ner_labels, _ = results.load_metrics(tmp_path)
+    lines = results.results_markdown(scores, ner_labels, [300]).splitlines()
+    assert "one seed per system" in lines[0]
+    assert "| (s) spaCy's efficiency config | = (a) | 95.0 |" in lines
+    assert "| (a) CNN tok2vec | 30.0 | 50.0 |" in lines and "| (d) ELMo | 35.0 | – |" in lines
+    assert "| person | 30.0 | 35.0 |" in lines
+    assert not any("(1)" in line or "±" in line for line in lines[1:])
