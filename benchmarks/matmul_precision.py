@@ -1,9 +1,9 @@
 """Matrix-product rate of this CPU in float32 and bfloat16, at the biLM's shapes.
 
-bf16 pays only where the CPU has AMX; elsewhere torch runs it on AVX512-BF16 (somewhat slower
-than float32) or emulates it (far slower). The biLM's ``precision="auto"`` picks bf16 only on the
-former (spacy_elmo.bilm.precision); this prints what it picks here. Run before choosing a
-precision on a new machine:
+Without AMX torch runs bf16 on AVX512-BF16 (slower than float32 on one Xeon, faster on an AMD
+EPYC) or emulates it (far slower). Training's ``precision="auto"`` follows the hardware rule
+(bf16 only with AMX; spacy_elmo.bilm.precision), which this prints; inference measures the biLM
+itself instead (``spacy-elmo bench``). Run before choosing a precision on a new machine:
 
     python benchmarks/matmul_precision.py
 """
@@ -44,7 +44,7 @@ def main(threads: int = typer.Option(0, help="torch threads (0: torch's default)
     if threads:
         torch.set_num_threads(threads)
     typer.echo(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability "
-               f"{torch.backends.cpu.get_cpu_capability()}; precision 'auto' resolves to "
+               f"{torch.backends.cpu.get_cpu_capability()}; training's precision 'auto' resolves to "
         f"{resolve_precision('auto', torch.device('cpu'))}")
     typer.echo("| m x k x n | float32 GFLOP/s | bfloat16 GFLOP/s | bf16 / fp32 |\n|---|---|---|---|")
     for m, k, n in SHAPES:

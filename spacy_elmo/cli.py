@@ -1,14 +1,18 @@
-"""The command line: ``spacy-elmo pretrain``, ``export``, ``copy-pretrained``, ``embed``, ``models`` and
-``download`` (also ``python -m spacy_elmo ...``)."""
+"""The command line: ``spacy-elmo pretrain``, ``export``, ``copy-pretrained``, ``embed``, ``bench``, ``models``
+and ``download`` (also ``python -m spacy_elmo ...``)."""
 
+import os
 import re
 import shutil
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 import typer
 
 from .training.config import PRESETS
+
+if TYPE_CHECKING:
+    from .bilm import BiLM
 
 DEFAULT_PRESET = "small"
 
@@ -242,8 +246,9 @@ def embed(
     threads: Optional[int] = typer.Option(None, help="Torch threads per process" + default("torch's choice")),
     precision: str = typer.Option(
         "auto",
-        help="Matrix products in fp32, bf16, or auto (bf16 where the hardware multiplies it natively: "
-        "a GPU of compute capability 8.0+, a CPU with AMX; with Ray, decided once on this machine)",
+        help="Matrix products in fp32, bf16, int8 (CPU, inference), or auto: on a GPU bf16 from compute capability "
+        "8.0; on the CPU the fastest for this biLM, measured once per machine (`spacy-elmo bench`); with Ray, "
+        "decided once on this machine by the hardware rule (bf16 on a GPU as above or a CPU with AMX)",
     ),
     device: str = typer.Option(
         "auto",
@@ -303,6 +308,67 @@ def models() -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+@app.command()
+def bench(
+    model: Optional[str] = typer.Option(
+        None, metavar="NAME|URL|DIR", help="The biLM: a name of `spacy-elmo models`, a URL or a directory" + default("en")
+    ),
+    size: Optional[str] = typer.Option(
+        None,
+        help="Instead of --model: untrained weights at a published size, original or small (nothing to download; "
+        "the choice is printed, not recorded)",
+    ),
+    threads: Optional[int] = typer.Option(None, help="Torch threads" + default("torch's choice")),
+) -> None:
+    """Time the biLM's inference in each precision this CPU runs, and record what precision = "auto"
+    picks here for its shapes (as its first use would; this measures again and replaces it)."""
+    import torch
+
+    from .bilm import ElmoFileError
+    from .bilm.autotune import PRECISION_ENV, decisions_path, remeasure
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        bilm, label = _bench_model(model, size)
+    except (ValueError, OSError, ElmoFileError) as err:
+        typer.secho(f"Error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from err
+    capabilities = torch.cpu.get_capabilities()
+    flags = ", ".join(f for f in ("avx512_bf16", "amx_bf16", "avx512_vnni", "avx_vnni") if capabilities.get(f))
+    typer.echo(f"CPU {capabilities.get('cpu_name', '?')} ({flags or 'none of avx512_bf16, amx_bf16, avx512_vnni'}), "
+               f"{torch.get_num_threads()} threads, torch {torch.__version__}; biLM {label}")
+    decision = remeasure(bilm, record=size is None)
+    fp32 = decision.trials["fp32"].tokens_per_s
+    typer.echo("| precision | tokens/s | / fp32 | worst layer's mean cosine to fp32 |\n|---|---|---|---|")
+    for name, trial in decision.trials.items():
+        typer.echo(f"| {name} | {trial.tokens_per_s:,.0f} | {trial.tokens_per_s / fp32:.2f}x | {trial.cosine:.5f} |")
+    where = f"recorded in {decisions_path()}" if size is None else "not recorded: untrained weights"
+    typer.echo(f"precision \"auto\" here: {decision.choice} ({where})")
+    if os.environ.get(PRECISION_ENV):
+        typer.echo(f"{PRECISION_ENV}={os.environ[PRECISION_ENV]} overrides it in this environment")
+
+
+def _bench_model(model: Optional[str], size: Optional[str]) -> Tuple["BiLM", str]:
+    """The biLM `bench` times: named (downloaded if need be), random at a published size, or the bundled `en`."""
+    import torch
+
+    from .bilm import BiLM, ElmoOptions
+    from .pretrained import pretrained_files
+    from .pretrained.resolve import resolve_pretrained
+
+    sizes = {"original": ElmoOptions(lstm_dim=4096, projection_dim=512, n_layers=2, n_highway=2), "small": ElmoOptions()}
+    if model is not None and size is not None:
+        raise ValueError("give --model or --size, not both")
+    if size is not None:
+        if size not in sizes:
+            raise ValueError(f"--size must be one of {', '.join(sizes)}, got {size!r}")
+        torch.manual_seed(0)  # the weights a new biLM starts from: they cost what trained ones do
+        return BiLM(sizes[size], cache_size=0).eval(), f"{size} size, untrained weights"
+    files = resolve_pretrained(model, check=BiLM.from_files) if model is not None else pretrained_files("en")
+    return BiLM.from_files(*files, cache_size=0).eval(), model or "en (bundled)"
 
 
 @app.command("download")

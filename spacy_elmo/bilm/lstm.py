@@ -10,18 +10,22 @@ first, only for the prefix of rows still running, so padding costs no recurrent 
 """
 
 import math
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from . import int8
 from .options import ElmoOptions
-from .precision import LowPrecisionWeights
+from .precision import INT8, LowPrecisionWeights
 
 # Positions (steps x batch) whose input projections are computed in one product: large enough
 # for an efficient matrix product, small enough to bound memory (134 MB at the Original size).
 PRECOMPUTED_POSITIONS = 1024
+
+# A product weight: a tensor with the direction first, or in int8 one pack per direction.
+Weight = Union[Tensor, Tuple[int8.Packed, ...]]
 
 
 class LSTMState(NamedTuple):
@@ -54,6 +58,7 @@ class ProjectedLSTM(nn.Module):
         forget_bias[2 * lstm_dim : 3 * lstm_dim] = 1.0
         self.register_buffer("forget_bias", forget_bias, persistent=False)
         self.low_precision = LowPrecisionWeights()
+        self.int8 = int8.Int8Weights()
         for weight in (self.input_weight, self.hidden_weight, self.projection):
             nn.init.uniform_(weight, -0.05, 0.05)
 
@@ -113,7 +118,10 @@ class ProjectedLSTM(nn.Module):
         return 2 * _window_steps(n_steps, batch) * batch * 4 * self.lstm_dim
 
     def _weights(self, dtype: torch.dtype) -> "LSTMWeights":
-        """The three product weights in ``dtype``; in float32 the input weight has the bias row."""
+        """The three product weights in ``dtype``; in float32 the input weight has the bias row, in
+        int8 the input pack has the bias (see :mod:`.int8`)."""
+        if dtype == INT8:
+            return LSTMWeights(*self.int8.get("lstm", list(self.parameters()), self._int8_packs))
         if dtype == torch.float32:
             # The bias rides in the input product as the weight of one more input that is always
             # 1: cheaper than broadcasting it into the gates before the product.
@@ -126,19 +134,31 @@ class ProjectedLSTM(nn.Module):
             copies.get("projection", dtype, [self.projection], lambda: self.projection),
         )
 
+    def _int8_packs(self) -> Tuple[Tuple[int8.Packed, ...], ...]:
+        """Per product, both directions' weights as (out, in) int8 packs; the input one with the bias."""
+        bias = self.bias + self.forget_bias
+        return (
+            tuple(int8.pack(self.input_weight[d].T, bias[d]) for d in range(2)),
+            tuple(int8.pack(self.hidden_weight[d].T, None) for d in range(2)),
+            tuple(int8.pack(self.projection[d].T, None) for d in range(2)),
+        )
+
     def _with_bias(self, inputs: Tensor, dtype: torch.dtype) -> Tuple[Tensor, Optional[Tensor]]:
         """The inputs for the input product, in ``dtype``, and the bias it leaves to add.
 
         Float32: a constant-1 input is appended (the bias row of :meth:`_weights`), no bias
         left. Lower precision would round the bias, so it stays float32, (2, 1, 4 * lstm_dim),
-        and is added where the product is converted to float32 (:func:`_input_gates`).
+        and is added where the product is converted to float32 (:func:`_input_gates`). The int8
+        kernel adds the float32 bias itself, and quantizes float32 inputs itself.
         """
+        if dtype == INT8:
+            return inputs, None
         if dtype == torch.float32:
             n_steps, _, batch, _ = inputs.shape
             return torch.cat([inputs, inputs.new_ones(n_steps, 2, batch, 1)], dim=-1), None
         return inputs.to(dtype), (self.bias + self.forget_bias).unsqueeze(1)
 
-    def _cell(self, gates: Tensor, memory: Tensor, projection: Tensor) -> Tuple[Tensor, Tensor]:
+    def _cell(self, gates: Tensor, memory: Tensor, projection: Weight) -> Tuple[Tensor, Tensor]:
         """One step from gate pre-activations (2, batch, 4 * lstm_dim) and memory (2, batch, lstm_dim).
 
         Returns the clipped projected output (2, batch, projection_dim) and the clipped memory;
@@ -151,7 +171,7 @@ class ProjectedLSTM(nn.Module):
         new_hidden = _project(cell_output, projection).clamp(-self.proj_clip, self.proj_clip)
         return new_hidden, new_memory
 
-    def _cell_in_place(self, gates: Tensor, memory: Tensor, projection: Tensor) -> Tuple[Tensor, Tensor]:
+    def _cell_in_place(self, gates: Tensor, memory: Tensor, projection: Weight) -> Tuple[Tensor, Tensor]:
         """:meth:`_cell` computed in the storage of ``gates``, with the same roundings.
 
         The returned memory is a view of ``gates``, to be copied out before the next window.
@@ -167,38 +187,46 @@ class ProjectedLSTM(nn.Module):
 class LSTMWeights(NamedTuple):
     """A layer's product weights in one dtype. Shapes (direction first): ``input`` (2, input_dim
     [+ 1 bias row], 4 * lstm_dim), ``hidden`` (2, projection_dim, 4 * lstm_dim), ``projection``
-    (2, lstm_dim, projection_dim)."""
+    (2, lstm_dim, projection_dim); in int8 a pair of packs each, transposed (see :mod:`.int8`)."""
 
-    input: Tensor
-    hidden: Tensor
-    projection: Tensor
+    input: Weight
+    hidden: Weight
+    projection: Weight
 
 
-def _input_gates(flat: Tensor, weight: Tensor, bias: Optional[Tensor], out: Optional[Tensor]) -> Tensor:
+def _input_gates(flat: Tensor, weight: Weight, bias: Optional[Tensor], out: Optional[Tensor]) -> Tensor:
     """The input half of a window's gates, float32, into ``out`` if given.
 
     Shapes: ``flat`` (2, n, input_dim) x ``weight`` (2, input_dim, 4 * lstm_dim) ->
     (2, n, 4 * lstm_dim). In lower precision the float32 ``bias`` is added in the pass that
     converts the product to float32.
     """
+    if not isinstance(weight, Tensor):
+        product = int8.by_direction(flat, weight)
+        return product if out is None else out.copy_(product)
     if bias is None:
         return torch.bmm(flat, weight, out=out)
     return torch.add(torch.bmm(flat, weight), bias, out=out)
 
 
-def _add_recurrent(gates: Tensor, hidden: Tensor, weight: Tensor, in_place: bool) -> Tensor:
+def _add_recurrent(gates: Tensor, hidden: Tensor, weight: Weight, in_place: bool) -> Tensor:
     """``gates + hidden @ weight`` in float32, the product in ``weight``'s dtype.
 
     Shapes: ``gates`` (2, rows, 4 * lstm_dim), ``hidden`` (2, rows, projection_dim) float32.
     """
-    if weight.dtype == torch.float32:
+    if not isinstance(weight, Tensor):
+        product = int8.by_direction(hidden, weight)
+    elif weight.dtype == torch.float32:
         return gates.baddbmm_(hidden, weight) if in_place else torch.baddbmm(gates, hidden, weight)
-    product = torch.bmm(hidden.to(weight.dtype), weight)
+    else:
+        product = torch.bmm(hidden.to(weight.dtype), weight)
     return gates.add_(product) if in_place else gates + product
 
 
-def _project(cell_output: Tensor, projection: Tensor) -> Tensor:
+def _project(cell_output: Tensor, projection: Weight) -> Tensor:
     """(2, rows, lstm_dim) float32 -> (2, rows, projection_dim) float32, the product in ``projection``'s dtype."""
+    if not isinstance(projection, Tensor):
+        return int8.by_direction(cell_output, projection)
     if projection.dtype == torch.float32:
         return torch.bmm(cell_output, projection)
     return torch.bmm(cell_output.to(projection.dtype), projection).float()

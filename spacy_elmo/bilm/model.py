@@ -18,7 +18,8 @@ from .chars import CHAR_PADDING, boundary_char_ids, token_char_ids
 from .files import read_weights, write_files
 from .lstm import BiLSTMStack, LSTMState
 from .options import ElmoOptions
-from .precision import Precision, check_precision, own_precision, resolve_precision, tensor_versions
+from .int8 import check_no_gradient
+from .precision import INT8, Precision, check_precision, own_precision, resolve_precision, tensor_versions
 from .token_cache import TokenCache
 
 StateMode = Literal["zero", "warm", "carry"]
@@ -79,9 +80,11 @@ class BiLM(nn.Module):
     - ``"carry"``: row r starts from where row r of the previous batch ended, exactly as
       bilm-tf and AllenNLP do. Outputs depend on call history; use it for parity checks.
 
-    ``precision`` sets the dtype of the matrix products: ``"fp32"``, ``"bf16"``, or ``"auto"``
-    (bf16 where the hardware multiplies it natively). Parameters, states and outputs stay
-    float32 in every mode; see :mod:`spacy_elmo.bilm.precision`.
+    ``precision`` sets the dtype of the matrix products: ``"fp32"``, ``"bf16"``, ``"int8"``
+    (inference on a CPU), or ``"auto"`` (on a GPU bf16 where it multiplies it natively; on a CPU
+    the fastest that keeps the accuracy contract, measured once per machine: see
+    :mod:`spacy_elmo.bilm.autotune`). Parameters, states and outputs stay float32 in every mode;
+    see :mod:`spacy_elmo.bilm.precision`.
     """
 
     def __init__(
@@ -134,7 +137,7 @@ class BiLM(nn.Module):
 
     @property
     def precision(self) -> Precision:
-        """``"fp32"``, ``"bf16"`` or ``"auto"``: the setting, as given (see :attr:`compute_dtype`)."""
+        """``"fp32"``, ``"bf16"``, ``"int8"`` or ``"auto"``: the setting, as given (see :attr:`compute_dtype`)."""
         return self._precision
 
     @precision.setter
@@ -144,8 +147,20 @@ class BiLM(nn.Module):
 
     @property
     def compute_dtype(self) -> torch.dtype:
-        """The dtype of the matrix products: ``precision`` resolved on the model's device."""
+        """The dtype of the matrix products: ``precision`` resolved on the model's device.
+
+        ``"auto"`` for inference on a CPU is the measured decision (:func:`.autotune.cpu_auto_precision`:
+        timed once per machine and model shapes, then read from the cache); with gradients on
+        the parameters (training) it is the hardware rule of :func:`.precision.resolve_precision`.
+        """
+        if self.precision == "auto" and self.device.type == "cpu" and not self._needs_gradient():
+            from .autotune import cpu_auto_precision
+
+            return resolve_precision(cpu_auto_precision(self), self.device)
         return resolve_precision(self.precision, self.device)
+
+    def _needs_gradient(self) -> bool:
+        return torch.is_grad_enabled() and self.char_cnn.projection.weight.requires_grad
 
     @property
     def settings(self) -> BiLMSettings:
@@ -192,18 +207,39 @@ class BiLM(nn.Module):
         """
         if len(sentences) == 0:
             raise ValueError("BiLM.forward needs at least one sentence (an empty one is fine)")
-        with own_precision(self.device, self.compute_dtype):
-            return self._forward(sentences, state)
+        dtype = self.compute_dtype
+        if dtype == INT8:
+            check_no_gradient(list(self.parameters()))
+        with own_precision(self.device, dtype):
+            table, index = self.token_table([(SENTENCE_START, *sentence, SENTENCE_END) for sentence in sentences])
+            return self._forward(sentences, table, index, state, dtype)
 
-    def _forward(self, sentences: Sequence[Sequence[str]], state: Optional[LSTMState]) -> BiLMOutput:
+    def layers_at(self, sentences: Sequence[Sequence[str]], precision: Precision) -> Tensor:
+        """:attr:`BiLMOutput.layers` of one zero-state pass with the products in ``precision``
+        (explicit), without the token cache and without gradients: what ``"auto"`` times
+        (:mod:`.autotune`). The model's own settings are left as they are."""
+        dtype = resolve_precision(precision, self.device)
+        distinct, index = _token_index([(SENTENCE_START, *sentence, SENTENCE_END) for sentence in sentences])
+        dropout_on = self.lstm.dropout.training
+        self.lstm.dropout.eval()  # a model in training mode: the passes must be comparable
+        try:
+            with torch.no_grad(), own_precision(self.device, dtype):
+                table = self._encode(distinct, range(len(distinct)), dtype)
+                return self._forward(sentences, table, index, self.initial_state(len(sentences), "zero"), dtype).layers
+        finally:
+            self.lstm.dropout.train(dropout_on)
+
+    def _forward(
+        self, sentences: Sequence[Sequence[str]], table: Tensor, index: Tensor, state: Optional[LSTMState], dtype: torch.dtype
+    ) -> BiLMOutput:
+        """The LSTM over the sentences' token vectors: row ``index[b, t]`` of ``table`` (see :meth:`token_table`)."""
         lengths = torch.tensor([len(s) + 2 for s in sentences], dtype=torch.int64, device=self.device)
         # Padding positions take row 0, the first sentence's start: masked below.
-        table, index = self.token_table([(SENTENCE_START, *sentence, SENTENCE_END) for sentence in sentences])
         tokens = table[index.T.to(self.device)]  # (time, batch, projection_dim)
         carry = state is None and self.state_mode == "carry"
         if state is None:
             state = self.initial_state(len(sentences))
-        lstm_layers, final_state = self.lstm(tokens, lengths, state, self.compute_dtype)
+        lstm_layers, final_state = self.lstm(tokens, lengths, state, dtype)
         if carry:
             self._remember(final_state)
         layers = torch.stack([torch.cat([tokens, tokens], dim=-1), *lstm_layers])
@@ -232,9 +268,10 @@ class BiLM(nn.Module):
 
         When no gradient is recorded, vectors come from :attr:`token_cache` where present.
         """
+        dtype = self.compute_dtype
         if torch.is_grad_enabled():
-            return self._encode(tokens, range(len(tokens)))
-        return self.token_cache.lookup(tokens, self.fingerprint(), lambda todo: self._encode(tokens, todo))
+            return self._encode(tokens, range(len(tokens)), dtype)
+        return self.token_cache.lookup(tokens, self.fingerprint(), lambda todo: self._encode(tokens, todo, dtype))
 
     def token_table(self, sequences: Sequence[Sequence[Hashable]]) -> Tuple[Tensor, Tensor]:
         """The distinct tokens' vectors, each encoded once, and where each position takes its vector.
@@ -242,11 +279,8 @@ class BiLM(nn.Module):
         Returns the table (n_distinct, projection_dim) and an index (n_sequences, max_length)
         into it; positions past a sequence's end point at row 0.
         """
-        rows: Dict[Hashable, int] = {}
-        index = numpy.zeros((len(sequences), max(map(len, sequences), default=0)), dtype=numpy.int64)
-        for r, sequence in enumerate(sequences):
-            index[r, : len(sequence)] = [rows.setdefault(token, len(rows)) for token in sequence]
-        return self.embed_tokens(list(rows)), torch.from_numpy(index)
+        distinct, index = _token_index(sequences)
+        return self.embed_tokens(distinct), index
 
     def fingerprint(self) -> Tuple:
         """Changes whenever a parameter or buffer is replaced, moved or written, or the precision
@@ -327,11 +361,12 @@ class BiLM(nn.Module):
         self._carried = LSTMState(hidden, memory)
 
     # ------------------------------------------------------------------ helpers
-    def _encode(self, tokens: Sequence[Hashable], positions: Sequence[int]) -> Tensor:
-        """Run the char CNN over ``tokens[p] for p in positions``, in bounded chunks.
+    def _encode(self, tokens: Sequence[Hashable], positions: Sequence[int], dtype: torch.dtype) -> Tensor:
+        """Run the char CNN over ``tokens[p] for p in positions``, in bounded chunks, products in ``dtype``.
 
         Tokens go through shortest first, so that each chunk's padding is cut short
         (see :meth:`CharCNN._positions_needed`). Shape: (len(positions), projection_dim).
+        In int8 the char CNN runs in float32 (see :mod:`.int8`).
         """
         if not len(positions):
             return self.char_cnn.projection.weight.new_zeros((0, self.options.projection_dim))
@@ -339,8 +374,8 @@ class BiLM(nn.Module):
         char_ids = numpy.stack([self._char_ids(tokens[p], max_chars) for p in positions])
         order = numpy.argsort((char_ids != CHAR_PADDING).sum(axis=1), kind="stable")
         sorted_ids = torch.from_numpy(char_ids[order]).to(self.device)
-        dtype = self.compute_dtype
-        encoded = torch.cat([self.char_cnn(chunk, dtype) for chunk in sorted_ids.split(CHAR_CNN_CHUNK)])
+        cnn_dtype = torch.float32 if dtype == INT8 else dtype
+        encoded = torch.cat([self.char_cnn(chunk, cnn_dtype) for chunk in sorted_ids.split(CHAR_CNN_CHUNK)])
         restore = torch.from_numpy(numpy.argsort(order)).to(self.device)
         return encoded[restore]
 
@@ -366,3 +401,13 @@ class BiLM(nn.Module):
             batch.append(i)
         if batch:
             yield batch
+
+
+def _token_index(sequences: Sequence[Sequence[Hashable]]) -> Tuple[List[Hashable], Tensor]:
+    """The distinct tokens in order of appearance, and an index (n_sequences, max_length) int64
+    into them; positions past a sequence's end point at row 0."""
+    rows: Dict[Hashable, int] = {}
+    index = numpy.zeros((len(sequences), max(map(len, sequences), default=0)), dtype=numpy.int64)
+    for r, sequence in enumerate(sequences):
+        index[r, : len(sequence)] = [rows.setdefault(token, len(rows)) for token in sequence]
+    return list(rows), torch.from_numpy(index)

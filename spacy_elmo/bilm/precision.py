@@ -1,7 +1,8 @@
-"""The precision of the biLM's matrix products: float32, or bfloat16 where the hardware has it.
+"""The precision of the biLM's matrix products: float32, bfloat16, or int8 for inference on a CPU.
 
 bf16 keeps float32's exponent range with an 8-bit mantissa, so products need no loss scaling;
-CPUs with AMX (and recent GPUs) multiply it several times faster than float32.
+CPUs with AMX (and recent GPUs) multiply it several times faster than float32, some CPUs with
+AVX512-BF16 alone faster too, others slower.
 In ``"bf16"`` mode only the products run in bf16 (the char CNN's convolutions, the highways
 and projection, the LSTM's input, recurrent and projection products, the pretraining softmax),
 each accumulating in float32 inside the kernel. Everything else stays float32: the parameters
@@ -24,9 +25,15 @@ biLM call runs on CUDA, :func:`own_precision` sets ``torch.backends.cuda.matmul.
 call are IEEE too. The backward pass of a training step runs after the forward call has returned,
 under the process's own settings: set both to ``"ieee"`` yourself to train in strict float32.
 
+``"int8"`` (inference on a CPU only) runs the LSTM's products on dynamic int8 kernels; see
+:mod:`.int8`.
+
 ``"auto"`` is bf16 on a GPU only where the model's GPU multiplies bf16 natively: compute
 capability 8.0 (Ampere) and up (:func:`gpu_has_native_bf16`). Older GPUs (V100, T4) have no bf16
 tensor cores and emulate it, although ``torch.cuda.is_bf16_supported()`` answers yes for them.
+On a CPU, whether bf16 or int8 pays depends on the CPU and on the model's shapes, so a biLM's
+inference measures it (:mod:`.autotune`); training, and callers without a model, use the
+hardware rule of :func:`resolve_precision`.
 """
 
 import contextlib
@@ -36,15 +43,19 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Seque
 import torch
 from torch import Tensor
 
-Precision = Literal["fp32", "bf16", "auto"]
-PRECISIONS: Tuple[str, ...] = ("fp32", "bf16", "auto")
-DTYPES: Dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
+Precision = Literal["fp32", "bf16", "int8", "auto"]
+PRECISIONS: Tuple[str, ...] = ("fp32", "bf16", "int8", "auto")
+# The product dtype each precision passes through the layers; torch.qint8 stands for "dynamic int8
+# products" (weights int8, activations quantized per call, float32 out: see .int8).
+INT8 = torch.qint8
+DTYPES: Dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": INT8}
 
-# The CPU feature that makes bf16 products pay, as torch.cpu.get_capabilities() names it: AMX's
-# bf16 tiles. AVX512-BF16 alone (dot-product instructions, no tiles) is slower than float32 for the
-# biLM: on a 2-core Xeon with it and without AMX, 304 against 495 tokens/s of inference at the
-# Small size and 1,373 against 2,035 tokens/s of `base` pretraining (benchmarks/bilm_speed.py,
-# pretrain_speed.py).
+# The CPU feature by which the hardware rule (training's "auto") takes bf16, as
+# torch.cpu.get_capabilities() names it: AMX's bf16 tiles. AVX512-BF16 alone (dot-product
+# instructions, no tiles) can go either way: on a 2-core Xeon with it and without AMX, 304 against
+# 495 tokens/s of inference at the Small size and 1,373 against 2,035 tokens/s of `base`
+# pretraining (benchmarks/bilm_speed.py, pretrain_speed.py); on a 2-core AMD EPYC, 1.4-1.8x
+# float32's inference speed. Inference measures instead (.autotune).
 FAST_BF16_FEATURE = "amx_bf16"
 
 # The compute capability from which NVIDIA GPUs have bf16 tensor cores (Ampere, sm_80).
@@ -85,13 +96,20 @@ def cuda_has_native_bf16(device: torch.device) -> bool:
 
 
 def resolve_precision(precision: Precision, device: torch.device) -> torch.dtype:
-    """The dtype of the products for ``precision`` on ``device``.
+    """The dtype of the products for ``precision`` on ``device``; cheap, and pure for explicit settings.
 
-    ``"auto"`` is bf16 only where products in it are faster than float32: a CPU with AMX
-    (:func:`cpu_has_amx_bf16`), or a GPU with native bf16 (:func:`cuda_has_native_bf16`);
-    float32 elsewhere.
+    ``"auto"`` here is the hardware rule: bf16 only on a CPU with AMX (:func:`cpu_has_amx_bf16`)
+    or a GPU with native bf16 (:func:`cuda_has_native_bf16`); float32 elsewhere. A biLM's
+    inference on a CPU measures instead (``BiLM.compute_dtype``, :mod:`.autotune`); training
+    keeps this rule (its backward pass and shapes differ, and int8 has no gradient).
+    ``"int8"`` runs on a CPU only.
     """
     check_precision(precision)
+    if precision == "int8" and device.type != "cpu":
+        raise ValueError(
+            f"precision 'int8' runs on a CPU only (PyTorch's dynamic int8 kernels), and this biLM is on {device}: "
+            "use \"auto\" or \"bf16\" there, or move the biLM to the CPU"
+        )
     if precision != "auto":
         return DTYPES[precision]
     if device.type == "cpu":
@@ -101,6 +119,14 @@ def resolve_precision(precision: Precision, device: torch.device) -> torch.dtype
     else:
         native = False
     return torch.bfloat16 if native else torch.float32
+
+
+def training_precision(precision: Precision, device: torch.device) -> Precision:
+    """The explicit precision a training run on ``device`` uses for ``precision``: ``"auto"``
+    decided by the hardware rule (:func:`resolve_precision`), which the run keeps, also when it
+    evaluates without gradients."""
+    dtype = resolve_precision(precision, device)
+    return next(name for name, value in DTYPES.items() if value == dtype)  # type: ignore[return-value]
 
 
 def _cuda_fp32_settings() -> List[Tuple[Any, str, Any]]:

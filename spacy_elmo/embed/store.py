@@ -33,16 +33,17 @@ CACHED_ROW_GROUPS = 64
 
 
 def store_serves(stored_products: str, precision: Precision) -> bool:
-    """Whether layers computed with ``stored_products`` (``"float32"`` or ``"bfloat16"``) may stand
-    in for a biLM whose ``precision`` setting is ``precision``.
+    """Whether layers computed with ``stored_products`` (``"float32"``, ``"bfloat16"`` or ``"qint8"``)
+    may stand in for a biLM whose ``precision`` setting is ``precision``.
 
     float32 products serve every setting: a store written on a CPU feeds a GPU pipeline whose
-    ``auto`` resolves to bf16 there, with values more precise than its own. bf16 products serve
-    ``bf16`` and ``auto``, a setting that accepts bf16 values wherever the hardware makes them
-    fast (the same pipeline on a bf16 GPU computes them), even where it resolves to float32. They
-    do not serve ``fp32``: a pipeline that asks for float32 must not be fed bf16 values silently.
+    ``auto`` resolves to bf16 there, with values more precise than its own. bf16 and int8 products
+    serve their own setting and ``auto``, a setting that accepts them wherever the hardware makes
+    them fast (the same pipeline on a bf16 GPU, or a CPU where int8 wins, computes them), even
+    where it resolves to float32. They serve no other: a pipeline that asks for float32 (or bf16)
+    must not be fed bf16 (or int8) values silently.
     """
-    return stored_products == "float32" or precision != "fp32"
+    return stored_products == "float32" or precision in ("auto", products_precision(stored_products))
 
 
 class FeatureStore:
@@ -134,7 +135,7 @@ class FeatureStore:
                 f"elmo features: {self.path} holds layers computed with {stored_products} matrix products, and "
                 f"this pipeline's biLM asks for {identity['products']} ([components.elmo.model] precision = "
                 f"\"{bilm.precision}\"). Either accept the store's: set [components.elmo.model] precision = \"auto\" "
-                f"(bf16 where the hardware is fast at it) or \"{products_precision(stored_products)}\"; or recompute "
+                f"(bf16 or int8 where the hardware is fast at it) or \"{products_precision(stored_products)}\"; or recompute "
                 f"the store: spacy-elmo embed ... --precision {products_precision(identity['products'])}"
             )
         if bilm.state_mode != self._settings.state:

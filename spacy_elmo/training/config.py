@@ -58,6 +58,11 @@ class TrainingConfig:
         if self.max_time is not None and self.max_time <= 0:
             raise ValueError(f"max_time must be positive, got {self.max_time}")
         check_precision(self.precision)
+        if self.precision == "int8":
+            raise ValueError(
+                "precision int8 is for inference only: its products have no gradient, so a biLM cannot be "
+                "pretrained in it. Use auto, fp32 or bf16 (and int8 to run the exported biLM)"
+            )
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -91,9 +96,8 @@ def _published(lstm_dim: int, projection_dim: int, n_highway: int) -> ElmoOption
 # Adagrad 0.2, dropout 0.1, clip 10.
 _PUBLISHED_TRAINING = TrainingConfig(batch_size=384, window=20, vocab_size=800_000, n_negatives=8192)
 
-# The CPU presets' training. Adam, not the paper's Adagrad: on 3.6 M tokens of English (see README)
-# `small` reached a held-out perplexity of 335 after 400 steps, where Adagrad 0.2 was at 1355
-# (572 after 2270 steps).
+# The CPU presets' training. Adam, not the paper's Adagrad: on a few million tokens it reaches a
+# low held-out perplexity in far fewer steps (docs/pretraining.md, "Presets").
 _CPU_TRAINING = TrainingConfig(
     batch_size=64,
     window=20,

@@ -31,6 +31,7 @@ from ..bilm import BiLM, ElmoOptions
 from ..bilm.model import STATE_MODES
 from ..fileio import PathLike
 from ..bilm.lstm import LSTMState
+from ..bilm.precision import training_precision
 from .checkpoint import (
     CHECKPOINT_NAME,
     Interrupted,
@@ -144,7 +145,9 @@ class Trainer:
         bilm = BiLM.from_files(*init_from) if init_from and checkpoint is None else BiLM(options)
         bilm.warm_hidden = bilm.warm_memory = None  # a warm start is recomputed at export
         bilm.dropout = config.dropout
-        bilm.precision = config.precision
+        # Training keeps its own decision, the hardware rule: the inference one is measured at other
+        # shapes without a backward pass, and may be int8, which has no gradient.
+        bilm.precision = training_precision(config.precision, env.device)
         self.loss = BiLMLoss(bilm, len(self.vocab), config.n_negatives, config.dropout)
         if continuation is not None:
             load_softmax(self.loss.softmax, continuation)

@@ -43,7 +43,7 @@ needs_bf16 = pytest.mark.skipif(not _can_multiply_bf16(), reason="this torch bui
 
 @pytest.fixture(scope="module")
 def bundled_files():
-    return pretrained_files("en_small")
+    return pretrained_files("en")
 
 
 def _mean_cosines(a: numpy.ndarray, b: numpy.ndarray) -> numpy.ndarray:
@@ -53,20 +53,22 @@ def _mean_cosines(a: numpy.ndarray, b: numpy.ndarray) -> numpy.ndarray:
 
 
 def test_an_unknown_precision_names_the_allowed_ones():
-    with pytest.raises(ValueError, match="precision must be one of fp32, bf16, auto, got 'fp16'"):
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16, int8, auto, got 'fp16'"):
         BiLM(tiny_options(), precision="fp16")
     model = random_bilm()
-    with pytest.raises(ValueError, match="fp32, bf16, auto"):
+    with pytest.raises(ValueError, match="fp32, bf16, int8, auto"):
         model.precision = "float32"
     assert model.precision == "fp32"
 
 
 @pytest.mark.parametrize("native, expected", [(True, torch.bfloat16), (False, torch.float32)])
-def test_auto_is_bf16_only_where_the_cpu_multiplies_it(monkeypatch, native, expected):
+def test_the_hardware_rule_is_bf16_only_where_the_cpu_has_amx(monkeypatch, native, expected):
+    """What training and callers without a model get for "auto" on a CPU (inference measures)."""
     monkeypatch.setattr(precision, "cpu_has_amx_bf16", lambda: native)
-    assert BiLM(tiny_options(), precision="auto").compute_dtype == expected
+    assert precision.resolve_precision("auto", torch.device("cpu")) == expected
     assert BiLM(tiny_options(), precision="fp32").compute_dtype == torch.float32
     assert BiLM(tiny_options(), precision="bf16").compute_dtype == torch.bfloat16
+    assert BiLM(tiny_options(), precision="int8").compute_dtype == torch.qint8
 
 
 @pytest.mark.parametrize(
@@ -83,10 +85,9 @@ def test_the_probe_reads_torchs_cpu_capabilities(monkeypatch, features, native):
     assert precision.cpu_has_amx_bf16() is native
 
 
-def test_auto_follows_this_cpu():
-    capabilities = torch.cpu.get_capabilities()
-    native = bool(capabilities.get("amx_bf16"))
-    assert BiLM(tiny_options(), precision="auto").compute_dtype == (torch.bfloat16 if native else torch.float32)
+def test_the_hardware_rule_follows_this_cpu():
+    native = bool(torch.cpu.get_capabilities().get("amx_bf16"))
+    assert precision.resolve_precision("auto", torch.device("cpu")) == (torch.bfloat16 if native else torch.float32)
 
 
 @needs_bf16

@@ -8,10 +8,11 @@ import spacy
 from thinc.api import Config
 
 import spacy_elmo.configs
+from spacy_elmo.bilm.int8 import int8_available
 from spacy_elmo.layers import get_bilm
 from spacy_elmo.pipeline_component import DEFAULT_MODEL
 
-from .conftest import elmo_config
+from .conftest import build_ner_textcat, elmo_config, make_examples
 
 TEXTS = ["The cat sat on the mat .", "Prices rose sharply in March ."]
 
@@ -61,3 +62,14 @@ def test_an_unknown_precision_is_a_clear_error(bilm_files) -> None:
     with pytest.raises(ValueError, match="elmo.model -> precision") as error:  # spaCy's config check
         nlp.add_pipe("elmo", config=elmo_config(bilm_files, precision="int4"))
     assert all(name in str(error.value) for name in ("'int4'", "'fp32'", "'bf16'", "'auto'"))
+
+
+@pytest.mark.skipif(not int8_available(), reason="this torch build has no int8 kernels for this CPU")
+def test_int8_serves_a_pipeline_and_refuses_fine_tuning_it(bilm_files) -> None:
+    """int8 products have no gradient: an update with freeze = false says so and what to set."""
+    nlp = build_ner_textcat(bilm_files, precision="int8", freeze=False)
+    assert [doc.cats for doc in nlp.pipe(TEXTS)]  # inference runs
+    with pytest.raises(ValueError, match=r"'int8' is for inference only.*precision = \"auto\""):
+        nlp.update(make_examples(nlp), sgd=nlp.create_optimizer())
+    frozen = build_ner_textcat(bilm_files, precision="int8", freeze=True)
+    frozen.update(make_examples(frozen), sgd=frozen.create_optimizer())  # a frozen biLM needs no gradient

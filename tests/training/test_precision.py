@@ -48,7 +48,7 @@ def test_pretrain_with_bf16_products_keeps_everything_else_float32(tmp_path):
 
 
 def test_an_unknown_precision_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="precision must be one of fp32, bf16, auto, got 'half'"):
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16, int8, auto, got 'half'"):
         TrainingConfig(precision="half")
     write_repetitive_corpus(tmp_path / "train.txt", 6)
     result = CliRunner().invoke(
@@ -56,7 +56,7 @@ def test_an_unknown_precision_is_a_clear_error(tmp_path):
               "--max-steps", "1", "--precision", "fp16"],
     )
     assert result.exit_code == 1
-    assert "precision must be one of fp32, bf16, auto, got 'fp16'" in result.output
+    assert "precision must be one of fp32, bf16, int8, auto, got 'fp16'" in result.output
 
 
 def test_the_cli_passes_the_precision_on(tmp_path):

@@ -1,0 +1,307 @@
+"""``precision = "auto"`` on a CPU: the fastest precision for this model on this machine, measured.
+
+Whether bf16 or int8 beats float32 depends on the CPU and on the model's shapes: on a 2-core AMD
+EPYC with AVX512-BF16, bf16 runs Original-size inference 1.7x faster than float32, while on a
+Xeon with AVX512-BF16 it was slower at the Small size. No CPU flag predicts it, so at the first
+use of a model's shapes on a machine the biLM times its own inference (:meth:`BiLM.layers_at`)
+on a fixed batch of made-up words in each precision the CPU can run (:func:`candidates`),
+interleaved, and takes the fastest whose layers keep the accuracy contract against float32 on
+that batch (mean per-token cosine of at least :data:`MIN_MEAN_COSINE` in every layer). About one
+to two seconds at the Original size, a fraction of that below.
+
+The decision is kept in memory for the process and in ``precision.json`` under the model cache
+(``SPACY_ELMO_CACHE``, see :mod:`spacy_elmo.pretrained.cache`), keyed by what it depends on: the
+CPU's name and flags, torch's thread count, the torch version and quantized engine, and the
+model's shapes (:func:`decision_fields`). Later loads read it without timing; an unreadable
+file is ignored and rewritten. Processes that start together (``n_process`` workers) wait for
+the one that measures (a file lock) and read its decision. Each decision is logged once
+(logger ``spacy_elmo``, INFO).
+
+``SPACY_ELMO_PRECISION=fp32|bf16|int8`` decides ``auto`` on the CPU without measuring; an
+explicit ``precision`` wins over both. Models below :data:`MIN_MEASURED_FLOPS` per token run
+float32 without measuring: there the products are not what costs, and timing would cost more
+than it could save.
+"""
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple
+
+import numpy
+import torch
+from filelock import FileLock
+
+from ..fileio import atomic_path
+from ..pretrained.cache import CACHE_ENV, cache_root
+from .int8 import int8_available
+from .options import ElmoOptions
+from .precision import check_precision
+
+
+class TunedModel(Protocol):
+    """What the decision needs of a biLM (:class:`~spacy_elmo.bilm.BiLM` has it): its shapes, and
+    its layers in a given precision."""
+
+    options: ElmoOptions
+
+    def layers_at(self, sentences: Sequence[Sequence[str]], precision: str) -> torch.Tensor: ...
+
+
+logger = logging.getLogger("spacy_elmo")
+
+PRECISION_ENV = "SPACY_ELMO_PRECISION"
+DECISIONS_NAME = "precision.json"
+MIN_MEAN_COSINE = 0.999  # the accuracy contract of every precision, per layer, against float32
+# Nominal FLOPs per token (char CNN + LSTM) below which auto is float32 without measuring: the
+# tiny models of tests and experiments, where Python overhead, not the products, sets the speed.
+MIN_MEASURED_FLOPS = 2_000_000
+BATCH_ROWS, BATCH_WORDS = 16, 10  # the timed batch: 16 sentences of 10 made-up words
+MIN_ROUNDS, MAX_ROUNDS, MIN_SECONDS = 3, 15, 0.5  # interleaved rounds: at least 3, more while cheap
+
+# One forward pass of the timed batch with the products in a precision; returns its layers.
+Run = Callable[[str], torch.Tensor]
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One precision's measurement: median speed, and its worst layer's mean per-token cosine to fp32."""
+
+    tokens_per_s: float
+    cosine: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What ``auto`` chose, and the measurements it chose from (empty when not measured)."""
+
+    choice: str
+    trials: Dict[str, Trial]
+    source: str  # "measured", "cache", "env", "tiny"
+
+
+_decided: Dict[Tuple, Decision] = {}
+_lock = threading.Lock()
+
+
+def cpu_auto_precision(model: TunedModel) -> str:
+    """What ``auto`` means for ``model``'s inference on this CPU: ``fp32``, ``bf16`` or ``int8``."""
+    return decide(model).choice
+
+
+def decide(model: TunedModel, run: Optional[Run] = None, clock: Clock = time.perf_counter) -> Decision:
+    """The decision for ``model`` at this thread count: from the environment, memory, the cache
+    file, or measured now and recorded (``run`` and ``clock`` replace the biLM's passes and the
+    timer in tests)."""
+    override = os.environ.get(PRECISION_ENV, "").strip()
+    if override:
+        return Decision(_checked_override(override), {}, "env")
+    if nominal_flops(model.options) < MIN_MEASURED_FLOPS:
+        return Decision("fp32", {}, "tiny")
+    memo = (model.options, torch.get_num_threads())
+    with _lock:
+        if memo in _decided:
+            return _decided[memo]
+        decision = _decided[memo] = _decide_once(model, run or _timed_run(model), clock, force=False)
+    logger.info("spacy-elmo: precision 'auto' on this CPU is %s for this biLM (%s)", decision.choice, describe(decision))
+    return decision
+
+
+def remeasure(model: TunedModel, record: bool = True, run: Optional[Run] = None, clock: Clock = time.perf_counter) -> Decision:
+    """Measure now, whatever is recorded or set (``spacy-elmo bench``); with ``record``, the
+    decision replaces the recorded one, as this process's too. Without (random weights, whose
+    accuracy says nothing of a trained model's), it is only returned."""
+    if not record:
+        trials = measure(run or _timed_run(model), candidates(), BATCH_ROWS * BATCH_WORDS, clock)
+        return Decision(choose(trials), trials, "measured")
+    with _lock:
+        decision = _decided[(model.options, torch.get_num_threads())] = _decide_once(
+            model, run or _timed_run(model), clock, force=True
+        )
+    return decision
+
+
+def _decide_once(model: TunedModel, run: Run, clock: Clock, force: bool) -> Decision:
+    """Read the decision from the cache file, or measure and record it, holding the file's lock.
+
+    A cache directory that cannot be written (a read-only home) costs a measurement per process,
+    never an error.
+    """
+    fields = decision_fields(model.options, torch.get_num_threads())
+    key = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+    path = decisions_path()
+    with _locked(path) as usable:
+        recorded = read_decisions(path).get(key) if usable and not force else None
+        if recorded is not None:
+            return Decision(recorded["choice"], {p: Trial(**t) for p, t in recorded["trials"].items()}, "cache")
+        trials = measure(run, candidates(), BATCH_ROWS * BATCH_WORDS, clock)
+        decision = Decision(choose(trials), trials, "measured")
+        if usable:
+            entry = {"choice": decision.choice, "trials": {p: asdict(t) for p, t in trials.items()},
+                     "fields": fields, "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
+            _record(path, key, entry)
+    return decision
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[bool]:
+    """Hold the decisions file's lock; yields False where the cache directory cannot be used."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(path) + ".lock")
+        lock.acquire()
+    except OSError as err:
+        logger.warning("spacy-elmo: cannot keep precision decisions in %s (%s); set %s to a writable "
+                       "directory, or %s to skip measuring", path.parent, err, CACHE_ENV, PRECISION_ENV)
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        lock.release()
+
+
+def _record(path: Path, key: str, entry: Dict[str, object]) -> None:
+    """Add ``entry`` to the decisions file, replacing an unreadable file."""
+    decisions = read_decisions(path)
+    decisions[key] = entry
+    try:
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(decisions, indent=1, sort_keys=True) + "\n", encoding="utf8")
+    except OSError as err:
+        logger.warning("spacy-elmo: cannot write %s (%s): precision 'auto' will be measured again", path, err)
+
+
+def _timed_run(model: TunedModel) -> Run:
+    batch = timing_batch()
+    return lambda precision: model.layers_at(batch, precision)  # type: ignore[arg-type]
+
+
+def _checked_override(value: str) -> str:
+    try:
+        check_precision(value)
+    except ValueError as err:
+        raise ValueError(f"{PRECISION_ENV}={value!r}: {err}") from err
+    if value == "auto":
+        raise ValueError(f"{PRECISION_ENV} decides what precision 'auto' is: give fp32, bf16 or int8, or unset it")
+    return value
+
+
+def decisions_path() -> Path:
+    """``precision.json`` in the model cache (``SPACY_ELMO_CACHE``, else the user's cache directory)."""
+    return cache_root() / DECISIONS_NAME
+
+
+def read_decisions(path: Path) -> Dict[str, Dict]:
+    """The recorded decisions, by key; ``{}`` for a missing or unreadable file (rewritten at the next decision)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {key: entry for key, entry in data.items() if _well_formed(entry)}
+
+
+def _well_formed(entry: object) -> bool:
+    try:
+        check_precision(entry["choice"])  # type: ignore[index]
+        return all(set(t) == {"tokens_per_s", "cosine"} for t in entry["trials"].values())  # type: ignore[index]
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return False
+
+
+def decision_fields(options: ElmoOptions, threads: int) -> Dict[str, object]:
+    """What a measured decision depends on: the CPU, torch, the thread count, the model's shapes."""
+    capabilities = torch.cpu.get_capabilities()
+    flags = sorted(name for name, value in capabilities.items() if value is True)
+    shapes = {name: value for name, value in options.to_dict().items() if name in ("lstm", "char_cnn")}
+    return {"cpu": capabilities.get("cpu_name", ""), "flags": flags, "threads": threads, "torch": torch.__version__,
+            "quantized_engine": torch.backends.quantized.engine, "shapes": shapes}
+
+
+def candidates() -> List[str]:
+    """The precisions this CPU runs natively: fp32; bf16 with AVX512-BF16 or AMX (elsewhere torch
+    emulates it, 30x slower: not worth timing); int8 where torch has the kernels."""
+    capabilities = torch.cpu.get_capabilities()
+    found = ["fp32"]
+    if capabilities.get("avx512_bf16") or capabilities.get("amx_bf16"):
+        found.append("bf16")
+    if int8_available():
+        found.append("int8")
+    return found
+
+
+def measure(run: Run, precisions: Sequence[str], n_tokens: int, clock: Clock) -> Dict[str, Trial]:
+    """Each precision's median tokens/s over interleaved rounds of ``run``, and its accuracy to fp32.
+
+    The first round also pays for kernels' first calls, bf16 copies and int8 packs: the median of
+    at least :data:`MIN_ROUNDS` leaves it out without an untimed round, which would cost a third
+    more. Rounds go on while they are cheap, up to :data:`MAX_ROUNDS` or :data:`MIN_SECONDS`.
+    """
+    layers: Dict[str, torch.Tensor] = {}
+    times: Dict[str, List[float]] = {precision: [] for precision in precisions}
+    start = clock()
+    rounds = 0
+    while rounds < MIN_ROUNDS or (rounds < MAX_ROUNDS and clock() - start < MIN_SECONDS):
+        for precision in precisions:
+            began = clock()
+            output = run(precision)
+            times[precision].append(clock() - began)
+            layers.setdefault(precision, output)  # the first round's, for the accuracy
+        rounds += 1
+    return {
+        precision: Trial(n_tokens / statistics.median(times[precision]), worst_cosine(layers[precision], layers["fp32"]))
+        for precision in precisions
+    }
+
+
+def worst_cosine(found: torch.Tensor, expected: torch.Tensor) -> float:
+    """The smallest over layers of the mean per-token cosine; ``layers`` as :meth:`BiLM.layers_at` gives them.
+
+    Shapes (n_layers + 1, batch, time, width); positions of zeros (padding) are left out.
+    """
+    a, b = found.float().flatten(1, 2), expected.float().flatten(1, 2)  # (layers, positions, width)
+    norms = a.norm(dim=-1) * b.norm(dim=-1)
+    kept = norms[0] > 0
+    cosines = (a * b).sum(-1)[:, kept] / norms[:, kept]
+    return float(cosines.mean(dim=1).min())
+
+
+def choose(trials: Dict[str, Trial]) -> str:
+    """The fastest precision that keeps the accuracy contract; fp32 keeps it by definition."""
+    kept = [p for p, trial in trials.items() if p == "fp32" or trial.cosine >= MIN_MEAN_COSINE]
+    return max(kept, key=lambda p: trials[p].tokens_per_s)
+
+
+def timing_batch() -> List[List[str]]:
+    """The fixed batch ``auto`` times: :data:`BATCH_ROWS` sentences of :data:`BATCH_WORDS` made-up words."""
+    rng = numpy.random.default_rng(0)
+    letters = list("abcdefghijklmnopqrstuvwxyz")
+    return [["".join(rng.choice(letters, rng.integers(2, 10))) for _ in range(BATCH_WORDS)] for _ in range(BATCH_ROWS)]
+
+
+def nominal_flops(options: ElmoOptions) -> int:
+    """FLOPs per token of the published cost model: the char CNN at every character position and
+    both directions of every LSTM layer."""
+    width = options.max_characters_per_token
+    conv = sum(2 * (width - w + 1) * w * options.char_embedding_dim * n for w, n in options.filters)
+    cnn = conv + options.n_highway * 4 * options.n_filters**2 + 2 * options.n_filters * options.projection_dim
+    per_direction = 4 * options.projection_dim * 4 * options.lstm_dim + 2 * options.lstm_dim * options.projection_dim
+    return cnn + 2 * options.n_layers * per_direction
+
+
+def describe(decision: Decision) -> str:
+    """One line: where the decision came from and, if measured, tokens/s and cosine per precision."""
+    if not decision.trials:
+        return {"env": f"set by {PRECISION_ENV}", "tiny": "a model this small runs fp32 unmeasured"}[decision.source]
+    rates = ", ".join(f"{p} {t.tokens_per_s:,.0f} tokens/s (cosine {t.cosine:.5f})" for p, t in decision.trials.items())
+    return f"{decision.source}: {rates}"

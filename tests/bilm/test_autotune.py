@@ -1,0 +1,221 @@
+"""``precision = "auto"`` on a CPU, measured: the decision logic, its cache and its overrides.
+
+No test times a real model: the passes and the clock are replaced (``run``, ``clock``), or the
+measurement is (``autotune.measure``), so that the suite stays deterministic on any CPU.
+"""
+
+import json
+from typing import Dict, List
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from spacy_elmo import BiLM
+from spacy_elmo.bilm import autotune
+from spacy_elmo.bilm.autotune import Trial
+from spacy_elmo.bilm.int8 import int8_available
+from spacy_elmo.cli import app
+
+from ..helpers import random_bilm, tiny_options
+
+PRECISIONS = ["fp32", "bf16", "int8"]
+
+
+def measured_options(**overrides):
+    """Shapes costly enough to be measured (above MIN_MEASURED_FLOPS), yet quick to build."""
+    return tiny_options(**{"lstm_dim": 512, "projection_dim": 64, **overrides})
+
+
+@pytest.fixture(autouse=True)
+def fresh_decisions(monkeypatch, tmp_path):
+    """No override, an empty cache directory, nothing decided in this process, every precision runnable."""
+    monkeypatch.delenv(autotune.PRECISION_ENV, raising=False)
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(autotune, "_decided", {})
+    monkeypatch.setattr(autotune, "candidates", lambda: list(PRECISIONS))
+
+
+class FakeMachine:
+    """Passes that take ``seconds[p]`` on a fake clock and return layers ``noise[p]`` away from fp32's."""
+
+    def __init__(self, seconds: Dict[str, float], noise: Dict[str, float]) -> None:
+        self.seconds, self.noise, self.now, self.runs = seconds, noise, 0.0, []  # type: ignore[var-annotated]
+        self.layers = torch.randn(3, 4, 6, 16, generator=torch.Generator().manual_seed(0))
+
+    def run(self, precision: str) -> torch.Tensor:
+        self.runs.append(precision)
+        self.now += self.seconds[precision]
+        noise = torch.randn(self.layers.shape, generator=torch.Generator().manual_seed(1))
+        return self.layers + self.noise.get(precision, 0.0) * noise
+
+    def clock(self) -> float:
+        return self.now
+
+
+def never(*args):
+    raise AssertionError("a recorded decision must be used without timing")
+
+
+def test_the_fastest_precision_that_keeps_the_contract_wins():
+    model = BiLM(measured_options())
+    machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.25}, noise={"bf16": 1e-4, "int8": 0.2})
+    decision = autotune.decide(model, machine.run, machine.clock)
+    assert decision.choice == "bf16"  # int8 is faster, but its layers are too far from fp32's
+    assert decision.trials["int8"].cosine < autotune.MIN_MEAN_COSINE <= decision.trials["bf16"].cosine
+    n_tokens = autotune.BATCH_ROWS * autotune.BATCH_WORDS
+    assert decision.trials["fp32"] == Trial(n_tokens / 1.0, pytest.approx(1.0))
+    # Interleaved rounds: fp32, bf16, int8, fp32, bf16, int8, ...
+    assert machine.runs[:6] == PRECISIONS * 2
+    assert machine.runs.count("fp32") == machine.runs.count("int8") >= autotune.MIN_ROUNDS
+
+
+@pytest.mark.parametrize("seconds, expected", [((1.0, 0.5, 0.25), "int8"), ((0.5, 1.0, 0.7), "fp32")])
+def test_the_fastest_wins_when_all_keep_the_contract(seconds, expected):
+    machine = FakeMachine(dict(zip(PRECISIONS, seconds)), noise={"bf16": 1e-4, "int8": 1e-3})
+    assert autotune.decide(BiLM(measured_options()), machine.run, machine.clock).choice == expected
+
+
+def test_a_recorded_decision_is_read_back_without_timing(monkeypatch):
+    model = BiLM(measured_options())
+    machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
+    first = autotune.decide(model, machine.run, machine.clock)
+    assert (first.choice, first.source) == ("bf16", "measured")
+    monkeypatch.setattr(autotune, "_decided", {})  # a new process
+    again = autotune.decide(BiLM(measured_options()), never, never)
+    assert (again.choice, again.source, again.trials) == ("bf16", "cache", first.trials)
+    recorded = json.loads(autotune.decisions_path().read_text())
+    (entry,) = recorded.values()
+    assert entry["fields"]["threads"] == torch.get_num_threads() and entry["choice"] == "bf16"
+
+
+def test_the_decision_is_kept_in_memory_for_the_process(monkeypatch):
+    model = BiLM(measured_options())
+    machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
+    autotune.decide(model, machine.run, machine.clock)
+    autotune.decisions_path().unlink()  # only the process's memory is left
+    assert autotune.decide(model, never, never).choice == "bf16"
+
+
+def test_another_thread_count_or_other_shapes_are_measured_again(monkeypatch):
+    machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
+    autotune.decide(BiLM(measured_options()), machine.run, machine.clock)
+    runs = len(machine.runs)
+    autotune.decide(BiLM(measured_options(n_highway=1)), machine.run, machine.clock)
+    assert len(machine.runs) > runs
+    runs = len(machine.runs)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 97)
+    autotune.decide(BiLM(measured_options()), machine.run, machine.clock)
+    assert len(machine.runs) > runs
+    assert len(json.loads(autotune.decisions_path().read_text())) == 3
+    fields = autotune.decision_fields(measured_options(), 1)
+    assert fields != autotune.decision_fields(measured_options(), 2)
+    assert fields != autotune.decision_fields(measured_options(lstm_dim=256), 1)
+    assert fields["cpu"] == torch.cpu.get_capabilities().get("cpu_name", "") and fields["torch"] == torch.__version__
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", '{"k": {"choice": "fp64", "trials": {}}}', ""])
+def test_an_unreadable_cache_file_is_ignored_and_rewritten(content):
+    path = autotune.decisions_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
+    assert autotune.decide(BiLM(measured_options()), machine.run, machine.clock).choice == "bf16"
+    (entry,) = json.loads(path.read_text()).values()
+    assert entry["choice"] == "bf16"
+
+
+@pytest.mark.parametrize("value", ["fp32", "bf16", "int8"])
+def test_the_environment_decides_auto_without_timing(monkeypatch, value):
+    monkeypatch.setenv(autotune.PRECISION_ENV, value)
+    decision = autotune.decide(BiLM(measured_options()), never, never)
+    assert (decision.choice, decision.source) == (value, "env")
+    assert not autotune.decisions_path().exists()
+
+
+@pytest.mark.parametrize("value, message", [("fp16", "SPACY_ELMO_PRECISION='fp16': precision must be one of"),
+                                            ("auto", "give fp32, bf16 or int8")])
+def test_a_wrong_environment_value_says_what_to_set(monkeypatch, value, message):
+    monkeypatch.setenv(autotune.PRECISION_ENV, value)
+    with pytest.raises(ValueError, match=message):
+        autotune.decide(BiLM(measured_options()), never, never)
+
+
+def test_a_tiny_model_runs_fp32_unmeasured():
+    decision = autotune.decide(BiLM(tiny_options()), never, never)
+    assert (decision.choice, decision.source) == ("fp32", "tiny")
+
+
+def test_inference_resolves_auto_by_the_decision_and_training_by_the_hardware_rule(monkeypatch):
+    calls: List[int] = []
+
+    def measure(run, precisions, n_tokens, clock):
+        calls.append(1)
+        return {"fp32": Trial(100.0, 1.0), "bf16": Trial(120.0, 1.0), "int8": Trial(300.0, 0.9999)}
+
+    monkeypatch.setattr(autotune, "measure", measure)
+    monkeypatch.setattr("spacy_elmo.bilm.precision.cpu_has_amx_bf16", lambda: False)
+    model = BiLM(measured_options(), precision="auto")
+    with torch.no_grad():
+        assert model.compute_dtype == torch.qint8
+        assert model.compute_dtype == torch.qint8
+    assert model.compute_dtype == torch.float32  # gradients on: training's rule, never int8
+    assert len(calls) == 1
+
+
+def test_worst_cosine_skips_padding_and_takes_the_worst_layer():
+    expected = torch.ones(2, 1, 3, 4)
+    expected[:, :, 2] = 0.0  # a padding position, zero in both
+    found = expected.clone()
+    found[1, 0, 0] = torch.tensor([1.0, 1.0, 1.0, -1.0])  # cosine 0.5 at one of layer 1's two positions
+    assert autotune.worst_cosine(found, expected) == pytest.approx(0.75)
+
+
+def test_bench_prints_the_rates_and_records_the_choice(tmp_path, monkeypatch):
+    """On a tiny model: real passes, too small to matter, and measured although auto would not measure it."""
+    monkeypatch.setattr(autotune, "candidates", lambda: ["fp32", "int8"] if int8_available() else ["fp32"])
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # the suite's thread count stays
+    random_bilm().to_files(tmp_path / "options.json", tmp_path / "weights.hdf5")
+    result = CliRunner().invoke(app, ["bench", "--model", str(tmp_path), "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert "| fp32 |" in result.output and "1.00x | 1.00000 |" in result.output
+    (entry,) = json.loads(autotune.decisions_path().read_text()).values()
+    assert f'precision "auto" here: {entry["choice"]} (recorded in {autotune.decisions_path()})' in result.output
+
+
+def test_bench_takes_a_model_or_a_size():
+    result = CliRunner().invoke(app, ["bench", "--model", "en", "--size", "small"])
+    assert result.exit_code == 1 and "give --model or --size, not both" in result.output
+    result = CliRunner().invoke(app, ["bench", "--size", "huge"])
+    assert result.exit_code == 1 and "--size must be one of original, small, got 'huge'" in result.output
+
+
+def test_a_cache_directory_that_cannot_be_written_costs_a_measurement_not_an_error(monkeypatch, tmp_path, caplog):
+    (tmp_path / "not_a_directory").write_text("")
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "not_a_directory"))
+    machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
+    assert autotune.decide(BiLM(measured_options()), machine.run, machine.clock).choice == "bf16"
+    assert "cannot keep precision decisions" in caplog.text and "SPACY_ELMO_CACHE" in caplog.text
+
+
+def test_bench_of_untrained_weights_prints_the_choice_without_recording_it(monkeypatch):
+    machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
+    model = BiLM(measured_options())
+    assert autotune.remeasure(model, record=False, run=machine.run, clock=machine.clock).choice == "bf16"
+    assert not autotune.decisions_path().exists() and not autotune._decided
+    assert autotune.remeasure(model, run=machine.run, clock=machine.clock).choice == "bf16"
+    assert autotune.decide(model, never, never).source == "measured"  # remembered by the process
+    assert json.loads(autotune.decisions_path().read_text())
+
+
+def test_the_timed_pass_is_the_models_own_in_each_precision():
+    """layers_at: an explicit precision, zero states, no cache, the model's settings untouched."""
+    model = random_bilm(state="carry", precision="auto", cache_size=100).train()
+    sentences = [["The", "bank", "rose", "."], ["It", "fell"]]
+    for precision in PRECISIONS[:2]:
+        fresh = random_bilm(precision=precision, cache_size=0)
+        with torch.no_grad():
+            expected = fresh(sentences).layers
+        torch.testing.assert_close(model.layers_at(sentences, precision), expected, rtol=0, atol=0)
+    assert (model.precision, model.state_mode, model.training, len(model.token_cache)) == ("auto", "carry", True, 0)
+    assert model.lstm.dropout.training

@@ -1,0 +1,93 @@
+"""``precision = "int8"``: dynamic int8 LSTM products for inference, its accuracy contract and refusals."""
+
+import numpy
+import pytest
+import torch
+
+from spacy_elmo import BiLM, pretrained_files
+from spacy_elmo.bilm import int8, precision
+from spacy_elmo.training.config import TrainingConfig
+
+from ..helpers import random_bilm
+from .test_precision import MIN_MEAN_COSINE, TEXT, _mean_cosines
+
+pytestmark = pytest.mark.skipif(not int8.int8_available(), reason="this torch build has no int8 kernels for this CPU")
+
+
+def test_int8_layers_keep_the_accuracy_contract_on_the_bundled_bilm():
+    """The contract: mean per-token cosine to float32 of at least 0.999 in every layer (bundled ``en``)."""
+    files = pretrained_files("en")
+    expected = numpy.concatenate(BiLM.from_files(*files, precision="fp32").embed_sentences(TEXT), axis=1)
+    found = numpy.concatenate(BiLM.from_files(*files, precision="int8").embed_sentences(TEXT), axis=1)
+    numpy.testing.assert_array_equal(found[0], expected[0])  # the char CNN stays float32
+    assert numpy.abs(found[1:] - expected[1:]).max() > 1e-3  # the LSTM products did run in int8
+    cosines = _mean_cosines(found, expected)
+    assert (cosines >= MIN_MEAN_COSINE).all(), cosines
+
+
+def test_int8_refuses_gradients_and_says_what_to_set():
+    model = random_bilm(precision="int8")
+    with pytest.raises(ValueError, match=r"'int8' is for inference only.*precision = \"auto\".*freeze = true"):
+        model(TEXT[:1])
+    with torch.no_grad():
+        assert model(TEXT[:1]).layers.dtype == torch.float32
+
+
+def test_pretraining_refuses_int8():
+    with pytest.raises(ValueError, match="int8 is for inference only.*Use auto, fp32 or bf16"):
+        TrainingConfig(precision="int8")
+
+
+def test_int8_runs_on_a_cpu_only():
+    with pytest.raises(ValueError, match="'int8' runs on a CPU only.*cuda:0"):
+        precision.resolve_precision("int8", torch.device("cuda", 0))
+
+
+def test_int8_packs_follow_changed_weights():
+    model = random_bilm(precision="int8", cache_size=0)
+    model.embed_sentences(TEXT[:1])  # makes the packs
+    reference = random_bilm(precision="int8", cache_size=0)
+    with torch.no_grad():
+        for param in [*model.parameters(), *reference.parameters()]:
+            param.mul_(0.9)
+    numpy.testing.assert_array_equal(model.embed_sentences(TEXT[:1])[0], reference.embed_sentences(TEXT[:1])[0])
+
+
+def test_int8_results_are_not_served_as_fp32_ones():
+    model = random_bilm(cache_size=100)
+    fp32 = model.fingerprint()
+    model.precision = "int8"
+    assert model.fingerprint() != fp32 and model.fingerprint()[0] == torch.qint8
+
+
+def test_a_pack_is_made_once_while_the_weights_are_unchanged(monkeypatch):
+    made = []
+    original = int8.pack
+    monkeypatch.setattr(int8, "pack", lambda weight, bias: made.append(1) or original(weight, bias))
+    model = random_bilm(precision="int8", cache_size=0)
+    model.embed_sentences(TEXT[:2])
+    first = len(made)
+    model.embed_sentences(TEXT[2:4])
+    assert first == 3 * 2 * model.options.n_layers and len(made) == first  # 3 products x 2 directions per layer
+
+
+@pytest.mark.parametrize(
+    "stored, precision, serves",
+    [("qint8", "int8", True), ("qint8", "auto", True), ("qint8", "bf16", False), ("qint8", "fp32", False),
+     ("bfloat16", "int8", False), ("float32", "int8", True)],
+)
+def test_a_feature_store_of_int8_products_serves_int8_and_auto_only(stored, precision, serves):
+    from spacy_elmo.embed.store import store_serves
+
+    assert store_serves(stored, precision) is serves
+
+
+def test_copies_and_pickles_of_a_model_leave_the_packs_behind():
+    import copy
+    import pickle
+
+    model = random_bilm(precision="int8")
+    expected = model.embed_sentences(TEXT[:1])[0]
+    for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert not clone.lstm.layers[0].int8._packs
+        numpy.testing.assert_array_equal(clone.embed_sentences(TEXT[:1])[0], expected)
