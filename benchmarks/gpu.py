@@ -38,9 +38,9 @@ import torch
 
 from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm.precision import cpu_has_amx_bf16, gpu_has_native_bf16
-from spacy_elmo.training import get_preset
-from spacy_elmo.training.distributed import init_distributed
-from spacy_elmo.training.train import Trainer
+from spacy_elmo.pretraining import get_preset
+from spacy_elmo.pretraining.distributed import init_distributed
+from spacy_elmo.pretraining.train import Trainer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bilm_speed import ORIGINAL, make_sentences  # noqa: E402  (a sibling script, not a package)

@@ -19,10 +19,10 @@ from typing import List
 import spacy
 
 from spacy_elmo import BiLM
-from spacy_elmo.training.checkpoint import load_checkpoint
-from spacy_elmo.training.evaluate import heldout_perplexity
-from spacy_elmo.training.softmax import SharedSoftmax
-from spacy_elmo.training.vocab import Vocabulary
+from spacy_elmo.pretraining.checkpoint import load_checkpoint
+from spacy_elmo.pretraining.evaluate import heldout_perplexity
+from spacy_elmo.pretraining.softmax import SharedSoftmax
+from spacy_elmo.pretraining.vocab import Vocabulary
 
 
 def heldout_sentences(path: Path, max_tokens: int) -> List[List[str]]:

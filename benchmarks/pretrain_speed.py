@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 
 from spacy_elmo.bilm.precision import PRECISIONS
-from spacy_elmo.training import get_preset
-from spacy_elmo.training.distributed import Distributed
-from spacy_elmo.training.train import Trainer
+from spacy_elmo.pretraining import get_preset
+from spacy_elmo.pretraining.distributed import Distributed
+from spacy_elmo.pretraining.train import Trainer
 
 
 def zipf_corpus(path: Path, n_documents: int = 3000, vocab: int = 30_000, seed: int = 0) -> None:

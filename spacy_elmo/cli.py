@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Optional, Tuple
 
 import typer
 
-from .training.config import PRESETS
+from .pretraining.config import PRESETS
 
 if TYPE_CHECKING:
     from .bilm import BiLM
@@ -117,9 +117,10 @@ def pretrain(
     import torch
 
     from .bilm import ElmoFileError
-    from .training import export_pipeline, get_preset
-    from .training.checkpoint import Interrupted, OutputError
-    from .training import pretrain as run_pretraining
+    from .fileio import OutputError
+    from .pretraining import export_pipeline, get_preset
+    from .pretraining import pretrain as run_pretraining
+    from .pretraining.checkpoint import Interrupted
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -201,8 +202,8 @@ def export(
 ) -> None:
     """Export the last checkpoint of a pretrain run, while it runs or after it stopped: to evaluate
     it, or to continue it elsewhere with `pretrain --init-from`."""
-    from .training.checkpoint import CHECKPOINT_NAME
-    from .training.continuation import export_checkpoint
+    from .pretraining.checkpoint import CHECKPOINT_NAME
+    from .pretraining.continuation import export_checkpoint
 
     if output_dir.resolve() == run_dir.resolve():
         typer.secho("Error: OUTPUT_DIR must differ from RUN_DIR, whose end writes the same files", fg=typer.colors.RED, err=True)

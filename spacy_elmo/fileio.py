@@ -21,6 +21,15 @@ from typing import Iterator, Tuple, Union
 PathLike = Union[str, Path]
 
 
+class OutputError(ValueError, RuntimeError):
+    """An output (of ``pretrain`` or ``embed``) cannot be written or cannot take this run; the message says what
+    survived and what to do.
+
+    One class for both commands, so that a caller catches one name. It is both a ValueError (what ``embed``'s
+    used to be) and a RuntimeError (what ``pretrain``'s used to be), so code written against either still catches it.
+    """
+
+
 def _default_file_mode() -> int:
     """0o666 minus the umask: what ``open(path, "w")`` would give (mkstemp gives 0o600)."""
     umask = os.umask(0)

@@ -27,7 +27,7 @@ from . import architectures  # noqa: F401  (registers the architectures named in
 from .bilm import BiLM
 from .layers import ElmoBiLMSettings, ElmoListener, get_bilm, set_bilm
 from .layers.arrays import no_backprop
-from .layers.bilm_io import bilm_from_bytes, bilm_to_bytes
+from .bilm.serialize import bilm_from_bytes, bilm_to_bytes
 from .layers.listener import FEATURES_ATTR, UNREAD_ATTR
 from .threads import Threads, check_threads, torch_threads
 

@@ -6,7 +6,7 @@ Pure of spaCy components: it reads text (:mod:`.reader`), runs the biLM shard by
 feature store for the ``elmo`` component (:mod:`.store`).
 """
 
-from .manifest import OutputError
+from ..fileio import OutputError
 from .run import run_embed
 from .settings import EmbedSettings, parse_layers
 

@@ -21,8 +21,8 @@ from typing import Optional
 import h5py
 
 from ..bilm import ElmoOptions
-from ..fileio import atomic_path
-from .manifest import Manifest, OutputError
+from ..fileio import OutputError, atomic_path
+from .manifest import Manifest
 from .parquet import arrays_of, iter_row_groups
 from .settings import EmbedSettings, output_tail_shape
 

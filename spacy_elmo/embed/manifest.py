@@ -10,16 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List
 
-from ..fileio import atomic_path
+from ..fileio import OutputError, atomic_path
 from .settings import identity_differences, products_precision, resume_identity
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "spacy-elmo embed"
 VERSION = 1
-
-
-class OutputError(ValueError):
-    """The output path cannot take this run's output; the message says what to do."""
 
 
 def shard_name(shard: int) -> str:

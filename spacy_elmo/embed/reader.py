@@ -1,6 +1,6 @@
 """The input of ``spacy-elmo embed``: a corpus read as numbered sentences, in shards.
 
-The formats are the pretrain command's (see :mod:`spacy_elmo.training.corpus`), read one record
+The formats are the pretrain command's (see :mod:`spacy_elmo.pretraining.corpus`), read one record
 per sentence: a line of a text file, a line of a ``.jsonl`` file (its ``"text"``), a Doc of a
 ``.spacy`` file. Unlike pretraining, empty records are kept: an empty line is a sentence with
 no tokens, so that sentence ``i`` is always record ``i`` of the input (AllenNLP's line numbers).
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from ..fileio import PathLike, text_lines
-from ..training.corpus import corpus_files, jsonl_text, spacy_tokenizer
+from ..pretraining.corpus import corpus_files, jsonl_text, spacy_tokenizer
 
 if TYPE_CHECKING:
     from spacy.tokens import Doc

@@ -23,7 +23,7 @@ from thinc.types import Floats3d, FloatsXd
 from ..bilm import BiLM, ElmoOptions
 from ..pretrained.resolve import resolve_files, resolve_pretrained
 from .arrays import no_backprop, split_by_lengths
-from .bilm_io import bilm_from_bytes, bilm_to_bytes
+from ..bilm.serialize import bilm_from_bytes, bilm_to_bytes
 from .bilm_settings import ElmoBiLMSettings
 from .feature_cache import FeatureCache
 from .segmentation import SKIPPED, SegmentPlan, plan_segments

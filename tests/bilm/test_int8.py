@@ -6,7 +6,7 @@ import torch
 
 from spacy_elmo import BiLM, pretrained_files
 from spacy_elmo.bilm import int8, precision
-from spacy_elmo.training.config import TrainingConfig
+from spacy_elmo.pretraining.config import TrainingConfig
 
 from ..helpers import random_bilm
 from .test_precision import MIN_MEAN_COSINE, TEXT, _mean_cosines

@@ -8,15 +8,15 @@ from spacy_elmo.bilm.precision import gpu_has_native_bf16
 from spacy_elmo.embed import EmbedSettings, run_embed
 from spacy_elmo.embed.manifest import Manifest
 from spacy_elmo.layers import get_bilm
-from spacy_elmo.training import get_preset, pretrain
-from spacy_elmo.training.checkpoint import load_checkpoint
-from spacy_elmo.training.distributed import init_distributed
-from spacy_elmo.training.train import Trainer
+from spacy_elmo.pretraining import get_preset, pretrain
+from spacy_elmo.pretraining.checkpoint import load_checkpoint
+from spacy_elmo.pretraining.distributed import init_distributed
+from spacy_elmo.pretraining.train import Trainer
 
 from ..embed.test_store import TEXTS, count_biLM_sentences, pipeline  # noqa: F401  (count_biLM_sentences: a fixture)
 from ..helpers import assert_float32_close
-from ..training.helpers import write_corpus, write_repetitive_corpus
-from ..training.test_resume_distributed import _weights
+from ..pretraining.helpers import write_corpus, write_repetitive_corpus
+from ..pretraining.test_resume_distributed import _weights
 from .helpers import host, is_cupy_float32
 
 pytestmark = pytest.mark.gpu

@@ -14,7 +14,7 @@ import srsly
 import torch
 
 from spacy_elmo import ElmoFileError
-from spacy_elmo.training.checkpoint import FORMAT_VERSION, load_checkpoint
+from spacy_elmo.pretraining.checkpoint import FORMAT_VERSION, load_checkpoint
 
 from ..pipeline.conftest import elmo_config
 
@@ -107,10 +107,10 @@ def test_checkpoint_that_is_a_pickle(tmp_path: Path, with_torch: bool) -> None:
 @pytest.mark.parametrize("with_torch", [False, True], ids=["pickle", "torch.save"])
 def test_pretraining_resume_refuses_a_pickled_checkpoint(tmp_path: Path, with_torch: bool) -> None:
     """``pretrain`` resumes from OUTPUT_DIR/checkpoint.pt: a planted one stops the run, unexecuted."""
-    from spacy_elmo.training import get_preset, pretrain
-    from spacy_elmo.training.checkpoint import CHECKPOINT_NAME
+    from spacy_elmo.pretraining import get_preset, pretrain
+    from spacy_elmo.pretraining.checkpoint import CHECKPOINT_NAME
 
-    from ..training.helpers import write_corpus
+    from ..pretraining.helpers import write_corpus
 
     marker = tmp_path / "PWNED"
     write_corpus(tmp_path / "train.txt", 20)

@@ -20,10 +20,10 @@ import h5py
 import numpy
 import pytest
 
-from spacy_elmo.training.checkpoint import STOP_SIGNALS, load_checkpoint, stop_requests
+from spacy_elmo.pretraining.checkpoint import STOP_SIGNALS, load_checkpoint, stop_requests
 
 from ..helpers import assert_float32_close
-from ..training.helpers import write_corpus
+from ..pretraining.helpers import write_corpus
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 ARGS = ("--preset", "tiny", "--negatives", "8", "--checkpoint-every", "10", "--seed", "5", "--no-progress")
@@ -190,7 +190,7 @@ def test_ctrl_c_before_the_first_checkpoint_saves_one_and_the_run_resumes_from_i
 SIGNAL_RANK_1 = """
 import os, signal, sys
 from spacy_elmo.cli import app
-from spacy_elmo.training.train import Trainer
+from spacy_elmo.pretraining.train import Trainer
 
 real_step = Trainer._train_step
 

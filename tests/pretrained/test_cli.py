@@ -7,7 +7,7 @@ from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 from spacy_elmo.pretrained.registry import BUILTIN
 
-from ..training.helpers import write_corpus
+from ..pretraining.helpers import write_corpus
 from .conftest import write_registry
 
 PUBLISHED = ["small", "medium", "original", "original-5.5b", "pubmed", "pt-wikipedia", "pt-brwac", "ja", "de", "eu"]

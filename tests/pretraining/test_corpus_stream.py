@@ -7,9 +7,9 @@ from spacy.tokens import DocBin
 from spacy_elmo.bilm.model import SENTENCE_END as E
 from spacy_elmo.bilm.model import SENTENCE_START as S
 from spacy_elmo.embed.reader import SentenceSource
-from spacy_elmo.training.corpus import CorpusReader, Position
-from spacy_elmo.training.stream import WindowStream
-from spacy_elmo.training.vocab import Vocabulary
+from spacy_elmo.pretraining.corpus import CorpusReader, Position
+from spacy_elmo.pretraining.stream import WindowStream
+from spacy_elmo.pretraining.vocab import Vocabulary
 
 
 def test_formats_are_read_and_tokenized_with_spacy(tmp_path):

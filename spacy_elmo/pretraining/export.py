@@ -5,12 +5,14 @@ from pathlib import Path
 from ..fileio import PathLike
 
 
-def export_pipeline(model_dir: PathLike, output: PathLike, lang: str = "en", state: str = "warm") -> None:
+def export_pipeline(model_dir: PathLike, output: PathLike, lang: str = "en", state: str = "zero") -> None:
     """Save ``spacy.blank(lang)`` with an ``elmo`` component holding the biLM of ``model_dir``.
 
     ``model_dir`` holds ``options.json`` + ``weights.hdf5`` as :func:`pretrain` exports them;
     the weights are copied into the pipeline, which ``spacy.load(output)`` then loads alone.
-    ``state="warm"`` uses the warm start exported with the model.
+    ``state`` defaults to ``"zero"``, the component's own default, which the docs recommend because a
+    sentence's vectors then do not depend on its batch; ``state="warm"`` uses the warm start exported
+    with the model.
     """
     import spacy
 

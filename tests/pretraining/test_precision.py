@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
-from spacy_elmo.training import SharedSoftmax, TrainingConfig, get_preset, pretrain
-from spacy_elmo.training.checkpoint import load_checkpoint
-from spacy_elmo.training.softmax import sample_log_uniform
+from spacy_elmo.pretraining import SharedSoftmax, TrainingConfig, get_preset, pretrain
+from spacy_elmo.pretraining.checkpoint import load_checkpoint
+from spacy_elmo.pretraining.softmax import sample_log_uniform
 
 from .helpers import write_repetitive_corpus
 

@@ -20,17 +20,13 @@ from typing import Any, Dict, Iterator, List, Sequence
 import numpy
 import torch
 
-from ..fileio import atomic_path, remove_stale_temporaries
+from ..fileio import OutputError, atomic_path, remove_stale_temporaries
 
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT_VERSION = 1
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class OutputError(RuntimeError):
-    """A file of the run could not be written (full disk, permissions); the message says what survived."""
 
 
 class Interrupted(KeyboardInterrupt):
@@ -109,6 +105,13 @@ def load_checkpoint(path: Path) -> Dict[str, Any]:
     if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
         raise ValueError(f"{path} is not a spacy-elmo checkpoint (format {FORMAT_VERSION})")
     return state
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's generators: what :func:`rng_state` saves."""
+    random.seed(seed)
+    numpy.random.seed(seed)
+    torch.manual_seed(seed)
 
 
 def rng_state() -> Dict[str, Any]:

@@ -10,7 +10,7 @@ import time
 import h5py
 import pytest
 
-from spacy_elmo.training.checkpoint import load_checkpoint
+from spacy_elmo.pretraining.checkpoint import load_checkpoint
 
 from ..helpers import assert_float32_close
 from .helpers import write_corpus

@@ -6,7 +6,7 @@ import numpy
 import pytest
 import torch
 
-from spacy_elmo.training.checkpoint import rng_state, set_rng_state
+from spacy_elmo.pretraining.checkpoint import rng_state, set_rng_state
 
 
 def _draws():

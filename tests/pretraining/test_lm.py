@@ -4,11 +4,11 @@ import torch
 
 from spacy_elmo.bilm.model import SENTENCE_END as E
 from spacy_elmo.bilm.model import SENTENCE_START as S
-from spacy_elmo.training import lm
-from spacy_elmo.training.evaluate import heldout_perplexity
-from spacy_elmo.training.lm import BiLMLoss, detach
-from spacy_elmo.training.stream import WindowBatch
-from spacy_elmo.training.vocab import BOS, EOS, Vocabulary
+from spacy_elmo.pretraining import lm
+from spacy_elmo.pretraining.evaluate import heldout_perplexity
+from spacy_elmo.pretraining.lm import BiLMLoss, detach
+from spacy_elmo.pretraining.stream import WindowBatch
+from spacy_elmo.pretraining.vocab import BOS, EOS, Vocabulary
 
 from ..helpers import assert_float32_close, random_bilm, record_own_precision
 

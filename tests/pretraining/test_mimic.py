@@ -13,10 +13,11 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
-from spacy_elmo.training import get_preset, pretrain
-from spacy_elmo.training.distributed import Distributed
-from spacy_elmo.training.mimic import VectorMimic, load_static_vectors, mimic_targets, mimic_vectors
-from spacy_elmo.training.train import Trainer, data_parallel
+from spacy_elmo.pretraining import get_preset, pretrain
+from spacy_elmo.pretraining.distributed import Distributed
+from spacy_elmo.pretraining.mimic import VectorMimic, load_static_vectors, mimic_targets, mimic_vectors
+from spacy_elmo.pretraining.objective import data_parallel
+from spacy_elmo.pretraining.train import Trainer
 
 from ..helpers import assert_float32_close
 from .helpers import WORDS, write_corpus

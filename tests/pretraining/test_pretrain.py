@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM, ElmoOptions, pretrained_files
 from spacy_elmo.cli import app, parse_duration
-from spacy_elmo.training import export_pipeline, get_preset, pretrain
-from spacy_elmo.training.checkpoint import load_checkpoint
+from spacy_elmo.pretraining import export_pipeline, get_preset, pretrain
+from spacy_elmo.pretraining.checkpoint import load_checkpoint
 
 from .helpers import write_corpus, write_repetitive_corpus
 
@@ -188,6 +188,7 @@ def test_export_into_an_elmo_pipeline(trained, tmp_path):
     export_pipeline(root / "out", tmp_path / "pipeline")
     nlp = spacy.load(tmp_path / "pipeline")
     assert nlp.pipe_names == ["elmo"]
+    assert nlp.config["components"]["elmo"]["model"]["state"] == "zero"
     doc = nlp("the cat sat on the mat .")
     assert doc.tensor.shape == (7, 2 * get_preset("tiny").options.projection_dim)
 

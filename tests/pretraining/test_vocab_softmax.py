@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from spacy_elmo.bilm.model import SENTENCE_END, SENTENCE_START
-from spacy_elmo.training.softmax import SharedSoftmax, log_uniform_probs, sample_log_uniform
-from spacy_elmo.training.vocab import BOS, EOS, UNK, Vocabulary
+from spacy_elmo.pretraining.softmax import SharedSoftmax, log_uniform_probs, sample_log_uniform
+from spacy_elmo.pretraining.vocab import BOS, EOS, UNK, Vocabulary
 
 from ..helpers import assert_float32_close
 
@@ -73,7 +73,7 @@ def test_sampled_softmax_masks_accidental_hits():
 
 
 def test_full_softmax_in_chunks_is_the_same(monkeypatch):
-    from spacy_elmo.training import softmax as softmax_module
+    from spacy_elmo.pretraining import softmax as softmax_module
 
     torch.manual_seed(0)
     softmax = SharedSoftmax(vocab_size=100, dim=4)

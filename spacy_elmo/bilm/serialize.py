@@ -7,8 +7,8 @@ from typing import Any, Dict, Optional
 import srsly
 import torch
 
-from ..bilm import BiLM, ElmoOptions
-from ..bilm.model import BiLMSettings
+from .model import BiLM, BiLMSettings
+from .options import ElmoOptions
 
 
 def bilm_to_bytes(bilm: Optional[BiLM]) -> bytes:

@@ -6,7 +6,10 @@ learning rate) on one process or many; more processes only make each step faster
 """
 
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable, Optional
+
+import torch
+from torch import nn
 
 from ..bilm import ElmoOptions
 from ..bilm.precision import Precision, check_precision
@@ -172,8 +175,19 @@ def get_preset(name: str) -> Preset:
     return PRESETS[name]
 
 
-def training_keys(config: TrainingConfig, vocab_size: int, n_train_tokens: int) -> Dict[str, Any]:
-    """The bilm-tf training keys of ``options.json`` describing this run."""
+def with_training_keys(options: ElmoOptions, config: TrainingConfig, vocab_size: int, n_train_tokens: int) -> ElmoOptions:
+    """``options`` plus the bilm-tf training keys of ``options.json`` describing this run."""
+    return replace(options, training={**options.training, **_training_keys(config, vocab_size, n_train_tokens)})
+
+
+def build_optimizer(config: TrainingConfig, parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """The optimizer ``config`` names; Adagrad as bilm-tf sets it up (initial accumulator 1.0)."""
+    if config.optimizer == "adagrad":
+        return torch.optim.Adagrad(parameters, lr=config.learning_rate, initial_accumulator_value=1.0)
+    return torch.optim.Adam(parameters, lr=config.learning_rate)
+
+
+def _training_keys(config: TrainingConfig, vocab_size: int, n_train_tokens: int) -> Dict[str, Any]:
     return {
         "bidirectional": True,
         "dropout": config.dropout,

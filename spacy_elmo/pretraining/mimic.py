@@ -10,7 +10,7 @@ layer 0 to the vectors' width and the loss is one minus the cosine to the vector
 shared direction removed, else matching it alone scores a high cosine) and of unit length. The
 head is not part of the biLM's files. Language-model training then pulls layer 0 towards what
 predicts the next word and can wash the vectors' knowledge out; a run may keep the same distance
-as a second, weighted loss (``init_tokens_weight``, see :mod:`.train`).
+as a second, weighted loss (``init_tokens_weight``, see :mod:`.objective`).
 """
 
 from pathlib import Path
