@@ -57,12 +57,16 @@ def test_pretraining_resumed_from_a_checkpoint_ends_where_an_uninterrupted_run_d
         assert_float32_close(resumed[name], whole[name], err_msg=name)
 
 
-def test_bf16_pretraining_on_the_gpu_is_finite(tmp_path) -> None:
-    write_repetitive_corpus(tmp_path / "train.txt", 60)
+def tiny_trainer(tmp_path, lines: int, **settings) -> Trainer:
+    """A pretraining run of the ``tiny`` preset on a repetitive corpus of ``lines`` lines."""
+    write_repetitive_corpus(tmp_path / "train.txt", lines)
     preset = get_preset("tiny")
-    config = preset.training.updated(max_steps=10, precision="bf16")
-    trainer = Trainer(init_distributed(), tmp_path / "train.txt", tmp_path / "out", preset.options, config,
-                      dev_path=None, init_from=None, resume=False, progress=False)
+    return Trainer(init_distributed(), tmp_path / "train.txt", tmp_path / "out", preset.options,
+                   preset.training.updated(**settings), dev_path=None, init_from=None, resume=False, progress=False)
+
+
+def test_bf16_pretraining_on_the_gpu_is_finite(tmp_path) -> None:
+    trainer = tiny_trainer(tmp_path, 60, max_steps=10, precision="bf16")
     assert trainer.bilm.device.type == "cuda" and trainer.bilm.compute_dtype == torch.bfloat16
     for _ in range(10):
         sums, counts, _ = trainer._train_step()
@@ -71,10 +75,6 @@ def test_bf16_pretraining_on_the_gpu_is_finite(tmp_path) -> None:
 
 
 def test_pretraining_auto_precision_follows_the_gpu(tmp_path) -> None:
-    write_repetitive_corpus(tmp_path / "train.txt", 20)
-    preset = get_preset("tiny")
-    config = preset.training.updated(max_steps=1, precision="auto")
-    trainer = Trainer(init_distributed(), tmp_path / "train.txt", tmp_path / "out", preset.options, config,
-                      dev_path=None, init_from=None, resume=False, progress=False)
+    trainer = tiny_trainer(tmp_path, 20, max_steps=1, precision="auto")
     native = gpu_has_native_bf16(torch.cuda.get_device_capability(0))
     assert trainer.bilm.compute_dtype == (torch.bfloat16 if native else torch.float32)

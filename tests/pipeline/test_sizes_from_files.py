@@ -12,27 +12,18 @@ import numpy
 import pytest
 import spacy
 from spacy.cli.train import train
-from spacy.tokens import DocBin
 
 import spacy_elmo
 from spacy_elmo.layers import ScalarMix
 
 from ..helpers import random_bilm, tiny_options
 from .conftest import N_LAYERS, WIDTH, build_ner_textcat, elmo_config, make_examples, mix_config
+from .test_train import corpus  # noqa: F401  (a fixture: tiny NER + textcat .spacy files)
 
 CONFIGS = Path(spacy_elmo.__file__).parent / "configs"
 TEXTS = ["Alice went home . It was great .", "Bob saw Paris ."]
 # Two biLMs that differ in width and in layer count: (lstm n_layers, projection_dim).
 BILMS = {"16-wide, 3 layers": (2, 8), "24-wide, 2 layers": (1, 12)}
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("corpus")
-    nlp = spacy.blank("en")
-    for name, n in (("train", 8), ("dev", 4)):
-        DocBin(docs=[eg.reference for eg in make_examples(nlp, n)]).to_disk(directory / f"{name}.spacy")
-    return directory
 
 
 @pytest.fixture(scope="module", params=list(BILMS))
