@@ -1,5 +1,5 @@
-"""Throughput of spacy-elmo on one GPU, against this machine's CPU. Made for one H100; not yet
-run on a GPU (see docs/component.md, GPU).
+"""Throughput of spacy-elmo on one GPU, against this machine's CPU. Figures from one H200 are in
+docs/component.md (GPU) and benchmarks/results/gpu_h200.txt.
 
     python benchmarks/gpu.py            # the full run: needs a CUDA GPU
     python benchmarks/gpu.py --quick    # tiny sizes, to check the script end to end (a CPU will do: < 1 min)
@@ -13,9 +13,9 @@ The first lines name the CPU and the GPU. Then one row per measurement:
   pass over length-sorted batches of ``--max-batch-tokens``, layers left on the device, token
   cache off; the best of ``--repeats`` runs after a warm-up. Sentences: benchmarks/bilm_speed.py's.
 - ``spacy train``: words/s of the training step of spacy_elmo/configs/ner_elmo.cfg as shipped
-  (the bundled ``en`` biLM), frozen and fine-tuned (``freeze = false``): ``nlp.update`` with the
-  config's batcher, dropout and optimizer, what ``spacy train --gpu-id 0`` repeats between
-  evaluations (not timed). A synthetic NER corpus; every timed step is in the first epoch, so the
+  (the bundled ``en`` biLM), frozen and fine-tuned (``freeze = false``) on the GPU, frozen on
+  the CPU: ``nlp.update`` with the config's batcher, dropout and optimizer, what ``spacy train
+  --gpu-id 0`` repeats between evaluations (not timed). A synthetic NER corpus; every timed step is in the first epoch, so the
   frozen biLM's feature cache, which serves later epochs, serves nothing here.
 - ``pretrain``: tokens/s (window positions per direction, as the training log counts them) of the
   ``base`` and ``elmo-original`` presets in fp32 and bf16 products, on
@@ -223,7 +223,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--train-steps", type=int, default=50)
     parser.add_argument("--pretrain-steps", type=int, default=20)
+    parser.add_argument("--tasks", default="inference,train,pretrain", help="Which rows to measure (comma-separated)")
+    parser.add_argument("--train-bilm", choices=["bundled", "original"], default="bundled",
+                        help="The biLM of the spacy train rows: the bundled en, or random weights of the Original size")
     args = parser.parse_args(argv)
+    tasks = set(args.tasks.split(","))
     has_gpu = torch.cuda.is_available()
     if not has_gpu and not args.quick:
         parser.error("torch sees no CUDA GPU here: run the full benchmark on a GPU machine, or check it with --quick")
@@ -242,8 +246,22 @@ def main(argv: Optional[List[str]] = None) -> None:
     print(f"inference: {size} size, {len(sentences)} sentences (GPU), {len(cpu_sentences)} (CPU), "
           f"batches of {args.max_batch_tokens} tokens; spacy train: ner_elmo.cfg; pretrain: {', '.join(presets)}")
     table = Table()
+    if "inference" in tasks:
+        inference_rows(table, options, size, device, sentences, cpu_sentences, args)
+    gpu_id = args.gpu_id if has_gpu else -1
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        if "train" in tasks:
+            train_bilm = options if args.quick or args.train_bilm == "original" else None
+            train_rows(table, directory, device, gpu_id, train_bilm, size, warmup, train_steps, args.quick)
+        if "pretrain" in tasks:
+            pretrain_rows(table, directory, device, presets, warmup, pretrain_steps, args.quick)
+
+
+def inference_rows(table: Table, options: ElmoOptions, size: str, device: torch.device, sentences: List[List[str]],
+                   cpu_sentences: List[List[str]], args: argparse.Namespace) -> None:
     task = f"inference, {size} size"
-    if has_gpu:
+    if device.type == "cuda":
         for precision in ("fp32", "bf16"):
             table.measure(task, device, precision, "tokens/s",
                           lambda: inference_rate(options, device, precision, sentences, args.max_batch_tokens, args.repeats))
@@ -258,28 +276,37 @@ def main(argv: Optional[List[str]] = None) -> None:
     else:
         table.skip(task, "cpu", "bf16", "no AMX on this CPU: bf16 is emulated there, slower than fp32")
 
-    gpu_id = args.gpu_id if has_gpu else -1
-    with tempfile.TemporaryDirectory() as tmp:
-        directory = Path(tmp)
-        ner_corpus(directory / "train.spacy", 60 if args.quick else 4000)
-        overrides: Dict[str, object] = {}
-        if args.quick:  # a tiny random biLM in place of the bundled one
-            BiLM(TINY).to_files(directory / "options.json", directory / "weights.hdf5")
-            overrides = {"paths.elmo_options": str(directory / "options.json"),
-                         "paths.elmo_weights": str(directory / "weights.hdf5")}
-        for freeze in (True, False):
-            name = "spacy train ner_elmo.cfg, " + ("frozen" if freeze else "fine-tuned")
-            table.measure(name, device, "auto", "words/s", lambda: train_rate(
-                directory / "train.spacy", {**overrides, "components.elmo.model.freeze": freeze}, gpu_id, warmup, train_steps))
-        # elmo-original reads 384 x 20 positions a step: 20,000 documents (~700 k tokens) last the run
-        zipf_corpus(directory / "lm.txt", n_documents=300 if args.quick else 20_000)
-        for preset in presets:
-            for precision in ("fp32", "bf16"):
-                if precision == "bf16" and not has_gpu and not cpu_has_amx_bf16():
-                    table.skip(f"pretrain {preset}", "cpu", "bf16", "no AMX on this CPU")
-                    continue
-                table.measure(f"pretrain {preset}", device, precision, "tokens/s", lambda: pretrain_rate(
-                    preset, precision, directory / "lm.txt", directory / f"{preset}-{precision}", warmup, pretrain_steps))
+
+def train_rows(table: Table, directory: Path, device: torch.device, gpu_id: int, bilm: Optional[ElmoOptions],
+               size: str, warmup: int, steps: int, quick: bool) -> None:
+    """spacy train rows with the bundled biLM, or (``bilm``) random weights of those sizes, named ``size``."""
+    ner_corpus(directory / "train.spacy", 60 if quick else 4000)
+    overrides: Dict[str, object] = {}
+    name = "spacy train ner_elmo.cfg"
+    if bilm is not None:
+        BiLM(bilm).to_files(directory / "options.json", directory / "weights.hdf5")
+        overrides = {"paths.elmo_options": str(directory / "options.json"),
+                     "paths.elmo_weights": str(directory / "weights.hdf5")}
+        name = f"spacy train, {size} size"
+    for freeze in (True, False):
+        table.measure(name + (", frozen" if freeze else ", fine-tuned"), device, "auto", "words/s", lambda: train_rate(
+            directory / "train.spacy", {**overrides, "components.elmo.model.freeze": freeze}, gpu_id, warmup, steps))
+    if device.type == "cuda":  # the same steps on this machine's CPU, for the GPU's gain
+        table.measure(name + ", frozen", torch.device("cpu"), "auto", "words/s", lambda: train_rate(
+            directory / "train.spacy", {**overrides, "components.elmo.model.freeze": True}, -1, warmup, steps))
+
+
+def pretrain_rows(table: Table, directory: Path, device: torch.device, presets: List[str], warmup: int, steps: int,
+                  quick: bool) -> None:
+    # elmo-original reads 384 x 20 positions a step: 20,000 documents (~700 k tokens) last the run
+    zipf_corpus(directory / "lm.txt", n_documents=300 if quick else 20_000)
+    for preset in presets:
+        for precision in ("fp32", "bf16"):
+            if precision == "bf16" and device.type != "cuda" and not cpu_has_amx_bf16():
+                table.skip(f"pretrain {preset}", "cpu", "bf16", "no AMX on this CPU")
+                continue
+            table.measure(f"pretrain {preset}", device, precision, "tokens/s", lambda: pretrain_rate(
+                preset, precision, directory / "lm.txt", directory / f"{preset}-{precision}", warmup, steps))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from spacy_elmo import BiLM
 from spacy_elmo.layers import get_bilm
 
 from ..helpers import assert_float32_close
-from ..pipeline.conftest import N_LAYERS, WIDTH, build_ner_textcat, make_examples
+from ..pipeline.conftest import N_LAYERS, WIDTH, build_ner_textcat, make_examples, with_random_output_layers
 from ..pipeline.test_listeners import train
 from ..pipeline.test_fine_tuning_steps import TEXTS, fine_tuned_pipeline
 from ..pipeline.test_train import CONFIGS, corpus, overrides_for  # noqa: F401  (corpus: a fixture)
@@ -41,7 +41,7 @@ def test_fine_tuning_moves_the_biLM_by_learn_rate_scale(bilm_files, deterministi
     moves = {}
     for scale in (1.0, 0.25):
         fix_random_seed(0)
-        nlp = build_ner_textcat(bilm_files, freeze=False, learn_rate_scale=scale)
+        nlp = with_random_output_layers(build_ner_textcat(bilm_files, freeze=False, learn_rate_scale=scale))
         bilm = get_bilm(nlp.get_pipe("elmo").model)
         before = [p.detach().clone() for p in bilm.parameters()]
         ner_before = host(nlp.get_pipe("ner").model.get_ref("lower").get_param("W")).copy()
@@ -53,7 +53,9 @@ def test_fine_tuning_moves_the_biLM_by_learn_rate_scale(bilm_files, deterministi
         )
     full, scaled = moves[1.0], moves[0.25]
     assert numpy.abs(full[0]).max() > 0
-    assert_float32_close(scaled[0], 0.25 * full[0])
+    # A move is a difference of float32 weights: exact up to a few of the weights' rounding steps.
+    rounding = 4 * numpy.finfo(numpy.float32).eps * max(float(p.abs().max()) for p in before)
+    numpy.testing.assert_allclose(scaled[0], 0.25 * full[0], rtol=1e-3, atol=rounding)
     assert_float32_close(scaled[1], full[1])
 
 

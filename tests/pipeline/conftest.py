@@ -1,6 +1,7 @@
 from pathlib import Path
 from typing import Dict, Tuple
 
+import numpy
 import pytest
 import spacy
 from spacy.language import Language
@@ -86,6 +87,22 @@ def build_ner_textcat(bilm_files, listener: Dict[str, object] = {}, **elmo_model
     }})
     examples = make_examples(nlp)
     nlp.initialize(lambda: examples)
+    return nlp
+
+
+def with_random_output_layers(nlp: Language, components=("ner", "textcat")) -> Language:
+    """Give the heads' zero-initialized weights small random values.
+
+    spaCy starts the output layers of ``ner`` and ``textcat`` at zero, so their first step sends
+    no gradient back to the listeners (the elmo loss of that step is 0.0): a test of what a
+    gradient does to the biLM needs nonzero heads.
+    """
+    rng = numpy.random.default_rng(0)
+    for name in components:
+        for node in nlp.get_pipe(name).model.walk():
+            if node.has_param("W") and not node.ops.xp.any(node.get_param("W")):
+                shape = node.get_param("W").shape
+                node.set_param("W", node.ops.asarray(rng.normal(0.0, 0.1, shape).astype("float32")))
     return nlp
 
 
