@@ -38,7 +38,7 @@ class TrainingConfig:
     lang: str = "en"
     paragraphs: bool = False
     precision: Precision = "auto"  # of the matrix products; see spacy_elmo.bilm.precision
-    init_tokens_epochs: int = 20  # passes over the static vectors of pretrain(init_tokens=...)
+    init_tokens_epochs: int = 20  # passes over the static vectors of pretrain(init_tokens_from=...)
     init_tokens_weight: float = 0.0  # weight of the distance to those vectors kept beside the LM loss; 0: none
 
     def __post_init__(self) -> None:

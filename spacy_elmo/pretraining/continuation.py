@@ -11,7 +11,7 @@ the exporting run did at its end. The optimiser's moments are not exported; they
 a few steps. Without the two files (e.g. the bundled biLM), a new vocabulary and softmax are made.
 
 A run that keeps its token encoder near static vectors (``init_tokens_weight``, see
-:mod:`.mimic`) also exports ``kept_vectors.hdf5``: the words (``words``, UTF-8), the vectors as
+:mod:`.init_tokens`) also exports ``kept_vectors.hdf5``: the words (``words``, UTF-8), the vectors as
 given (``vectors``, (n_words, width) float32) and the linear head that maps layer 0 to them
 (``head_weight`` (width, projection_dim), ``head_bias`` (width,)). The vectors travel with the
 export because a retrained word2vec is another space: ``--init-from`` with
@@ -28,13 +28,13 @@ import torch
 from ..bilm import BiLM, ElmoOptions
 from ..fileio import PathLike, atomic_path
 from .checkpoint import load_checkpoint
-from .mimic import VectorMimic
+from .init_tokens import InitTokens
 from .softmax import SharedSoftmax
 from .vocab import MARKER_NAMES, Vocabulary
 
 SOFTMAX_NAME = "softmax.hdf5"
 VOCAB_NAME = "vocab.txt"
-KEPT_NAME = "kept_vectors.hdf5"
+INIT_TOKENS_FILE = "kept_vectors.hdf5"
 
 
 class Continuation(NamedTuple):
@@ -46,7 +46,7 @@ class Continuation(NamedTuple):
 
 
 def write_continuation(
-    output_dir: PathLike, vocab: Vocabulary, softmax: SharedSoftmax, kept: Optional[VectorMimic] = None
+    output_dir: PathLike, vocab: Vocabulary, softmax: SharedSoftmax, init_tokens: Optional[InitTokens] = None
 ) -> None:
     """Write ``vocab.txt``, ``softmax.hdf5`` and, for a run that keeps vectors, ``kept_vectors.hdf5``
     into ``output_dir``, each atomically."""
@@ -56,21 +56,21 @@ def write_continuation(
     with atomic_path(output_dir / SOFTMAX_NAME) as path, h5py.File(path, "w") as f:
         f.create_dataset("weight", data=softmax.weight.detach().float().cpu().numpy())
         f.create_dataset("bias", data=softmax.bias.detach().float().cpu().numpy())
-    if kept is not None:
-        with atomic_path(output_dir / KEPT_NAME) as path, h5py.File(path, "w") as f:
-            f.create_dataset("words", data=kept.words, dtype=h5py.string_dtype("utf-8"))
-            f.create_dataset("vectors", data=kept.vectors)
-            f.create_dataset("head_weight", data=kept.head.weight.detach().float().cpu().numpy())
-            f.create_dataset("head_bias", data=kept.head.bias.detach().float().cpu().numpy())
+    if init_tokens is not None:
+        with atomic_path(output_dir / INIT_TOKENS_FILE) as path, h5py.File(path, "w") as f:
+            f.create_dataset("words", data=init_tokens.words, dtype=h5py.string_dtype("utf-8"))
+            f.create_dataset("vectors", data=init_tokens.vectors)
+            f.create_dataset("head_weight", data=init_tokens.head.weight.detach().float().cpu().numpy())
+            f.create_dataset("head_bias", data=init_tokens.head.bias.detach().float().cpu().numpy())
 
 
-def read_kept_vectors(weight_file: PathLike, projection_dim: int) -> VectorMimic:
-    """The kept vectors and head exported beside ``weight_file`` (see the module docstring)."""
-    path = Path(weight_file).parent / KEPT_NAME
+def read_init_tokens(weight_file: PathLike, projection_dim: int) -> InitTokens:
+    """The init-tokens vectors and head exported beside ``weight_file`` (see the module docstring)."""
+    path = Path(weight_file).parent / INIT_TOKENS_FILE
     if not path.exists():
         raise ValueError(
             f"a kept distance to static vectors continues with the vectors of the run that kept it, but there is "
-            f"no {KEPT_NAME} beside {weight_file}: continue from an export of such a run (spacy-elmo export, or "
+            f"no {INIT_TOKENS_FILE} beside {weight_file}: continue from an export of such a run (spacy-elmo export, or "
             "the end of pretrain), or set --init-tokens-weight 0"
         )
     try:
@@ -79,13 +79,13 @@ def read_kept_vectors(weight_file: PathLike, projection_dim: int) -> VectorMimic
             vectors = f["vectors"][...].astype(numpy.float32)
             head_weight, head_bias = f["head_weight"][...], f["head_bias"][...]
     except (OSError, KeyError) as err:
-        raise ValueError(f"{path} is not a {KEPT_NAME} exported by spacy-elmo pretrain ({err})") from err
-    kept = VectorMimic(words, vectors, projection_dim)
+        raise ValueError(f"{path} is not a {INIT_TOKENS_FILE} exported by spacy-elmo pretrain ({err})") from err
+    init_tokens = InitTokens(words, vectors, projection_dim)
     try:
-        kept.head.load_state_dict({"weight": torch.from_numpy(head_weight), "bias": torch.from_numpy(head_bias)})
+        init_tokens.head.load_state_dict({"weight": torch.from_numpy(head_weight), "bias": torch.from_numpy(head_bias)})
     except RuntimeError as err:  # torch's size mismatch
         raise ValueError(f"{path} holds a head for another biLM (projection_dim {projection_dim} here): {err}") from err
-    return kept
+    return init_tokens
 
 
 def find_continuation(weight_file: PathLike) -> Optional[Continuation]:
@@ -142,13 +142,13 @@ def export_checkpoint(checkpoint_path: PathLike, output_dir: PathLike) -> int:
     vocab = Vocabulary(checkpoint["vocab"])
     softmax = SharedSoftmax(len(vocab), checkpoint["softmax"]["weight"].shape[1])
     softmax.load_state_dict(checkpoint["softmax"])
-    kept = None
+    init_tokens = None
     if checkpoint.get("kept_vectors") is not None:
         words, vectors = checkpoint["kept_vectors"]["words"], checkpoint["kept_vectors"]["vectors"].numpy()
-        kept = VectorMimic(words, vectors, bilm.options.projection_dim)
-        kept.head.load_state_dict(checkpoint["vectors_head"])
+        init_tokens = InitTokens(words, vectors, bilm.options.projection_dim)
+        init_tokens.head.load_state_dict(checkpoint["vectors_head"])
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     bilm.to_files(output_dir / "options.json", output_dir / "weights.hdf5")
-    write_continuation(output_dir, vocab, softmax, kept)
+    write_continuation(output_dir, vocab, softmax, init_tokens)
     return int(checkpoint["step"])

@@ -60,7 +60,7 @@ class Checkpointed:
         self.saved_step = self.step
 
     def _checkpoint(self, per_process: List[Dict[str, Any]]) -> Dict[str, Any]:
-        mimic = self.objective.mimic
+        init_tokens = self.objective.init_tokens
         return {
             "step": self.step,
             "tokens": self.tokens,
@@ -71,9 +71,9 @@ class Checkpointed:
             "vocab": self.vocab.to_list(),
             "bilm": self.bilm.state_dict(),
             "softmax": self.loss.softmax.state_dict(),
-            "vectors_head": mimic.head.state_dict() if mimic is not None else None,
+            "vectors_head": init_tokens.head.state_dict() if init_tokens is not None else None,
             # the kept static vectors, for ``spacy-elmo export`` of a checkpoint
-            "kept_vectors": None if mimic is None else {"words": mimic.words, "vectors": torch.from_numpy(mimic.vectors)},
+            "kept_vectors": None if init_tokens is None else {"words": init_tokens.words, "vectors": torch.from_numpy(init_tokens.vectors)},
             "optimizer": self.optimizer.state_dict(),
             "processes": per_process,
         }
@@ -87,8 +87,8 @@ class Checkpointed:
             )
         self.bilm.load_state_dict(checkpoint["bilm"])
         self.loss.softmax.load_state_dict(checkpoint["softmax"])
-        if self.objective.mimic is not None:
-            self.objective.mimic.head.load_state_dict(checkpoint["vectors_head"])
+        if self.objective.init_tokens is not None:
+            self.objective.init_tokens.head.load_state_dict(checkpoint["vectors_head"])
         self.optimizer.load_state_dict(checkpoint["optimizer"])
         mine = checkpoint["processes"][self.env.rank]
         self.stream.load_state_dict(mine["data"])

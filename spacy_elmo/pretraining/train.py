@@ -33,7 +33,7 @@ from .corpus import CorpusReader, read_documents
 from .distributed import Distributed, all_sum, init_distributed, shutdown
 from .evaluate import heldout_perplexity
 from .lm import BiLMLoss, detach, mean_loss
-from .objective import Objective, data_parallel, fit_token_encoder, vector_mimic
+from .objective import Objective, data_parallel, fit_token_encoder, load_init_tokens
 from .resume import Checkpointed
 from .runlog import RunLog, interval_record, progress_postfix
 from .stream import WindowStream
@@ -52,7 +52,7 @@ def pretrain(
     init_from: Optional[Tuple[PathLike, PathLike]] = None,
     resume: bool = True,
     progress: bool = True,
-    init_tokens: Optional[PathLike] = None,
+    init_tokens_from: Optional[PathLike] = None,
 ) -> Dict[str, Any]:
     """Train a biLM on ``input_path`` and export it to ``output_dir``.
 
@@ -60,8 +60,8 @@ def pretrain(
 
     ``options`` gives the model sizes (ignored with ``init_from`` = (options file, weight file),
     which continues from a standard dump, with its softmax and vocabulary when they were exported
-    beside the weight file, or when resuming). ``init_tokens``, a spaCy pipeline with static
-    vectors, first fits a new biLM's token encoder to them (see :mod:`.mimic`); with
+    beside the weight file, or when resuming). ``init_tokens_from``, a spaCy pipeline with static
+    vectors, first fits a new biLM's token encoder to them (see :mod:`.init_tokens`); with
     ``config.init_tokens_weight`` > 0 the distance to them stays a second loss throughout (a
     resumed run then needs them again; a run continued with ``init_from`` keeps the vectors
     exported with it). Joins a process group when launched by torchrun (see
@@ -72,7 +72,7 @@ def pretrain(
     env = init_distributed()
     try:
         return Trainer(
-            env, Path(input_path), Path(output_dir), options, config, dev_path, init_from, resume, progress, init_tokens
+            env, Path(input_path), Path(output_dir), options, config, dev_path, init_from, resume, progress, init_tokens_from
         ).run()
     finally:
         shutdown(env)
@@ -92,10 +92,13 @@ class Trainer(Checkpointed):
         init_from: Optional[Tuple[PathLike, PathLike]],
         resume: bool,
         progress: bool,
-        init_tokens: Optional[PathLike] = None,
+        init_tokens_from: Optional[PathLike] = None,
     ) -> None:
-        if init_tokens is not None and init_from is not None:
-            raise ValueError("init_tokens fits a new biLM's token encoder, init_from brings a trained one: give one of them")
+        if init_tokens_from is not None and init_from is not None:
+            raise ValueError(
+                "--init-tokens-from fits a new biLM's token encoder to static vectors, --init-from brings a trained "
+                "one: give one of them"
+            )
         self.env = env
         self.output_dir = output_dir
         self.progress = progress and env.is_main
@@ -133,11 +136,11 @@ class Trainer(Checkpointed):
             if self.progress:
                 tqdm.write(f"Continuing with the softmax and vocabulary exported beside {init_from[1]}")
         self.loss.to(env.device)
-        mimic = vector_mimic(config, init_tokens, init_from, bilm.options.projection_dim, fit=checkpoint is None)
-        mimic = mimic.to(env.device) if mimic is not None else None
-        fits = init_tokens is not None and checkpoint is None and env.is_main  # a new biLM's encoder, once
-        mimicked = fit_token_encoder(bilm, mimic, config, self.progress) if fits and mimic is not None else []
-        self.objective = Objective(self.loss, mimic if config.init_tokens_weight > 0 else None)
+        init_tokens = load_init_tokens(config, init_tokens_from, init_from, bilm.options.projection_dim, fit=checkpoint is None)
+        init_tokens = init_tokens.to(env.device) if init_tokens is not None else None
+        fits = init_tokens_from is not None and checkpoint is None and env.is_main  # a new biLM's encoder, once
+        fitted_cosines = fit_token_encoder(bilm, init_tokens, config, self.progress) if fits and init_tokens is not None else []
+        self.objective = Objective(self.loss, init_tokens if config.init_tokens_weight > 0 else None)
         self.model = data_parallel(self.objective) if env.enabled else self.objective
         self.optimizer = build_optimizer(config, self.objective.parameters())
         self.rows = config.batch_size // env.world
@@ -151,9 +154,9 @@ class Trainer(Checkpointed):
         if checkpoint is not None:
             self.restore(checkpoint)
         self.log.start(self.step)
-        if mimicked:
-            fit = {"vectors": str(init_tokens), "cosine": mimicked, "weight": config.init_tokens_weight}
-            self.log.write({"step": 0, "mimic": fit})
+        if fitted_cosines:
+            fit = {"vectors": str(init_tokens_from), "cosine": fitted_cosines, "weight": config.init_tokens_weight}
+            self.log.write({"step": 0, "init_tokens": fit})
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Dict[str, Any]:
@@ -209,8 +212,8 @@ class Trainer(Checkpointed):
         torch.nn.utils.clip_grad_norm_(self.objective.parameters(), self.config.clip_norm)
         self.optimizer.step()
         self.state = detach(final)
-        kept = float(self.objective.mimic is not None)
-        return sums, counts, torch.stack([distance.detach(), distance.new_tensor(kept)])
+        has_distance = float(self.objective.init_tokens is not None)
+        return sums, counts, torch.stack([distance.detach(), distance.new_tensor(has_distance)])
 
     def _should_stop(self, requested: bool) -> bool:
         """A limit is reached or a stop was ``requested``, on any process: all stop at the same step."""
@@ -265,9 +268,9 @@ class Trainer(Checkpointed):
             if self.dev_documents:
                 states = STATE_MODES if bilm.warm_hidden is not None else ("zero", "carry")
                 metrics["eval"] = self._evaluate(states)["eval"]
-            with self.log.writing(f"the exported options.json, weights.hdf5, {VOCAB_NAME}, {SOFTMAX_NAME} and kept vectors"):
+            with self.log.writing(f"the exported options.json, weights.hdf5, {VOCAB_NAME}, {SOFTMAX_NAME} and init-tokens vectors"):
                 bilm.to_files(self.output_dir / "options.json", self.output_dir / "weights.hdf5")
-                write_continuation(self.output_dir, self.vocab, self.loss.softmax, self.objective.mimic)
+                write_continuation(self.output_dir, self.vocab, self.loss.softmax, self.objective.init_tokens)
             self.log.write({"final": metrics})
         self.env.barrier()
         return metrics if self.env.is_main else {}

@@ -4,7 +4,7 @@ ELMo's char CNN learns what a word means only from the contexts the language mod
 On a few million tokens that teaches it spelling far better than meaning: a linear probe tells
 news topics apart from a small biLM's layer 0 far worse than from word2vec trained on the same
 text (project/docs/lab-notebook.md, "What the features carry"). Static vectors learn meaning
-from the same text much faster, so before the language model trains, :func:`mimic_vectors` fits
+from the same text much faster, so before the language model trains, :func:`fit_init_tokens` fits
 the char CNN, its highways and projection (layer 0) to reproduce them: a linear head maps
 layer 0 to the vectors' width and the loss is one minus the cosine to the vector, centred (their
 shared direction removed, else matching it alone scores a high cosine) and of unit length. The
@@ -46,18 +46,18 @@ def load_static_vectors(path: PathLike) -> Tuple[List[str], numpy.ndarray]:
     return list(words), numpy.ascontiguousarray(vectors.data[list(rows)], dtype=numpy.float32)
 
 
-def mimic_targets(vectors: numpy.ndarray) -> Tensor:
+def unit_targets(vectors: numpy.ndarray) -> Tensor:
     """Centred, unit-length copies of ``vectors`` (n_words, width); all-zero rows stay zero."""
     centred = vectors - vectors.mean(axis=0, keepdims=True)
     norms = numpy.linalg.norm(centred, axis=1, keepdims=True)
     return torch.from_numpy(centred / numpy.maximum(norms, 1e-12)).float()
 
 
-class VectorMimic(nn.Module):
+class InitTokens(nn.Module):
     """How far layer 0 of a biLM is from static vectors: 1 - cosine after a learned linear map.
 
     ``words`` (n_words) and ``vectors`` (n_words, width) are the static vectors; the targets are
-    their centred unit copies (see :func:`mimic_targets`), kept on the head's device, not in the
+    their centred unit copies (see :func:`unit_targets`), kept on the head's device, not in the
     state dict. The head is the module's only parameter.
     """
 
@@ -67,7 +67,7 @@ class VectorMimic(nn.Module):
             raise ValueError(f"{len(words)} words but {len(vectors)} vectors")
         self.words = words
         self.vectors = vectors  # as given: what an export writes, so that a continued run keeps the same targets
-        self.register_buffer("targets", mimic_targets(vectors), persistent=False)
+        self.register_buffer("targets", unit_targets(vectors), persistent=False)
         self.head = nn.Linear(projection_dim, vectors.shape[1])
 
     def forward(self, bilm: BiLM, rows: Tensor) -> Tensor:
@@ -81,30 +81,30 @@ class VectorMimic(nn.Module):
         return torch.randint(len(self.words), (n,))
 
 
-def mimic_vectors(
+def fit_init_tokens(
     bilm: BiLM,
-    mimic: VectorMimic,
+    init_tokens: InitTokens,
     epochs: int,
     seed: int = 0,
     on_epoch: Optional[Callable[[int, float], None]] = None,
 ) -> float:
-    """Fit ``bilm``'s token encoder and ``mimic``'s head for ``epochs`` passes over its words.
+    """Fit ``bilm``'s token encoder and ``init_tokens``'s head for ``epochs`` passes over its words.
 
-    ``mimic`` must be new (its head is initialised here, from ``seed``). Adam with a fixed learning
+    ``init_tokens`` must be new (its head is initialised here, from ``seed``). Adam with a fixed learning
     rate, batches of ``BATCH_WORDS`` words in a seeded order; the global random state is left as it
     was. ``on_epoch(epoch, mean_cosine)`` is called after each pass. Returns the last pass's mean
     cosine to the targets.
     """
-    n_words = len(mimic.words)
+    n_words = len(init_tokens.words)
     cosine = 0.0
     with torch.random.fork_rng(devices=[bilm.device] if bilm.device.type == "cuda" else []):
         torch.manual_seed(seed)
-        mimic.head.reset_parameters()
-        optimizer = torch.optim.Adam([*bilm.char_cnn.parameters(), *mimic.head.parameters()], lr=LEARNING_RATE)
+        init_tokens.head.reset_parameters()
+        optimizer = torch.optim.Adam([*bilm.char_cnn.parameters(), *init_tokens.head.parameters()], lr=LEARNING_RATE)
         for epoch in range(epochs):
             total = 0.0
             for rows in torch.randperm(n_words).split(BATCH_WORDS):
-                distance = mimic(bilm, rows)
+                distance = init_tokens(bilm, rows)
                 optimizer.zero_grad()
                 distance.backward()
                 optimizer.step()

@@ -15,7 +15,7 @@ from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 from spacy_elmo.pretraining import get_preset, pretrain
 from spacy_elmo.pretraining.distributed import Distributed
-from spacy_elmo.pretraining.mimic import VectorMimic, load_static_vectors, mimic_targets, mimic_vectors
+from spacy_elmo.pretraining.init_tokens import InitTokens, fit_init_tokens, load_static_vectors, unit_targets
 from spacy_elmo.pretraining.objective import data_parallel
 from spacy_elmo.pretraining.train import Trainer
 
@@ -53,22 +53,22 @@ def test_load_static_vectors_reads_a_pipeline_and_refuses_other_paths(vectors_pi
 
 
 def test_targets_are_centred_and_of_unit_length():
-    targets = mimic_targets(_vectors()).numpy()
+    targets = unit_targets(_vectors()).numpy()
     numpy.testing.assert_allclose(numpy.linalg.norm(targets, axis=1), 1.0, rtol=1e-5)
     assert numpy.abs(targets.mean(axis=0)).max() < 0.2  # the shared direction is gone
-    assert not mimic_targets(numpy.zeros((2, 3), dtype=numpy.float32)).isnan().any()
+    assert not unit_targets(numpy.zeros((2, 3), dtype=numpy.float32)).isnan().any()
 
 
-def test_mimic_fits_layer_0_to_the_vectors_and_leaves_the_rest_and_the_random_state():
+def test_fitting_init_tokens_fits_layer_0_to_the_vectors_and_leaves_the_rest_and_the_random_state():
     torch.manual_seed(0)
     bilm = BiLM(get_preset("tiny").options)
     lstm_before = {k: v.clone() for k, v in bilm.state_dict().items() if not k.startswith("char_cnn")}
-    mimic = VectorMimic(WORDS, _vectors(), bilm.options.projection_dim)
+    init_tokens = InitTokens(WORDS, _vectors(), bilm.options.projection_dim)
     torch.manual_seed(5)
     expected_draw = torch.rand(3)
     torch.manual_seed(5)
     cosines = []
-    final = mimic_vectors(bilm, mimic, epochs=150, on_epoch=lambda epoch, cosine: cosines.append(cosine))
+    final = fit_init_tokens(bilm, init_tokens, epochs=150, on_epoch=lambda epoch, cosine: cosines.append(cosine))
     assert torch.equal(torch.rand(3), expected_draw)
     assert len(cosines) == 150 and final == cosines[-1]
     assert cosines[0] < 0.3 and final > 0.85
@@ -89,14 +89,14 @@ def test_pretrain_starts_from_the_vectors_once_and_logs_the_fit(vectors_pipeline
     write_corpus(tmp_path / "train.txt", 60)
     preset = get_preset("tiny")
     config = preset.training.updated(max_steps=4, checkpoint_every=2, init_tokens_epochs=5)
-    pretrain(tmp_path / "train.txt", tmp_path / "out", preset.options, config, progress=False, init_tokens=vectors_pipeline)
+    pretrain(tmp_path / "train.txt", tmp_path / "out", preset.options, config, progress=False, init_tokens_from=vectors_pipeline)
     records = [json.loads(line) for line in (tmp_path / "out" / "log.jsonl").read_text().splitlines()]
-    fits = [r["mimic"] for r in records if "mimic" in r]
+    fits = [r["init_tokens"] for r in records if "init_tokens" in r]
     assert len(fits) == 1 and len(fits[0]["cosine"]) == 5 and fits[0]["cosine"][-1] > fits[0]["cosine"][0]
     # resuming from the checkpoint does not fit again
-    pretrain(tmp_path / "train.txt", tmp_path / "out", preset.options, config.updated(max_steps=6), progress=False, init_tokens=vectors_pipeline)
+    pretrain(tmp_path / "train.txt", tmp_path / "out", preset.options, config.updated(max_steps=6), progress=False, init_tokens_from=vectors_pipeline)
     records = [json.loads(line) for line in (tmp_path / "out" / "log.jsonl").read_text().splitlines()]
-    assert sum("mimic" in r for r in records) == 1
+    assert sum("init_tokens" in r for r in records) == 1
 
 
 def test_cli_refuses_init_tokens_with_init_from(vectors_pipeline, tmp_path):
@@ -114,7 +114,7 @@ def _weights_after(tmp_path, name, vectors_pipeline, weight, steps):
     for max_steps in steps:
         pretrain(
             tmp_path / "train.txt", tmp_path / name, preset.options, config.updated(max_steps=max_steps),
-            progress=False, init_tokens=vectors_pipeline,
+            progress=False, init_tokens_from=vectors_pipeline,
         )
     return BiLM.from_files(tmp_path / name / "options.json", tmp_path / name / "weights.hdf5")
 
@@ -124,7 +124,7 @@ def _distance_to_vectors(bilm, vectors_pipeline):
     words, vectors = load_static_vectors(vectors_pipeline)
     with torch.no_grad():
         layer0 = bilm.embed_tokens(words).numpy()
-    targets = mimic_targets(vectors).numpy()
+    targets = unit_targets(vectors).numpy()
     features = numpy.hstack([layer0, numpy.ones((len(words), 1), dtype=numpy.float32)])
     fitted = features @ numpy.linalg.lstsq(features, targets, rcond=None)[0]
     cosine = (fitted * targets).sum(1) / numpy.linalg.norm(fitted, axis=1)
@@ -137,7 +137,7 @@ def test_a_kept_distance_holds_layer_0_near_the_vectors_and_resumes_exactly(vect
     kept = _weights_after(tmp_path, "kept", vectors_pipeline, 5.0, [40])
     assert _distance_to_vectors(kept, vectors_pipeline) < _distance_to_vectors(free, vectors_pipeline)
     records = [json.loads(line) for line in (tmp_path / "kept" / "log.jsonl").read_text().splitlines()]
-    assert [r["mimic"]["weight"] for r in records if "mimic" in r] == [5.0]
+    assert [r["init_tokens"]["weight"] for r in records if "init_tokens" in r] == [5.0]
     assert all(0.0 < r["vectors_cosine"] <= 1.0 for r in records if "ppl" in r)
     assert not any("vectors_cosine" in r for r in (json.loads(line) for line in (tmp_path / "free" / "log.jsonl").read_text().splitlines()))
     # stopped at step 20 and resumed: the same weights as the run in one go (the head and sampled words included)
@@ -152,7 +152,7 @@ def test_a_kept_distance_needs_the_vectors_also_to_resume(vectors_pipeline, tmp_
     config = preset.training.updated(max_steps=2, checkpoint_every=2, init_tokens_epochs=1, init_tokens_weight=1.0)
     with pytest.raises(ValueError, match="--init-tokens-from"):
         pretrain(tmp_path / "train.txt", tmp_path / "none", preset.options, config, progress=False)
-    pretrain(tmp_path / "train.txt", tmp_path / "out", preset.options, config, progress=False, init_tokens=vectors_pipeline)
+    pretrain(tmp_path / "train.txt", tmp_path / "out", preset.options, config, progress=False, init_tokens_from=vectors_pipeline)
     with pytest.raises(ValueError, match="also to resume"):
         pretrain(tmp_path / "train.txt", tmp_path / "out", preset.options, config.updated(max_steps=4), progress=False)
     with pytest.raises(ValueError, match="init_tokens_weight must be >= 0"):
@@ -168,7 +168,7 @@ def test_a_kept_run_continues_from_its_export_with_its_vectors_and_head(vectors_
     write_corpus(tmp_path / "train.txt", 20)
     preset = get_preset("tiny")
     config = preset.training.updated(max_steps=6, checkpoint_every=2, init_tokens_epochs=2, init_tokens_weight=1.0)
-    pretrain(tmp_path / "train.txt", tmp_path / "kept", preset.options, config, progress=False, init_tokens=vectors_pipeline)
+    pretrain(tmp_path / "train.txt", tmp_path / "kept", preset.options, config, progress=False, init_tokens_from=vectors_pipeline)
     end = _kept_file(tmp_path / "kept")
     words, vectors = load_static_vectors(vectors_pipeline)
     assert [w.decode() for w in end["words"]] == words
@@ -187,7 +187,8 @@ def test_a_kept_run_continues_from_its_export_with_its_vectors_and_head(vectors_
     again = _kept_file(tmp_path / "continued")
     numpy.testing.assert_array_equal(again["vectors"], end["vectors"])
     assert_float32_close(again["head_weight"], end["head_weight"])
-    assert not any("mimic" in line for line in (tmp_path / "continued" / "log.jsonl").read_text().splitlines())
+    records = [json.loads(line) for line in (tmp_path / "continued" / "log.jsonl").read_text().splitlines()]
+    assert not any("init_tokens" in record for record in records)
 
 
 def test_continuing_a_kept_distance_needs_the_exported_vectors(vectors_pipeline, tmp_path):
@@ -205,13 +206,13 @@ def test_continuing_a_kept_distance_needs_the_exported_vectors(vectors_pipeline,
 
 
 def _kept_trainer(tmp_path, vectors_pipeline) -> Trainer:
-    """A one-process run that fits and keeps the distance to the vectors (the mimic's targets are a buffer)."""
+    """A one-process run that fits and keeps the distance to the vectors (the init-tokens targets are a buffer)."""
     write_corpus(tmp_path / "train.txt", 20)
     preset = get_preset("tiny")
     config = preset.training.updated(max_steps=3, init_tokens_epochs=2, init_tokens_weight=1.0)
     return Trainer(
         env=Distributed(), input_path=tmp_path / "train.txt", output_dir=tmp_path / "out", options=preset.options,
-        config=config, dev_path=None, init_from=None, resume=False, progress=False, init_tokens=vectors_pipeline,
+        config=config, dev_path=None, init_from=None, resume=False, progress=False, init_tokens_from=vectors_pipeline,
     )
 
 
@@ -219,7 +220,7 @@ def test_no_buffer_changes_in_training(vectors_pipeline, tmp_path):
     """Why DDP need not broadcast buffers at every step: the targets and the forget biases are constants."""
     trainer = _kept_trainer(tmp_path, vectors_pipeline)
     before = {name: buffer.clone() for name, buffer in trainer.objective.named_buffers()}
-    assert "mimic.targets" in before and any(name.endswith("forget_bias") for name in before)
+    assert "init_tokens.targets" in before and any(name.endswith("forget_bias") for name in before)
     for _ in range(3):
         trainer._train_step()
     after = dict(trainer.objective.named_buffers())
@@ -236,7 +237,7 @@ def test_ddp_does_not_broadcast_the_targets_at_every_step(vectors_pipeline, tmp_
         with warnings.catch_warnings():
             warnings.simplefilter("error", FutureWarning)  # the current flag, not the deprecated one
             model = data_parallel(objective)
-        assert any(buffer is objective.mimic.targets for buffer in model.module.buffers())
+        assert any(buffer is objective.init_tokens.targets for buffer in model.module.buffers())
         assert not model.will_sync_module_buffers()
     finally:
         dist.destroy_process_group()
