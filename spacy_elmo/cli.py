@@ -1,15 +1,18 @@
 """The command line: ``spacy-elmo pretrain``, ``export``, ``copy-pretrained``, ``embed``, ``bench``, ``models``
 and ``download`` (also ``python -m spacy_elmo ...``)."""
 
+import functools
+import inspect
 import os
 import re
 import shutil
+from dataclasses import Field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple, get_args
 
 import typer
 
-from .pretraining.config import PRESETS
+from .pretraining.config import PRESETS, TrainingConfig
 
 if TYPE_CHECKING:
     from .bilm import BiLM
@@ -35,7 +38,56 @@ def preset_default(setting: str) -> str:
     return default(f"the preset's; {DEFAULT_PRESET}: {getattr(PRESETS[DEFAULT_PRESET].training, setting)}")
 
 
+def parse_duration(text: str) -> float:
+    """Seconds from '3600', '90s', '90m', '1.5h'."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not match:
+        raise typer.BadParameter(f"not a duration: {text!r} (use e.g. 3600, 90m, 2h)")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+# Settings whose command-line text is not their value.
+SETTING_PARSERS: Dict[str, Callable[[str], Any]] = {"max_time": parse_duration}
+
+
+def training_option(setting: Field) -> inspect.Parameter:
+    """The ``spacy-elmo pretrain`` option of a :class:`TrainingConfig` field, from the field's own
+    documentation (see :func:`~spacy_elmo.pretraining.config.setting`). None leaves the preset's value."""
+    meta = setting.metadata
+    preset_value = getattr(PRESETS[DEFAULT_PRESET].training, setting.name)
+    flags = meta["flag"].split("/") if "flag" in meta else []
+    if preset_value is None:
+        shown = default(meta["unset"])
+    elif isinstance(preset_value, bool) and len(flags) == 2:
+        shown = default(flags[0 if preset_value else 1].lstrip("-"))
+    else:
+        shown = preset_default(setting.name)
+    parser = SETTING_PARSERS.get(setting.name)
+    value_type = next((t for t in get_args(setting.type) if t is not type(None)), setting.type)
+    if parser is not None or not isinstance(value_type, type):  # parsed text, or a Literal of names
+        value_type = str
+    option = typer.Option(None, *meta.get("flag", "").split() or (), help=meta["help"] + shown, parser=parser)
+    return inspect.Parameter(setting.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=Optional[value_type])
+
+
+def with_training_settings(command: Callable[..., None]) -> Callable[..., None]:
+    """Add an option per :class:`TrainingConfig` field to ``command``, which receives those given
+    on the command line as ``settings``, a dict of field values (the others keep the preset's)."""
+    options = [training_option(setting) for setting in fields(TrainingConfig)]
+    signature = inspect.signature(command)
+    own = [parameter for name, parameter in signature.parameters.items() if name != "settings"]
+
+    @functools.wraps(command)
+    def with_settings(**kwargs: Any) -> None:
+        given = {option.name: kwargs.pop(option.name) for option in options}
+        command(**kwargs, settings={name: value for name, value in given.items() if value is not None})
+
+    with_settings.__signature__ = signature.replace(parameters=own + options)  # type: ignore[attr-defined]
+    return with_settings
+
+
 @app.command()
+@with_training_settings
 def pretrain(
     input_path: Path = typer.Argument(
         ..., metavar="INPUT", help="Corpus: a file or a directory of .txt / .jsonl / .spacy files"
@@ -45,30 +97,6 @@ def pretrain(
     ),
     preset: str = typer.Option(DEFAULT_PRESET, help=f"Model sizes and training defaults: {', '.join(PRESETS)}"),
     dev: Optional[Path] = typer.Option(None, help="Held-out text (same formats) for perplexity" + default("none")),
-    lang: Optional[str] = typer.Option(None, help="Language of the spaCy tokenizer" + preset_default("lang")),
-    paragraphs: Optional[bool] = typer.Option(
-        None,
-        "--paragraphs/--lines",
-        help="Plain text: a document per blank-line paragraph, or per line" + default("lines"),
-    ),
-    max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps" + default("no limit")),
-    max_time: Optional[str] = typer.Option(None, help="Stop after this much training time: seconds, or e.g. 90m, 2h" + default("no limit")),
-    batch_size: Optional[int] = typer.Option(None, help="Rows (streams) per step in all, split over processes" + preset_default("batch_size")),
-    window: Optional[int] = typer.Option(None, help="Tokens per row per step (truncated back-propagation length)" + preset_default("window")),
-    vocab_size: Optional[int] = typer.Option(None, help="Output vocabulary size, markers included" + preset_default("vocab_size")),
-    min_count: Optional[int] = typer.Option(None, help="Minimum count of a word in the vocabulary" + preset_default("min_count")),
-    negatives: Optional[int] = typer.Option(None, help="Sampled-softmax negatives per step; 0 for the full softmax" + preset_default("n_negatives")),
-    optimizer: Optional[str] = typer.Option(None, help="adagrad (the paper's) or adam" + preset_default("optimizer")),
-    lr: Optional[float] = typer.Option(None, help="Learning rate" + preset_default("learning_rate")),
-    clip: Optional[float] = typer.Option(None, help="Gradient norm clipping" + preset_default("clip_norm")),
-    dropout: Optional[float] = typer.Option(None, help="Dropout between LSTM layers and before the softmax" + preset_default("dropout")),
-    checkpoint_every: Optional[int] = typer.Option(None, help="Steps between checkpoints" + preset_default("checkpoint_every")),
-    eval_every: Optional[int] = typer.Option(None, help="Steps between held-out evaluations" + preset_default("eval_every")),
-    log_every: Optional[int] = typer.Option(None, help="Steps between log records" + preset_default("log_every")),
-    eval_tokens: Optional[int] = typer.Option(None, help="Held-out tokens to evaluate (the first ones of --dev)" + preset_default("eval_tokens")),
-    warm_documents: Optional[int] = typer.Option(
-        None, help="Training documents read for the exported warm start; 0 for none" + preset_default("warm_documents")),
-    seed: Optional[int] = typer.Option(None, help="Random seed" + preset_default("seed")),
     init_from: Optional[Tuple[str, str]] = typer.Option(
         None,
         metavar="OPTIONS WEIGHTS",
@@ -86,29 +114,15 @@ def pretrain(
         help="A spaCy pipeline with static vectors (`spacy init vectors`): first fit the new biLM's char CNN to "
         "reproduce them, so it starts knowing what words mean (MIMICK)",
     ),
-    init_tokens_epochs: Optional[int] = typer.Option(
-        None, help="Passes over the static vectors of --init-tokens-from" + preset_default("init_tokens_epochs")
-    ),
-    init_tokens_weight: Optional[float] = typer.Option(
-        None,
-        help="Keep the distance to the vectors of --init-tokens-from as a second loss of this weight while the LM "
-        "trains, so that it does not wash their knowledge out; resuming needs the same --init-tokens-from, and "
-        "--init-from an export of such a run keeps the vectors exported with it"
-        + preset_default("init_tokens_weight"),
-    ),
     pipeline: Optional[Path] = typer.Option(
         None, help="Also save a blank spaCy pipeline with an elmo component holding the model here"
     ),
     threads: Optional[int] = typer.Option(
         None, help="Torch threads per process" + default("torch's choice; torchrun sets 1")
     ),
-    precision: Optional[str] = typer.Option(
-        None,
-        help="Matrix products in fp32, bf16, or auto: bf16 where the CPU (AMX) or GPU "
-        "multiplies it faster than fp32; weights, optimizer and loss stay fp32" + default("auto"),
-    ),
     resume: bool = typer.Option(True, help="Continue from OUTPUT_DIR/checkpoint.pt if it exists"),
     progress: bool = typer.Option(True, help="Show a progress bar"),
+    settings: Optional[Dict[str, Any]] = None,
 ) -> None:
     """Train (or fine-tune) a biLM on raw text and export options.json + weights.hdf5 to OUTPUT_DIR.
 
@@ -126,30 +140,7 @@ def pretrain(
         torch.set_num_threads(threads)
     try:
         chosen = get_preset(preset)
-        config = chosen.training.updated(
-            lang=lang,
-            paragraphs=paragraphs,
-            max_steps=max_steps,
-            max_time=parse_duration(max_time) if max_time is not None else None,
-            batch_size=batch_size,
-            window=window,
-            vocab_size=vocab_size,
-            min_count=min_count,
-            n_negatives=negatives,
-            optimizer=optimizer,
-            learning_rate=lr,
-            clip_norm=clip,
-            dropout=dropout,
-            checkpoint_every=checkpoint_every,
-            eval_every=eval_every,
-            log_every=log_every,
-            eval_tokens=eval_tokens,
-            warm_documents=warm_documents,
-            seed=seed,
-            precision=precision,
-            init_tokens_epochs=init_tokens_epochs,
-            init_tokens_weight=init_tokens_weight,
-        )
+        config = chosen.training.updated(**(settings or {}))
         init = _init_files(init_from, init_from_model)
         metrics = run_pretraining(
             input_path, output_dir, chosen.options, config, dev, init, resume, progress, init_tokens_from
@@ -399,11 +390,3 @@ def _init_files(init_from: Optional[Tuple[str, str]], init_from_model: Optional[
     if init_from_model is not None:
         return resolve_pretrained(init_from_model, check=BiLM.from_files)
     return None if init_from is None else resolve_files(*init_from, check=BiLM.from_files)
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from '3600', '90s', '90m', '1.5h'."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
-    if not match:
-        raise typer.BadParameter(f"not a duration: {text!r} (use e.g. 3600, 90m, 2h)")
-    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]

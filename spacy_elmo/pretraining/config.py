@@ -5,7 +5,7 @@ of a distributed run, so one command means the same training (same rows per step
 learning rate) on one process or many; more processes only make each step faster.
 """
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Dict, Iterable, Optional
 
 import torch
@@ -14,32 +14,53 @@ from torch import nn
 from ..bilm import ElmoOptions
 from ..bilm.precision import Precision, check_precision
 
+
+def setting(default: Any, help: str, **cli: str) -> Any:
+    """A field of :class:`TrainingConfig` with its documentation, from which ``spacy-elmo pretrain``
+    builds its option: ``help``; ``flag``, the option's name where it is not the field's (a
+    ``--yes/--no`` pair for a bool); ``unset``, what None means."""
+    return field(default=default, metadata={"help": help, **cli})
+
+
 @dataclass(frozen=True)
 class TrainingConfig:
     """Everything a pretraining run needs besides the model sizes; see ``spacy-elmo pretrain --help``."""
 
-    batch_size: int = 64
-    window: int = 20
-    vocab_size: int = 50_000
-    min_count: int = 1
-    n_negatives: int = 0  # 0: full softmax
-    optimizer: str = "adagrad"
-    learning_rate: float = 0.2
-    clip_norm: float = 10.0
-    dropout: float = 0.1
-    max_steps: Optional[int] = None
-    max_time: Optional[float] = None  # seconds
-    checkpoint_every: int = 500
-    eval_every: int = 500
-    log_every: int = 10
-    eval_tokens: int = 20_000
-    warm_documents: int = 20
-    seed: int = 0
-    lang: str = "en"
-    paragraphs: bool = False
-    precision: Precision = "auto"  # of the matrix products; see spacy_elmo.bilm.precision
-    init_tokens_epochs: int = 20  # passes over the static vectors of pretrain(init_tokens_from=...)
-    init_tokens_weight: float = 0.0  # weight of the distance to those vectors kept beside the LM loss; 0: none
+    lang: str = setting("en", "Language of the spaCy tokenizer")
+    paragraphs: bool = setting(
+        False, "Plain text: a document per blank-line paragraph, or per line", flag="--paragraphs/--lines"
+    )
+    max_steps: Optional[int] = setting(None, "Stop after this many steps", unset="no limit")
+    max_time: Optional[float] = setting(  # seconds
+        None, "Stop after this much training time: seconds, or e.g. 90m, 2h", unset="no limit"
+    )
+    batch_size: int = setting(64, "Rows (streams) per step in all, split over processes")
+    window: int = setting(20, "Tokens per row per step (truncated back-propagation length)")
+    vocab_size: int = setting(50_000, "Output vocabulary size, markers included")
+    min_count: int = setting(1, "Minimum count of a word in the vocabulary")
+    n_negatives: int = setting(0, "Sampled-softmax negatives per step; 0 for the full softmax", flag="--negatives")
+    optimizer: str = setting("adagrad", "adagrad (the paper's) or adam")
+    learning_rate: float = setting(0.2, "Learning rate", flag="--lr")
+    clip_norm: float = setting(10.0, "Gradient norm clipping", flag="--clip")
+    dropout: float = setting(0.1, "Dropout between LSTM layers and before the softmax")
+    checkpoint_every: int = setting(500, "Steps between checkpoints")
+    eval_every: int = setting(500, "Steps between held-out evaluations")
+    log_every: int = setting(10, "Steps between log records")
+    eval_tokens: int = setting(20_000, "Held-out tokens to evaluate (the first ones of --dev)")
+    warm_documents: int = setting(20, "Training documents read for the exported warm start; 0 for none")
+    seed: int = setting(0, "Random seed")
+    precision: Precision = setting(  # of the matrix products; see spacy_elmo.bilm.precision
+        "auto",
+        "Matrix products in fp32, bf16, or auto: bf16 where the CPU (AMX) or GPU multiplies it faster than "
+        "fp32; weights, optimizer and loss stay fp32",
+    )
+    init_tokens_epochs: int = setting(20, "Passes over the static vectors of --init-tokens-from")
+    init_tokens_weight: float = setting(
+        0.0,
+        "Keep the distance to the vectors of --init-tokens-from as a second loss of this weight while the LM "
+        "trains, so that it does not wash their knowledge out (0: none); resuming needs the same "
+        "--init-tokens-from, and --init-from an export of such a run keeps the vectors exported with it",
+    )
 
     def __post_init__(self) -> None:
         positive = ("batch_size", "window", "checkpoint_every", "eval_every", "log_every", "eval_tokens", "init_tokens_epochs")
