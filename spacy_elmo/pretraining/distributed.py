@@ -6,6 +6,7 @@ and uses GPU ``LOCAL_RANK``. Multi-node runs need nothing more: torchrun's rende
 same variables on every node.
 """
 
+import gc
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -82,7 +83,15 @@ def init_distributed() -> Distributed:
 
 
 def shutdown(env: Distributed) -> None:
+    """Leave the process group, and end its threads while the interpreter still runs.
+
+    The group's threads stop when the last object holding it (DistributedDataParallel) is freed;
+    the collector frees those left in reference cycles first. A gloo thread still running at exit
+    can drop a finished collective's tensors during interpreter finalization and abort the process
+    (SIGABRT, "terminate called without an active exception") instead of letting it exit.
+    """
     if env.enabled and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -74,6 +74,9 @@ def pretrain(
         return Trainer(
             env, Path(input_path), Path(output_dir), options, config, dev_path, init_from, resume, progress, init_tokens_from
         ).run()
+    except Interrupted as stopped:
+        # Its traceback would keep the trainer, and with it the process group, alive past shutdown.
+        raise stopped.with_traceback(None) from None
     finally:
         shutdown(env)
 
