@@ -222,6 +222,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--max-batch-tokens", type=int, default=16384)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--train-steps", type=int, default=50)
+    parser.add_argument("--train-batch-words", type=int, default=None,
+                        help="Words per training batch; default: the config's schedule, which starts at 100 words")
     parser.add_argument("--pretrain-steps", type=int, default=20)
     parser.add_argument("--tasks", default="inference,train,pretrain", help="Which rows to measure (comma-separated)")
     parser.add_argument("--train-bilm", choices=["bundled", "original"], default="bundled",
@@ -244,7 +246,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     for line in describe_machine(device):
         print(line)
     print(f"inference: {size} size, {len(sentences)} sentences (GPU), {len(cpu_sentences)} (CPU), "
-          f"batches of {args.max_batch_tokens} tokens; spacy train: ner_elmo.cfg; pretrain: {', '.join(presets)}")
+          f"batches of {args.max_batch_tokens} tokens; spacy train: ner_elmo.cfg, batches of "
+          f"{args.train_batch_words or 'the config schedule (100 words at first)'} words; pretrain: {', '.join(presets)}")
     table = Table()
     if "inference" in tasks:
         inference_rows(table, options, size, device, sentences, cpu_sentences, args)
@@ -253,7 +256,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         directory = Path(tmp)
         if "train" in tasks:
             train_bilm = options if args.quick or args.train_bilm == "original" else None
-            train_rows(table, directory, device, gpu_id, train_bilm, size, warmup, train_steps, args.quick)
+            train_rows(table, directory, device, gpu_id, train_bilm, size, warmup, train_steps, args.quick,
+                       args.train_batch_words)
         if "pretrain" in tasks:
             pretrain_rows(table, directory, device, presets, warmup, pretrain_steps, args.quick)
 
@@ -278,15 +282,17 @@ def inference_rows(table: Table, options: ElmoOptions, size: str, device: torch.
 
 
 def train_rows(table: Table, directory: Path, device: torch.device, gpu_id: int, bilm: Optional[ElmoOptions],
-               size: str, warmup: int, steps: int, quick: bool) -> None:
-    """spacy train rows with the bundled biLM, or (``bilm``) random weights of those sizes, named ``size``."""
-    ner_corpus(directory / "train.spacy", 60 if quick else 4000)
-    overrides: Dict[str, object] = {}
+               size: str, warmup: int, steps: int, quick: bool, batch_words: Optional[int]) -> None:
+    """spacy train rows with the bundled biLM, or (``bilm``) random weights of those sizes, named
+    ``size``; batches of ``batch_words`` words, or the config's schedule."""
+    enough = 0 if batch_words is None else (warmup + steps + 1) * batch_words // 20  # documents of 9-41 words
+    ner_corpus(directory / "train.spacy", max(60 if quick else 4000, enough))
+    overrides: Dict[str, object] = {} if batch_words is None else {"training.batcher.size": batch_words}
     name = "spacy train ner_elmo.cfg"
     if bilm is not None:
         BiLM(bilm).to_files(directory / "options.json", directory / "weights.hdf5")
-        overrides = {"paths.elmo_options": str(directory / "options.json"),
-                     "paths.elmo_weights": str(directory / "weights.hdf5")}
+        overrides.update({"paths.elmo_options": str(directory / "options.json"),
+                          "paths.elmo_weights": str(directory / "weights.hdf5")})
         name = f"spacy train, {size} size"
     for freeze in (True, False):
         table.measure(name + (", frozen" if freeze else ", fine-tuned"), device, "auto", "words/s", lambda: train_rate(
