@@ -55,18 +55,18 @@ def training_option(setting: Field) -> inspect.Parameter:
     documentation (see :func:`~spacy_elmo.pretraining.config.setting`). None leaves the preset's value."""
     meta = setting.metadata
     preset_value = getattr(PRESETS[DEFAULT_PRESET].training, setting.name)
-    flags = meta["flag"].split("/") if "flag" in meta else []
+    declarations = [meta["flag"]] if "flag" in meta else []  # "--yes/--no" for a bool
     if preset_value is None:
         shown = default(meta["unset"])
-    elif isinstance(preset_value, bool) and len(flags) == 2:
-        shown = default(flags[0 if preset_value else 1].lstrip("-"))
+    elif isinstance(preset_value, bool) and declarations:
+        shown = default(meta["flag"].split("/")[0 if preset_value else 1].lstrip("-"))
     else:
         shown = preset_default(setting.name)
     parser = SETTING_PARSERS.get(setting.name)
     value_type = next((t for t in get_args(setting.type) if t is not type(None)), setting.type)
     if parser is not None or not isinstance(value_type, type):  # parsed text, or a Literal of names
         value_type = str
-    option = typer.Option(None, *meta.get("flag", "").split() or (), help=meta["help"] + shown, parser=parser)
+    option = typer.Option(None, *declarations, help=meta["help"] + shown, parser=parser)
     return inspect.Parameter(setting.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=Optional[value_type])
 
 

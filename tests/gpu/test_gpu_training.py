@@ -11,14 +11,14 @@ import numpy
 import pytest
 import spacy
 import torch
-from thinc.api import Adam, PyTorchGradScaler, fix_random_seed
+from thinc.api import Adam, PyTorchGradScaler
 
 from spacy_elmo import BiLM
 from spacy_elmo.layers import get_bilm
 
 from ..helpers import assert_float32_close
-from ..pipeline.conftest import N_LAYERS, WIDTH, build_ner_textcat, make_examples, with_random_output_layers
-from ..pipeline.test_listeners import train
+from ..pipeline.conftest import N_LAYERS, WIDTH, build_ner_textcat, make_examples
+from ..pipeline.test_listeners import assert_learn_rate_scale_scales_the_biLM_steps_only, train
 from ..pipeline.test_fine_tuning_steps import TEXTS, fine_tuned_pipeline
 from ..pipeline.test_train import CONFIGS, corpus, overrides_for  # noqa: F401  (corpus: a fixture)
 from .helpers import host, is_cupy_float32
@@ -38,25 +38,7 @@ def test_frozen_ner_and_textcat_updates_give_finite_losses(bilm_files) -> None:
 
 def test_fine_tuning_moves_the_biLM_by_learn_rate_scale(bilm_files, deterministic) -> None:
     """The GPU twin of tests/pipeline/test_listeners.py::test_learn_rate_scale_scales_the_biLM_steps_only."""
-    moves = {}
-    for scale in (1.0, 0.25):
-        fix_random_seed(0)
-        nlp = with_random_output_layers(build_ner_textcat(bilm_files, freeze=False, learn_rate_scale=scale))
-        bilm = get_bilm(nlp.get_pipe("elmo").model)
-        before = [p.detach().clone() for p in bilm.parameters()]
-        ner_before = host(nlp.get_pipe("ner").model.get_ref("lower").get_param("W")).copy()
-        losses = train(nlp, make_examples(nlp), steps=1)  # one step, with this batch's gradients
-        assert numpy.isfinite(losses["elmo"]) and losses["elmo"] > 0
-        moves[scale] = (
-            torch.cat([(p.detach() - b).flatten() for p, b in zip(bilm.parameters(), before)]).cpu().numpy(),
-            host(nlp.get_pipe("ner").model.get_ref("lower").get_param("W")) - ner_before,
-        )
-    full, scaled = moves[1.0], moves[0.25]
-    assert numpy.abs(full[0]).max() > 0
-    # A move is a difference of float32 weights: exact up to a few of the weights' rounding steps.
-    rounding = 4 * numpy.finfo(numpy.float32).eps * max(float(p.abs().max()) for p in before)
-    numpy.testing.assert_allclose(scaled[0], 0.25 * full[0], rtol=1e-3, atol=rounding)
-    assert_float32_close(scaled[1], full[1])
+    assert_learn_rate_scale_scales_the_biLM_steps_only(bilm_files)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
