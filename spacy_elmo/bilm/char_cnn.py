@@ -6,6 +6,7 @@ computed from its characters alone. It is layer 0 of the biLM output.
 
 from typing import List
 
+import numpy
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
@@ -58,15 +59,19 @@ class CharCNN(nn.Module):
         self.activation = torch.relu if options.activation == "relu" else torch.tanh
         self.low_precision = LowPrecisionWeights()
 
-    def forward(self, char_ids: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    def forward(self, char_ids: Tensor, dtype: torch.dtype = torch.float32, trimmed: bool = False) -> Tensor:
         """Shape: (n_tokens, max_characters_per_token) int64 -> (n_tokens, projection_dim) float32.
+
+        ``trimmed``: the ids already end where :meth:`positions_needed` says (the biLM cuts them on
+        the host, so that a GPU's work is not waited for to read how long the tokens are).
 
         Each filter is a valid 1-D convolution over character positions; its maximum over
         positions goes through the activation (max first, then activation, as in bilm-tf).
         ``dtype``: of the convolutions, highway and projection products (see
         :mod:`.precision`); embeddings, activations and the output are float32.
         """
-        char_ids = char_ids[:, : self._positions_needed(char_ids)]
+        if not trimmed:
+            char_ids = char_ids[:, : self.positions_needed(char_ids.cpu().numpy())]
         chars = self.char_embedding(char_ids).transpose(1, 2)  # (n_tokens, char_dim, positions)
         chars_in_dtype = chars.to(dtype)
         features: List[Tensor] = [
@@ -92,14 +97,14 @@ class CharCNN(nn.Module):
         weight = self.low_precision.get(f"conv{index}", chars.dtype, [conv.weight], lambda: conv.weight)
         return F.conv1d(chars, weight).amax(dim=-1).float() + conv.bias
 
-    def _positions_needed(self, char_ids: Tensor) -> int:
+    def positions_needed(self, char_ids: numpy.ndarray) -> int:
         """How many leading character positions give the same maxima as all of them.
 
         Every window that lies wholly in the padding after the longest token gives one and the
         same value per filter, so keeping one such window for the widest filter is exact; short
         tokens then cost a fraction of the 50 positions. Shape: (n_tokens, max_characters).
         """
-        written = (char_ids != CHAR_PADDING).any(dim=0).nonzero()
-        longest = int(written.max()) + 1 if len(written) else 0
+        written = numpy.flatnonzero((char_ids != CHAR_PADDING).any(axis=0))
+        longest = int(written[-1]) + 1 if len(written) else 0
         widest = max(width for width, _ in self.options.filters)
         return min(char_ids.shape[1], longest + widest)

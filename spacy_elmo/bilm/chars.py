@@ -9,7 +9,7 @@ the text they are; only the boundaries that the model adds around every sentence
 special sentence-start and sentence-end characters.
 """
 
-from typing import Tuple
+from typing import Sequence, Tuple
 
 import numpy
 
@@ -20,17 +20,23 @@ BEGIN_OF_SENTENCE_CHAR = 257
 END_OF_SENTENCE_CHAR = 258
 
 
-def token_char_ids(token: str, max_chars: int) -> numpy.ndarray:
-    """The character ids of one token. Shape: (max_chars,), int64.
+def tokens_char_ids(tokens: Sequence[str], max_chars: int) -> numpy.ndarray:
+    """The character ids of each token. Shape: (len(tokens), max_chars), int64.
 
     Characters that cannot be encoded as UTF-8 (lone surrogates) are dropped, as bilm-tf does.
     Longer tokens keep their first ``max_chars - 2`` bytes, which may cut a multi-byte character.
+    All tokens' bytes are placed with a few array operations: a Python loop over tokens costs
+    microseconds each, the char CNN's GPU time per token is a fraction of that.
     """
-    data = token.encode("utf8", errors="ignore")[: max_chars - 2]
-    ids = numpy.full((max_chars,), CHAR_PADDING, dtype=numpy.int64)
-    ids[0] = BEGIN_OF_WORD
-    ids[1 : len(data) + 1] = numpy.frombuffer(data, dtype=numpy.uint8).astype(numpy.int64) + 1
-    ids[len(data) + 1] = END_OF_WORD
+    encoded = [token.encode("utf8", errors="ignore")[: max_chars - 2] for token in tokens]
+    lengths = numpy.fromiter(map(len, encoded), dtype=numpy.int64, count=len(encoded))
+    ids = numpy.full((len(encoded), max_chars), CHAR_PADDING, dtype=numpy.int64)
+    ids[:, 0] = BEGIN_OF_WORD
+    rows = numpy.repeat(numpy.arange(len(encoded)), lengths)
+    starts = numpy.cumsum(lengths) - lengths  # each token's first byte in the joined bytes
+    columns = numpy.arange(len(rows)) - numpy.repeat(starts, lengths) + 1
+    ids[rows, columns] = numpy.frombuffer(b"".join(encoded), dtype=numpy.uint8).astype(numpy.int64) + 1
+    ids[numpy.arange(len(encoded)), lengths + 1] = END_OF_WORD
     return ids
 
 

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from . import int8
+from .fused_lstm import fused_layer, use_fused_lstm
 from .options import ElmoOptions
 from .precision import INT8, LowPrecisionWeights
 
@@ -127,12 +128,27 @@ class ProjectedLSTM(nn.Module):
             # 1: cheaper than broadcasting it into the gates before the product.
             bias = (self.bias + self.forget_bias).unsqueeze(1)
             return LSTMWeights(torch.cat([self.input_weight, bias], dim=1), self.hidden_weight, self.projection)
+        return self._product_weights(dtype)
+
+    def _product_weights(self, dtype: torch.dtype) -> "LSTMWeights":
+        """The three product weights as stored, in ``dtype`` (float32 or bf16), without the bias."""
+        if dtype == torch.float32:
+            return LSTMWeights(self.input_weight, self.hidden_weight, self.projection)
         copies = self.low_precision
         return LSTMWeights(
             copies.get("input_weight", dtype, [self.input_weight], lambda: self.input_weight),
             copies.get("hidden_weight", dtype, [self.hidden_weight], lambda: self.hidden_weight),
             copies.get("projection", dtype, [self.projection], lambda: self.projection),
         )
+
+    def fused_forward(
+        self, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor, dtype: torch.dtype
+    ) -> Tuple[Tensor, Tensor, Tensor]:
+        """:meth:`forward` for inference on a GPU, the cell fused into two kernels per step
+        (see :mod:`.fused_lstm`); same arguments and results, without autograd."""
+        bias = (self.bias + self.forget_bias).contiguous()
+        weights = self._product_weights(dtype)
+        return fused_layer(inputs, active, hidden, memory, tuple(weights), bias, self.cell_clip, self.proj_clip)
 
     def _int8_packs(self) -> Tuple[Tuple[int8.Packed, ...], ...]:
         """Per product, both directions' weights as (out, in) int8 packs; the input one with the bias."""
@@ -264,11 +280,12 @@ class BiLSTMStack(nn.Module):
         """Run the stack over a batch of sentences, boundaries included, products in ``dtype``.
 
         Shapes: ``tokens`` (time, batch, projection_dim); ``lengths`` (batch,) int64, each at
-        least 1. Returns one tensor per layer, (time, batch, 2 * projection_dim) = [forward;
-        backward], and the final state. Positions past a row's length hold undefined values.
+        least 1, on any device (on the CPU, a GPU pass needs no wait: see :meth:`run`). Returns
+        one tensor per layer, (time, batch, 2 * projection_dim) = [forward; backward], and the
+        final state. Positions past a row's length hold undefined values.
         """
         n_steps, batch, _ = tokens.shape
-        reverse_index = _reverse_index(lengths, n_steps)  # (time, batch)
+        reverse_index = _reverse_index(lengths.to(tokens.device), n_steps)  # (time, batch)
         x = torch.stack([tokens, _reverse(tokens, reverse_index)], dim=1)  # (time, 2, batch, dim)
         layers, final_state = self.run(x, lengths, state, dtype)
         outputs = [torch.cat([y[:, 0], _reverse(y[:, 1], reverse_index)], dim=-1) for y in layers]
@@ -281,27 +298,36 @@ class BiLSTMStack(nn.Module):
 
         Shapes: ``inputs`` (time, 2, batch, projection_dim), direction 1 already reversed, so
         the two directions may read different text (language-model training feeds the backward
-        LM its own reversed stream); ``lengths`` (batch,) int64. Returns one tensor per layer,
+        LM its own reversed stream); ``lengths`` (batch,) int64, best on the CPU. Returns one tensor per layer,
         (time, 2, batch, projection_dim) in reading order, and the final state. ``dtype``: of the
         products (see :mod:`.precision`); inputs, states and outputs are float32.
         """
-        # Rows longest first, so that the rows still running at any step are a prefix.
-        order = torch.argsort(lengths, descending=True, stable=True)
+        # Rows longest first, so that the rows still running at any step are a prefix. The order
+        # is worked out on the host: reading a GPU's lengths back would wait for all queued work.
+        host_lengths = lengths.cpu()
+        host_order = torch.argsort(host_lengths, descending=True, stable=True)
+        active = _active_rows(host_lengths[host_order].tolist(), inputs.shape[0])
+        order = host_order.to(inputs.device)
         restore = torch.argsort(order)
-        active = _active_rows(lengths[order].tolist(), inputs.shape[0])
         x = inputs.index_select(2, order)
         hidden, memory = state.hidden.index_select(2, order), state.memory.index_select(2, order)
         outputs: List[Tensor] = []
         hiddens: List[Tensor] = []
         memories: List[Tensor] = []
         n_steps, _, batch, _ = x.shape
+        fused = use_fused_lstm(x.device, dtype)
         workspace = None  # every layer has the same gate width: one buffer serves them all
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled() and not fused:
             workspace = x.new_empty(self.layers[0].workspace_size(n_steps, batch))
         for index, layer in enumerate(self.layers):
-            y, layer_hidden, layer_memory = layer(
-                self.dropout(x), active, hidden[index], memory[index], workspace, dtype
-            )
+            if fused:
+                y, layer_hidden, layer_memory = layer.fused_forward(
+                    self.dropout(x), active, hidden[index], memory[index], dtype
+                )
+            else:
+                y, layer_hidden, layer_memory = layer(
+                    self.dropout(x), active, hidden[index], memory[index], workspace, dtype
+                )
             if index > 0 and self.options.use_skip_connections:
                 y = y + x
             outputs.append(y.index_select(2, restore))

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from ..fileio import PathLike
 from .char_cnn import CharCNN
-from .chars import CHAR_PADDING, boundary_char_ids, token_char_ids
+from .chars import CHAR_PADDING, boundary_char_ids, tokens_char_ids
 from .files import read_weights, write_files
 from .lstm import BiLSTMStack, LSTMState
 from .options import ElmoOptions
@@ -233,13 +233,14 @@ class BiLM(nn.Module):
         self, sentences: Sequence[Sequence[str]], table: Tensor, index: Tensor, state: Optional[LSTMState], dtype: torch.dtype
     ) -> BiLMOutput:
         """The LSTM over the sentences' token vectors: row ``index[b, t]`` of ``table`` (see :meth:`token_table`)."""
-        lengths = torch.tensor([len(s) + 2 for s in sentences], dtype=torch.int64, device=self.device)
+        host_lengths = torch.tensor([len(s) + 2 for s in sentences], dtype=torch.int64)
+        lengths = host_lengths.to(self.device)
         # Padding positions take row 0, the first sentence's start: masked below.
         tokens = table[index.T.to(self.device)]  # (time, batch, projection_dim)
         carry = state is None and self.state_mode == "carry"
         if state is None:
             state = self.initial_state(len(sentences))
-        lstm_layers, final_state = self.lstm(tokens, lengths, state, dtype)
+        lstm_layers, final_state = self.lstm(tokens, host_lengths, state, dtype)
         if carry:
             self._remember(final_state)
         layers = torch.stack([torch.cat([tokens, tokens], dim=-1), *lstm_layers])
@@ -365,26 +366,30 @@ class BiLM(nn.Module):
         """Run the char CNN over ``tokens[p] for p in positions``, in bounded chunks, products in ``dtype``.
 
         Tokens go through shortest first, so that each chunk's padding is cut short
-        (see :meth:`CharCNN._positions_needed`). Shape: (len(positions), projection_dim).
+        (see :meth:`CharCNN.positions_needed`). Shape: (len(positions), projection_dim).
         In int8 the char CNN runs in float32 (see :mod:`.int8`).
         """
         if not len(positions):
             return self.char_cnn.projection.weight.new_zeros((0, self.options.projection_dim))
-        max_chars = self.options.max_characters_per_token
-        char_ids = numpy.stack([self._char_ids(tokens[p], max_chars) for p in positions])
+        char_ids = self.char_ids([tokens[p] for p in positions])
         order = numpy.argsort((char_ids != CHAR_PADDING).sum(axis=1), kind="stable")
-        sorted_ids = torch.from_numpy(char_ids[order]).to(self.device)
+        sorted_ids = char_ids[order]
         cnn_dtype = torch.float32 if dtype == INT8 else dtype
-        encoded = torch.cat([self.char_cnn(chunk, cnn_dtype) for chunk in sorted_ids.split(CHAR_CNN_CHUNK)])
+        encoded = []
+        for begin in range(0, len(sorted_ids), CHAR_CNN_CHUNK):
+            chunk = sorted_ids[begin : begin + CHAR_CNN_CHUNK]
+            chunk = torch.from_numpy(chunk[:, : self.char_cnn.positions_needed(chunk)]).to(self.device)
+            encoded.append(self.char_cnn(chunk, cnn_dtype, trimmed=True))
         restore = torch.from_numpy(numpy.argsort(order)).to(self.device)
-        return encoded[restore]
+        return torch.cat(encoded)[restore]
 
-    def _char_ids(self, token: Hashable, max_chars: int) -> numpy.ndarray:
-        if token == SENTENCE_START:
-            return self._boundary_char_ids[0]
-        if token == SENTENCE_END:
-            return self._boundary_char_ids[1]
-        return token_char_ids(str(token), max_chars)
+    def char_ids(self, tokens: Sequence[Hashable]) -> numpy.ndarray:
+        """Character ids of tokens (strings, or the boundary keys). Shape: (len(tokens), max_characters_per_token)."""
+        ids = tokens_char_ids([str(token) for token in tokens], self.options.max_characters_per_token)
+        for row, token in enumerate(tokens):
+            if token == SENTENCE_START or token == SENTENCE_END:
+                ids[row] = self._boundary_char_ids[token == SENTENCE_END]
+        return ids
 
     def batches(self, sentences: Sequence[Sequence[str]]) -> Iterator[List[int]]:
         """Indices of sentences per batch: all as given in carry mode, else length-sorted."""

@@ -1,0 +1,105 @@
+"""The LSTM time loop of inference on a GPU, with the cell fused into two Triton kernels.
+
+Eager, one step of a :class:`~.lstm.ProjectedLSTM` is about a dozen CUDA kernels over the
+(2, rows, 4 * lstm_dim) gates: the bias and recurrent additions, three sigmoids, two tanhs,
+products, clipping, conversions and state copies, each a full pass through GPU memory and a launch
+from Python. On an H200 at the Original size these elementwise passes took three quarters of the
+GPU's time, and the launches as much host time again (benchmarks/gpu_profile.py). Here a step is
+four kernels:
+
+1. the recurrent product ``hidden @ W_h`` (cuBLAS, in the product dtype);
+2. :func:`_cell_kernel`: the input product of the step + bias + the recurrent product, the four
+   gates, the clipped memory (updated in place) and the cell output, in one pass;
+3. the projection product (cuBLAS);
+4. :func:`_project_kernel`: the clipped projection, written into the layer's output at this step
+   (float32) and into the next step's product input (product dtype).
+
+The arithmetic is the eager path's, in the same order and roundings: in bf16 each product is
+rounded to bf16 as cuBLAS returns it, and everything else is float32. ``tanh`` is computed as
+``2 * sigmoid(2x) - 1`` (Triton has no portable tanh), which differs from ``torch.tanh`` by a
+float32 rounding or two. Only inference (no autograd) takes this path; training keeps the eager
+one, whose autograd graph it needs.
+
+With ``TRITON_INTERPRET=1`` the kernels also run on CPU tensors (slowly), which is how the CPU
+test suite checks this path against the eager one.
+"""
+
+import importlib
+import importlib.util
+import os
+from typing import Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+# Positions (steps x rows) whose input products are computed in one product on a GPU: 1 GB of
+# bf16 gates at the Original size. The CPU's bound (lstm.PRECOMPUTED_POSITIONS) is 8x smaller.
+GPU_PRECOMPUTED_POSITIONS = 8192
+
+# Set to "0" to run the eager loop on a GPU too: to compare the two, or as a way out should a
+# Triton build misbehave.
+SWITCH = "SPACY_ELMO_FUSED_LSTM"
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+
+
+def use_fused_lstm(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether a forward pass takes the fused loop: inference (no autograd) on a CUDA device in
+    float32 or bf16 products, with Triton installed, unless ``SPACY_ELMO_FUSED_LSTM=0``."""
+    return (
+        HAS_TRITON
+        and device.type == "cuda"
+        and dtype in (torch.float32, torch.bfloat16)
+        and not torch.is_grad_enabled()
+        and os.environ.get(SWITCH, "1") != "0"
+    )
+
+
+def fused_layer(
+    inputs: Tensor,
+    active: Sequence[int],
+    hidden: Tensor,
+    memory: Tensor,
+    weights: Tuple[Tensor, Tensor, Tensor],
+    bias: Tensor,
+    cell_clip: float,
+    proj_clip: float,
+    window_positions: int = GPU_PRECOMPUTED_POSITIONS,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """One layer, both directions, over rows sorted longest first; no autograd.
+
+    Shapes: ``inputs`` (time, 2, batch, input_dim) float32, direction 1 already reversed;
+    ``active[t]`` the rows still running at step t (non-increasing, ``active[0] == batch``);
+    ``hidden`` (2, batch, projection_dim), ``memory`` (2, batch, lstm_dim), float32;
+    ``weights``: input (2, input_dim, 4 * lstm_dim), hidden (2, projection_dim, 4 * lstm_dim),
+    projection (2, lstm_dim, projection_dim), all in the product dtype; ``bias`` (2, 4 * lstm_dim)
+    float32, the forget bias included. Returns the outputs (time, 2, batch, projection_dim)
+    float32, zero past each row's length, and each row's hidden and memory after its last step.
+    """
+    w_input, w_hidden, w_projection = weights
+    dtype = w_hidden.dtype
+    n_steps, _, batch, _ = inputs.shape
+    lstm_dim, projection_dim = memory.shape[2], hidden.shape[2]
+    outputs = inputs.new_zeros((n_steps, 2, batch, projection_dim))
+    memory = memory.contiguous().clone()
+    state = hidden.to(dtype, copy=True).contiguous()  # the recurrent product's input, in its dtype; written per step
+    final_hidden = torch.empty_like(hidden)  # every row has at least one step
+    cell_out = inputs.new_empty((2, batch, lstm_dim), dtype=dtype)
+    lowered = inputs.to(dtype)
+    kernels = importlib.import_module(".triton_kernels", __package__)
+    window = min(n_steps, max(1, window_positions // batch))
+    for start in range(0, n_steps, window):
+        rows = active[start]
+        steps = min(window, n_steps - start)
+        flat = lowered[start : start + steps, :, :rows].transpose(0, 1).reshape(2, steps * rows, -1)
+        pre = torch.bmm(flat, w_input).view(2, steps, rows, 4 * lstm_dim)
+        for offset in range(steps):
+            step = start + offset
+            running = active[step]
+            if step > 0 and running < active[step - 1]:  # rows running..previous ended at the last step
+                final_hidden[:, running : active[step - 1]] = outputs[step - 1, :, running : active[step - 1]]
+            rec = torch.bmm(state[:, :running], w_hidden)
+            kernels.fused_cell(pre[:, offset, :running], rec, bias, memory, cell_clip, cell_out)
+            kernels.fused_projection(torch.bmm(cell_out[:, :running], w_projection), proj_clip, outputs[step], state)
+    last = active[n_steps - 1]
+    final_hidden[:, :last] = outputs[n_steps - 1, :, :last]
+    return outputs, final_hidden, memory

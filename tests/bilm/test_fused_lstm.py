@@ -1,0 +1,133 @@
+"""The GPU's fused LSTM loop (spacy_elmo/bilm/fused_lstm.py) against the eager loop.
+
+Where torch sees a CUDA GPU, on it; elsewhere Triton's interpreter runs the same kernels on CPU
+tensors, so every CPU run of the suite checks the logic of the GPU path (strides, windows, rows
+that stop, final states). The interpreter is chosen here, before the kernels are defined: nothing
+else in a CPU run imports them.
+"""
+
+import os
+
+import pytest
+import torch
+
+from spacy_elmo.bilm import fused_lstm, lstm
+from spacy_elmo.bilm.lstm import ProjectedLSTM, _active_rows
+
+from ..helpers import assert_float32_close, random_bilm, tiny_options
+
+pytest.importorskip("triton", reason="Triton is not installed (pip install spacy-elmo[test] brings it)")
+# The interpreter computes exp in NumPy, which warns where it overflows to inf: the sigmoid is then 0, as it should.
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+if DEVICE.type == "cpu":
+    os.environ["TRITON_INTERPRET"] = "1"
+
+LENGTHS = {
+    "every row to the end": [6, 6, 6],
+    "rows stop one by one": [9, 7, 4, 2, 1],
+    "one row": [5],
+    "one step": [1, 1],
+}
+
+
+def random_layer(seed: int) -> ProjectedLSTM:
+    """A layer of the tiny sizes whose weights and bias are large enough for clipping to bite."""
+    torch.manual_seed(seed)
+    layer = ProjectedLSTM(input_dim=8, lstm_dim=24, projection_dim=8, cell_clip=1.5, proj_clip=1.0)
+    with torch.no_grad():
+        for param in layer.parameters():
+            param.normal_(0.0, 0.5)
+    return layer.to(DEVICE)
+
+
+def eager_and_fused(layer: ProjectedLSTM, lengths, dtype: torch.dtype, window_positions: int):
+    """Both loops over the same random inputs and initial states: (eager, fused) results."""
+    n_steps, batch = max(lengths), len(lengths)
+    active = _active_rows(lengths, n_steps)
+    inputs = torch.randn(n_steps, 2, batch, 8, device=DEVICE)
+    hidden, memory = torch.randn(2, batch, 8, device=DEVICE), torch.randn(2, batch, 24, device=DEVICE)
+    with torch.no_grad():
+        eager = layer(inputs, active, hidden, memory, inputs.new_empty(layer.workspace_size(n_steps, batch)), dtype)
+        weights = tuple(layer._product_weights(dtype))
+        bias = (layer.bias + layer.forget_bias).contiguous()
+        fused = fused_lstm.fused_layer(
+            inputs, active, hidden, memory, weights, bias, layer.cell_clip, layer.proj_clip, window_positions
+        )
+    return eager, fused
+
+
+@pytest.mark.parametrize("window_positions", [fused_lstm.GPU_PRECOMPUTED_POSITIONS, 4])
+@pytest.mark.parametrize("lengths", LENGTHS.values(), ids=LENGTHS.keys())
+def test_fused_float32_layer_equals_the_eager_one(lengths, window_positions) -> None:
+    """Outputs (zero past each row's end), final hidden and memory states, inputs untouched."""
+    layer = random_layer(0)
+    eager, fused = eager_and_fused(layer, lengths, torch.float32, window_positions)
+    for name, a, b in zip(("outputs", "hidden", "memory"), fused, eager):
+        assert_float32_close(a, b, err_msg=name)
+    for row, length in enumerate(lengths):
+        assert not fused[0][length:, :, row].any()
+
+
+@pytest.mark.parametrize("lengths", LENGTHS.values(), ids=LENGTHS.keys())
+def test_fused_bf16_layer_is_as_close_to_float32_as_the_eager_one(lengths) -> None:
+    """The same bf16 roundings: a flip of a last bf16 bit (tanh is computed another way) carries
+    through the recurrence, so the two bf16 loops are compared by their distance from float32."""
+    layer = random_layer(1)
+    torch.manual_seed(5)
+    eager, fused = eager_and_fused(layer, lengths, torch.bfloat16, 4)
+    torch.manual_seed(5)
+    exact, _ = eager_and_fused(layer, lengths, torch.float32, 4)
+    for name, a, b, reference in zip(("outputs", "hidden", "memory"), fused, eager, exact):
+        fused_error, eager_error = (a - reference).abs().max(), (b - reference).abs().max()
+        assert fused_error <= 1.5 * eager_error + 2**-8, name
+    cosine = torch.nn.functional.cosine_similarity(fused[0].flatten(1), exact[0].flatten(1), dim=-1)
+    assert cosine.min() > 0.999
+
+
+def test_the_fused_step_leaves_the_callers_states_alone() -> None:
+    layer = random_layer(2)
+    hidden, memory = torch.randn(2, 3, 8, device=DEVICE), torch.randn(2, 3, 24, device=DEVICE)
+    kept = hidden.clone(), memory.clone()
+    with torch.no_grad():
+        fused_lstm.fused_layer(
+            torch.randn(4, 2, 3, 8, device=DEVICE), [3, 3, 2, 1], hidden, memory,
+            tuple(layer._product_weights(torch.float32)), (layer.bias + layer.forget_bias).contiguous(),
+            layer.cell_clip, layer.proj_clip,
+        )
+    assert torch.equal(hidden, kept[0]) and torch.equal(memory, kept[1])
+
+
+def test_a_biLM_through_the_fused_loop_gives_the_eager_layers_and_states(monkeypatch) -> None:
+    """The whole biLM, the stack choosing the fused loop (as on a GPU) or not, from a carried state."""
+    model = random_bilm(3, options=tiny_options(lstm_dim=40)).to(DEVICE)
+    sentences = [["The", "cat", "sat", "on", "the", "mat", "."], ["Hi"], [], ["a", "b", "c"]]
+    state = model.initial_state(len(sentences))
+    state = type(state)(torch.randn_like(state.hidden), torch.randn_like(state.memory))
+    with torch.no_grad():
+        eager = model(sentences, state=state)
+        monkeypatch.setattr(lstm, "use_fused_lstm", lambda device, dtype: dtype == torch.float32)
+        fused = model(sentences, state=state)
+    assert_float32_close(fused.layers, eager.layers)
+    assert_float32_close(fused.state.hidden, eager.state.hidden)
+    assert_float32_close(fused.state.memory, eager.state.memory)
+
+
+@pytest.mark.parametrize(
+    "device, dtype, grad, switch, expected",
+    [
+        ("cuda", torch.bfloat16, False, None, True),
+        ("cuda", torch.float32, False, "1", True),
+        ("cuda", torch.bfloat16, True, None, False),  # training: autograd needs the eager graph
+        ("cuda", torch.qint8, False, None, False),
+        ("cuda", torch.bfloat16, False, "0", False),
+        ("cpu", torch.float32, False, None, False),
+    ],
+)
+def test_which_passes_take_the_fused_loop(monkeypatch, device, dtype, grad, switch, expected) -> None:
+    if switch is None:
+        monkeypatch.delenv(fused_lstm.SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(fused_lstm.SWITCH, switch)
+    with torch.set_grad_enabled(grad):
+        assert fused_lstm.use_fused_lstm(torch.device(device), dtype) is expected
