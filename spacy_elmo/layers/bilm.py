@@ -212,7 +212,7 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
 def _run_frozen(model: Model, docs: List[Doc], plan: SegmentPlan, use_cache: bool) -> List[Floats3d]:
     """Each doc's layers, (n_layers + 1, n_tokens, width), with no gradient recorded.
 
-    Every biLM batch is written into the docs' output arrays as soon as it is computed, so
+    Every biLM batch is written into the docs' output array as soon as it is computed, so
     besides the outputs, memory holds one batch (and the feature cache), whatever the length of
     the docs. With ``use_cache``, results are looked up in and added to the bounded feature cache
     (not in ``"carry"`` mode, where outputs depend on call history). Sentences not cached are
@@ -221,8 +221,9 @@ def _run_frozen(model: Model, docs: List[Doc], plan: SegmentPlan, use_cache: boo
     """
     bilm = get_bilm(model)
     ops = model.ops
-    outputs = [ops.alloc3f(model.get_dim("nL"), len(doc), model.get_dim("nO")) for doc in docs]
-    place = _placements(outputs, plan)
+    doc_lengths = [len(doc) for doc in docs]
+    flat = ops.alloc3f(model.get_dim("nL"), sum(doc_lengths), model.get_dim("nO"))
+    place = _placements(flat, plan, doc_lengths)
     cache: Optional[FeatureCache] = model.attrs["feature_cache"]
     if not use_cache or bilm.state_mode == "carry" or cache.max_bytes == 0:
         cache = None
@@ -237,46 +238,50 @@ def _run_frozen(model: Model, docs: List[Doc], plan: SegmentPlan, use_cache: boo
         missing = [k for k, value in enumerate(found) if value is None]
         for k, value in zip(missing, store.get_many([keys[groups[k][0]] for k in missing], bilm)):
             found[k] = ops.asarray3f(value) if value is not None else None
-    for group, value in zip(groups, found):
-        if value is not None:
-            for i in group:
-                place(i, value)
+    place([(i, value) for group, value in zip(groups, found) if value is not None for i in group])
     todo = [g for g, value in zip(groups, found) if value is None]
     shim = model.shims[0]
     for batch in bilm.batches([plan.sentences[g[0]] for g in todo]) if todo else ():
         output = shim.predict(ArgsKwargs(args=([plan.sentences[todo[b][0]] for b in batch],), kwargs={}))
         layers = torch2xp(output.layers.float(), ops=ops)
-        for row, b in enumerate(batch):
-            value = layers[:, row, 1 : len(plan.sentences[todo[b][0]]) + 1]
-            for i in todo[b]:
-                place(i, value)
-            if cache is not None:
+        values = [layers[:, row, 1 : len(plan.sentences[todo[b][0]]) + 1] for row, b in enumerate(batch)]
+        place([(i, value) for b, value in zip(batch, values) for i in todo[b]])
+        if cache is not None:
+            for b, value in zip(batch, values):
                 cache.put(keys[todo[b][0]], ops.xp.ascontiguousarray(value))
-    return outputs
+    return split_by_lengths(ops.xp, flat, doc_lengths, axis=1)
 
 
-def _placements(outputs: List[Floats3d], plan: SegmentPlan) -> Callable[[int, Floats3d], None]:
-    """A function that writes sentence ``i``'s layers, (n_layers + 1, len, width), into ``outputs``.
+def _placements(
+    flat: Floats3d, plan: SegmentPlan, doc_lengths: Sequence[int]
+) -> Callable[[Sequence[Tuple[int, Floats3d]]], None]:
+    """A function that writes sentences' layers into ``flat``, (n_layers + 1, n_tokens, width), the
+    docs' tokens one after another: ``place([(i, layers of sentence i), ...])``, each
+    (n_layers + 1, len, width).
 
-    Which tokens of which doc a sentence's positions fill is worked out once, on the host, from
+    Which token each sentence position fills is worked out once, on the host, from
     ``plan.sources``; overlap positions that another window owns, and whitespace tokens, are
-    left out (their rows stay as they are: zero, or the owning window's).
+    left out (their rows stay as they are: zero, or the owning window's). A call is one
+    concatenation and one scatter, whatever the number of sentences: on a GPU, a scatter and
+    two copies per sentence were a large part of a training step.
     """
-    doc_of = numpy.full(plan.n_positions, -1, dtype=numpy.int64)
-    token_of = numpy.zeros(plan.n_positions, dtype=numpy.int64)
-    for d, sources in enumerate(plan.sources):
+    flat_token = numpy.full(plan.n_positions, -1, dtype=numpy.int64)
+    offset = 0
+    for sources, length in zip(plan.sources, doc_lengths):
         tokens = numpy.flatnonzero(sources != SKIPPED)
-        doc_of[sources[tokens]] = d
-        token_of[sources[tokens]] = tokens
+        flat_token[sources[tokens]] = offset + tokens
+        offset += length
     starts = numpy.cumsum([0] + [len(sentence) for sentence in plan.sentences])
 
-    def place(i: int, value: Floats3d) -> None:
-        positions = numpy.arange(starts[i], starts[i + 1])
-        owned = numpy.flatnonzero(doc_of[positions] >= 0)
+    def place(sentences: Sequence[Tuple[int, Floats3d]]) -> None:
+        if not sentences:
+            return
+        targets = numpy.concatenate([flat_token[starts[i] : starts[i + 1]] for i, _ in sentences])
+        owned = numpy.flatnonzero(targets >= 0)
         if len(owned):
-            output = outputs[int(doc_of[positions[owned[0]]])]
-            xp = get_array_module(output)
-            output[:, xp.asarray(token_of[positions[owned]])] = value[:, xp.asarray(owned)]
+            xp = get_array_module(flat)
+            values = xp.concatenate([value for _, value in sentences], axis=1)
+            flat[:, xp.asarray(targets[owned])] = values[:, xp.asarray(owned)]
 
     return place
 
@@ -326,4 +331,3 @@ def _concat_sources(sources: Sequence, n_positions: int):
     index = numpy.concatenate(sources)
     index[index == SKIPPED] = n_positions
     return index
-
