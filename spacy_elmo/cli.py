@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple, get_args
 
 import typer
 
+from .embed.settings import EmbedSettings
 from .pretraining.config import PRESETS, TrainingConfig
 
 if TYPE_CHECKING:
@@ -33,11 +34,6 @@ def default(text: str) -> str:
     return f" \\[default: {text}]"
 
 
-def preset_default(setting: str) -> str:
-    """The default of a training setting that the preset fills in."""
-    return default(f"the preset's; {DEFAULT_PRESET}: {getattr(PRESETS[DEFAULT_PRESET].training, setting)}")
-
-
 def parse_duration(text: str) -> float:
     """Seconds from '3600', '90s', '90m', '1.5h'."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
@@ -50,44 +46,58 @@ def parse_duration(text: str) -> float:
 SETTING_PARSERS: Dict[str, Callable[[str], Any]] = {"max_time": parse_duration}
 
 
-def training_option(setting: Field) -> inspect.Parameter:
-    """The ``spacy-elmo pretrain`` option of a :class:`TrainingConfig` field, from the field's own
-    documentation (see :func:`~spacy_elmo.pretraining.config.setting`). None leaves the preset's value."""
+def setting_option(setting: Field, preset: Optional[str] = None) -> inspect.Parameter:
+    """The option of a settings field, from the field's own documentation (see
+    :func:`~spacy_elmo.option_fields.setting`). Without ``preset``, its default is the field's; with
+    the name of a preset (:class:`TrainingConfig`'s), it is None, which leaves the preset's value,
+    and the help shows that value."""
     meta = setting.metadata
-    preset_value = getattr(PRESETS[DEFAULT_PRESET].training, setting.name)
+    value = setting.default if preset is None else getattr(PRESETS[preset].training, setting.name)
     declarations = [meta["flag"]] if "flag" in meta else []  # "--yes/--no" for a bool
-    if preset_value is None:
+    if value is None:
         shown = default(meta["unset"])
-    elif isinstance(preset_value, bool) and declarations:
-        shown = default(meta["flag"].split("/")[0 if preset_value else 1].lstrip("-"))
+    elif preset is None:
+        shown = ""  # typer shows the option's own default
+    elif isinstance(value, bool) and declarations:
+        shown = default(meta["flag"].split("/")[0 if value else 1].lstrip("-"))
     else:
-        shown = preset_default(setting.name)
+        shown = default(f"the preset's; {preset}: {value}")
     parser = SETTING_PARSERS.get(setting.name)
     value_type = next((t for t in get_args(setting.type) if t is not type(None)), setting.type)
     if parser is not None or not isinstance(value_type, type):  # parsed text, or a Literal of names
         value_type = str
-    option = typer.Option(None, *declarations, help=meta["help"] + shown, parser=parser)
-    return inspect.Parameter(setting.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=Optional[value_type])
+    option = typer.Option(setting.default if preset is None else None, *declarations, help=meta["help"] + shown, parser=parser)
+    annotation = value_type if preset is None and setting.default is not None else Optional[value_type]
+    return inspect.Parameter(setting.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
 
 
-def with_training_settings(command: Callable[..., None]) -> Callable[..., None]:
-    """Add an option per :class:`TrainingConfig` field to ``command``, which receives those given
-    on the command line as ``settings``, a dict of field values (the others keep the preset's)."""
-    options = [training_option(setting) for setting in fields(TrainingConfig)]
-    signature = inspect.signature(command)
-    own = [parameter for name, parameter in signature.parameters.items() if name != "settings"]
+def with_settings(settings_class: type, preset: Optional[str] = None) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Add an option per field of the dataclass ``settings_class`` to the command, in place of its
+    ``settings`` parameter, which receives the values given as a dict (see :func:`setting_option`:
+    with ``preset``, only those given on the command line; the others keep the preset's). A field
+    ``given_by`` another has no option: the command reads it from that one's."""
 
-    @functools.wraps(command)
-    def with_settings(**kwargs: Any) -> None:
-        given = {option.name: kwargs.pop(option.name) for option in options}
-        command(**kwargs, settings={name: value for name, value in given.items() if value is not None})
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        signature = inspect.signature(command)
+        kind = signature.parameters["settings"].kind
+        options = [setting_option(s, preset).replace(kind=kind) for s in fields(settings_class) if "given_by" not in s.metadata]
+        parameters = []
+        for name, parameter in signature.parameters.items():
+            parameters.extend(options if name == "settings" else [parameter])
 
-    with_settings.__signature__ = signature.replace(parameters=own + options)  # type: ignore[attr-defined]
-    return with_settings
+        @functools.wraps(command)
+        def with_given_settings(**kwargs: Any) -> None:
+            given = {option.name: kwargs.pop(option.name) for option in options}
+            command(**kwargs, settings={name: value for name, value in given.items() if value is not None})
+
+        with_given_settings.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        return with_given_settings
+
+    return decorate
 
 
 @app.command()
-@with_training_settings
+@with_settings(TrainingConfig, preset=DEFAULT_PRESET)
 def pretrain(
     input_path: Path = typer.Argument(
         ..., metavar="INPUT", help="Corpus: a file or a directory of .txt / .jsonl / .spacy files"
@@ -131,6 +141,7 @@ def pretrain(
     import torch
 
     from .bilm import ElmoFileError
+    from .bilm.files import standard_files
     from .fileio import OutputError
     from .pretraining import export_pipeline, get_preset
     from .pretraining import pretrain as run_pretraining
@@ -160,7 +171,7 @@ def pretrain(
                 f"held-out perplexity ({initial} initial state): forward {result['forward']:.2f}, "
                 f"backward {result['backward']:.2f}, average {result['average']:.2f}"
             )
-    typer.echo(f"Exported {output_dir / 'options.json'} and {output_dir / 'weights.hdf5'}")
+    typer.echo("Exported {} and {}".format(*standard_files(output_dir)))
     if pipeline is not None:
         export_pipeline(output_dir, pipeline, lang=config.lang)
         typer.echo(f"Saved a spaCy pipeline with the elmo component to {pipeline}")
@@ -208,6 +219,7 @@ def export(
 
 
 @app.command()
+@with_settings(EmbedSettings)
 def embed(
     input_path: Path = typer.Argument(
         ..., metavar="INPUT", help="A sentence per line (or Doc): a file or a directory of .txt / .jsonl / .spacy files"
@@ -220,28 +232,12 @@ def embed(
     ),
     options_file: Optional[Path] = typer.Option(None, help="ELMo options.json" + default("the bundled biLM")),
     weight_file: Optional[Path] = typer.Option(None, help="ELMo weights.hdf5" + default("the bundled biLM")),
-    state: str = typer.Option("zero", help="Where each batch's LSTM states start: zero, warm or carry"),
-    layers: str = typer.Option("all", help="Kept output: all, top, average or mix:W0,W1,W2 (one weight per layer)"),
-    whitespace: bool = typer.Option(False, help="Split text on whitespace (pre-tokenized input) instead of spaCy's tokenizer"),
-    gold_tokens: bool = typer.Option(
-        False,
-        help=".spacy input: keep each Doc's own tokens, for training with gold_preproc = true, instead of "
-        "its text tokenized as spacy train and nlp.evaluate give it to the elmo component",
-    ),
-    lang: str = typer.Option("en", help="Language of the spaCy tokenizer"),
+    settings: Optional[Dict[str, Any]] = None,
     format: Optional[str] = typer.Option(None, help="hdf5 or parquet" + default("hdf5 for OUTPUT ending .hdf5/.h5, else parquet")),
     engine: str = typer.Option("local", help="local (this process) or ray (Parquet only; pip install 'spacy-elmo\\[ray]')"),
     workers: int = typer.Option(2, help="Ray: biLM actors, one model load each"),
     ray_address: Optional[str] = typer.Option(None, help="Ray: address of a running cluster" + default("start a local Ray")),
-    shard_size: int = typer.Option(10_000, help="Sentences per output shard: the unit of resuming and of Ray tasks"),
-    batch_tokens: int = typer.Option(4096, help="Padded tokens per biLM call"),
     threads: Optional[int] = typer.Option(None, help="Torch threads per process" + default("torch's choice")),
-    precision: str = typer.Option(
-        "auto",
-        help="Matrix products in fp32, bf16, int8 (CPU, inference), or auto: on a GPU bf16 from compute capability "
-        "8.0; on the CPU the fastest for this biLM, measured once per machine (`spacy-elmo bench`); with Ray, "
-        "decided once on this machine by the hardware rule (bf16 on a GPU as above or a CPU with AMX)",
-    ),
     device: str = typer.Option(
         "auto",
         help="Where the biLM runs: cpu, cuda (= cuda:0) or cuda:N; auto: cuda:0 when torch sees a CUDA GPU, "
@@ -256,21 +252,18 @@ def embed(
 ) -> None:
     """ELMo layers of every sentence of INPUT, stored in OUTPUT; rerun the same command to resume."""
     from .bilm import BiLM, ElmoFileError
-    from .embed import EmbedSettings, OutputError, parse_layers, run_embed
+    from .embed import OutputError, parse_layers, run_embed
     from .pretrained.resolve import resolve_pretrained
 
     try:
-        choice, mix = parse_layers(layers)
+        given = dict(settings or {})
+        given["layers"], given["mix"] = parse_layers(given.get("layers", EmbedSettings.layers))
         if model is not None:
             if options_file is not None or weight_file is not None:
                 raise ValueError("give --model or --options-file/--weight-file, not both")
             options_file, weight_file = resolve_pretrained(model, check=BiLM.from_files)
-        settings = EmbedSettings(
-            state=state, layers=choice, mix=mix, lang=lang, whitespace=whitespace, gold_tokens=gold_tokens,  # type: ignore[arg-type]
-            shard_size=shard_size, batch_tokens=batch_tokens, precision=precision,  # type: ignore[arg-type]
-        )
         summary = run_embed(
-            input_path, output, settings, options_file, weight_file, format=format, engine=engine,  # type: ignore[arg-type]
+            input_path, output, EmbedSettings(**given), options_file, weight_file, format=format, engine=engine,  # type: ignore[arg-type]
             workers=workers, ray_address=ray_address, threads=threads, device=device, prefer_gpu=True,
             gpus_per_worker=gpus_per_worker, progress=progress,
         )
@@ -315,11 +308,16 @@ def bench(
     threads: Optional[int] = typer.Option(None, help="Torch threads" + default("torch's choice")),
 ) -> None:
     """Time the biLM's inference in each precision this CPU runs, and record what precision = "auto"
-    picks here for its shapes (as its first use would; this measures again and replaces it)."""
+    picks here for its shapes (as its first use would; this measures again and replaces it).
+
+    Beside tokens/s, a roofline: this machine's own matrix-product rate per precision at the
+    biLM's product shapes, timed in the same run, and the fraction of it the biLM reaches (its
+    tokens/s times its FLOP per token, counted from the options: spacy_elmo.bilm.roofline)."""
     import torch
 
     from .bilm import ElmoFileError
-    from .bilm.autotune import PRECISION_ENV, decisions_path, remeasure
+    from .bilm.autotune import BATCH_ROWS, BATCH_WORDS, PRECISION_ENV, decisions_path, remeasure, timing_batch
+    from .bilm.roofline import bilm_products, flops_per_token, product_rates, report, roofline
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -332,6 +330,14 @@ def bench(
     flags = ", ".join(f for f in ("avx512_bf16", "amx_bf16", "avx512_vnni", "avx_vnni") if capabilities.get(f))
     typer.echo(f"CPU {capabilities.get('cpu_name', '?')} ({flags or 'none of avx512_bf16, amx_bf16, avx512_vnni'}), "
                f"{torch.get_num_threads()} threads, torch {torch.__version__}; biLM {label}")
+    options, batch = bilm.options, timing_batch()
+    n_distinct = len({word for sentence in batch for word in sentence}) + 2  # the boundary tokens
+    typer.echo(
+        f"sizes: lstm_dim {options.lstm_dim}, projection_dim {options.projection_dim}, n_layers {options.n_layers}, "
+        f"n_highway {options.n_highway}, n_filters {options.n_filters} ({sum(p.numel() for p in bilm.parameters()) / 1e6:.1f} M "
+        f"parameters); timed on {BATCH_ROWS} sentences of {BATCH_WORDS} made-up words ({BATCH_ROWS * BATCH_WORDS} tokens, "
+        f"{BATCH_ROWS * (BATCH_WORDS + 2)} positions with the boundaries, {n_distinct} distinct)"
+    )
     decision = remeasure(bilm, record=size is None)
     fp32 = decision.trials["fp32"].tokens_per_s
     typer.echo("| precision | tokens/s | / fp32 | worst layer's mean cosine to fp32 |\n|---|---|---|---|")
@@ -339,6 +345,11 @@ def bench(
         typer.echo(f"| {name} | {trial.tokens_per_s:,.0f} | {trial.tokens_per_s / fp32:.2f}x | {trial.cosine:.5f} |")
     where = f"recorded in {decisions_path()}" if size is None else "not recorded: untrained weights"
     typer.echo(f"precision \"auto\" here: {decision.choice} ({where})")
+    count = flops_per_token(options)
+    rates = product_rates(bilm_products(options, BATCH_ROWS, BATCH_WORDS + 2, n_distinct), list(decision.trials))
+    lines = {p: roofline(p, trial.tokens_per_s, count, rates[p]) for p, trial in decision.trials.items()}
+    for line in report(count, rates, lines):
+        typer.echo(line)
     if os.environ.get(PRECISION_ENV):
         typer.echo(f"{PRECISION_ENV}={os.environ[PRECISION_ENV]} overrides it in this environment")
 
@@ -349,7 +360,6 @@ def _bench_model(model: Optional[str], size: Optional[str]) -> Tuple["BiLM", str
 
     from .bilm import BiLM, ElmoOptions
     from .pretrained import pretrained_files
-    from .pretrained.resolve import resolve_pretrained
 
     sizes = {"original": ElmoOptions(lstm_dim=4096, projection_dim=512, n_layers=2, n_highway=2), "small": ElmoOptions()}
     if model is not None and size is not None:
@@ -359,25 +369,33 @@ def _bench_model(model: Optional[str], size: Optional[str]) -> Tuple["BiLM", str
             raise ValueError(f"--size must be one of {', '.join(sizes)}, got {size!r}")
         torch.manual_seed(0)  # the weights a new biLM starts from: they cost what trained ones do
         return BiLM(sizes[size], cache_size=0).eval(), f"{size} size, untrained weights"
-    files = resolve_pretrained(model, check=BiLM.from_files) if model is not None else pretrained_files("en")
-    return BiLM.from_files(*files, cache_size=0).eval(), model or "en (bundled)"
+    if model is not None:
+        return BiLM.from_pretrained(model, cache_size=0).eval(), model
+    return BiLM.from_files(*pretrained_files("en"), cache_size=0).eval(), "en (bundled)"
 
 
 @app.command("download")
 def download(
     name: str = typer.Argument(..., metavar="NAME|URL", help="A name of `spacy-elmo models`, or a URL of a directory"),
     force: bool = typer.Option(False, "--force", help="Fetch again, replacing the cached copy"),
+    verify: bool = typer.Option(
+        False, "--verify",
+        help="Check a cached copy's sha256 against the one recorded at its download, reading both files "
+        "(loads trust an unchanged size and modification time)",
+    ),
 ) -> None:
     """Fetch a biLM into the cache ahead of use (Docker images, machines without network)."""
     from .bilm import BiLM, ElmoFileError
+    from .bilm.files import load_files
     from .pretrained.resolve import download_pretrained
 
     try:
-        options_file, weight_file = download_pretrained(name, check=BiLM.from_files, force=force)
+        check = functools.partial(load_files, BiLM)  # as from_files, without drawing random weights first
+        options_file, weight_file = download_pretrained(name, check=check, force=force, verify=verify)
     except (ValueError, OSError, ElmoFileError) as err:
         typer.secho(f"Error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
-    typer.echo(f"{name}: {options_file} and {weight_file}")
+    typer.echo(f"{name}: {options_file} and {weight_file}{' (sha256 verified)' if verify else ''}")
 
 
 def _init_files(init_from: Optional[Tuple[str, str]], init_from_model: Optional[str]) -> Optional[Tuple[Path, Path]]:

@@ -43,7 +43,8 @@ from ..fileio import atomic_path
 from ..pretrained.cache import CACHE_ENV, cache_root
 from .int8 import int8_available
 from .options import ElmoOptions
-from .precision import check_precision
+from .precision import PRECISION_ENV, check_precision
+from .roofline import flops_per_token
 
 
 class TunedModel(Protocol):
@@ -57,7 +58,6 @@ class TunedModel(Protocol):
 
 logger = logging.getLogger("spacy_elmo")
 
-PRECISION_ENV = "SPACY_ELMO_PRECISION"
 DECISIONS_NAME = "precision.json"
 MIN_MEAN_COSINE = 0.999  # the accuracy contract of every precision, per layer, against float32
 # Nominal FLOPs per token (char CNN + LSTM) below which auto is float32 without measuring: the
@@ -104,7 +104,7 @@ def decide(model: TunedModel, run: Optional[Run] = None, clock: Clock = time.per
     override = os.environ.get(PRECISION_ENV, "").strip()
     if override:
         return Decision(_checked_override(override), {}, "env")
-    if nominal_flops(model.options) < MIN_MEASURED_FLOPS:
+    if flops_per_token(model.options).total < MIN_MEASURED_FLOPS:
         return Decision("fp32", {}, "tiny")
     memo = (model.options, torch.get_num_threads())
     with _lock:
@@ -287,16 +287,6 @@ def timing_batch() -> List[List[str]]:
     rng = numpy.random.default_rng(0)
     letters = list("abcdefghijklmnopqrstuvwxyz")
     return [["".join(rng.choice(letters, rng.integers(2, 10))) for _ in range(BATCH_WORDS)] for _ in range(BATCH_ROWS)]
-
-
-def nominal_flops(options: ElmoOptions) -> int:
-    """FLOPs per token of the published cost model: the char CNN at every character position and
-    both directions of every LSTM layer."""
-    width = options.max_characters_per_token
-    conv = sum(2 * (width - w + 1) * w * options.char_embedding_dim * n for w, n in options.filters)
-    cnn = conv + options.n_highway * 4 * options.n_filters**2 + 2 * options.n_filters * options.projection_dim
-    per_direction = 4 * options.projection_dim * 4 * options.lstm_dim + 2 * options.lstm_dim * options.projection_dim
-    return cnn + 2 * options.n_layers * per_direction
 
 
 def describe(decision: Decision) -> str:

@@ -5,13 +5,16 @@ that does not fit says which dataset is wrong and what was expected. A warm star
 :meth:`BiLM.warm_up`) is kept in an extra group ``spacy_elmo/`` that other implementations ignore.
 """
 
+import contextlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Protocol, Tuple, TypeVar
 
 import h5py
 import numpy
 import torch
+from torch.overrides import TorchFunctionMode
 
 from ..fileio import PathLike, atomic_path
 from .char_cnn import CharCNN
@@ -19,8 +22,15 @@ from .errors import ElmoFileError
 from .lstm import BiLSTMStack
 from .options import ElmoOptions
 
+# A biLM's files in a directory of its own (an export, a download, a saved component): the names
+# bilm-tf's and AllenNLP's published directories use.
+OPTIONS_NAME = "options.json"
+WEIGHTS_NAME = "weights.hdf5"
+
 WARM_HIDDEN = "spacy_elmo/warm_hidden"
 WARM_MEMORY = "spacy_elmo/warm_memory"
+
+Model = TypeVar("Model", bound="ElmoWeights")
 
 
 @dataclass
@@ -30,6 +40,11 @@ class Dataset:
     shape: Tuple[int, ...]
     get: Callable[[], numpy.ndarray]
     set: Callable[[numpy.ndarray], None]
+    # Parameter views that rows of the dataset fill as they are stored, ``(view, rows)``: read
+    # straight into them, with no array in between. Empty where ``set`` must convert (transpose).
+    into: Tuple[Tuple[torch.Tensor, slice], ...] = ()
+    # What ``set`` writes: parameters, or views of them.
+    writes: Tuple[torch.Tensor, ...] = ()
 
 
 class ElmoWeights(Protocol):
@@ -42,10 +57,18 @@ class ElmoWeights(Protocol):
     warm_memory: Optional[torch.Tensor]
 
 
-def read_weights(model: ElmoWeights, weight_file: PathLike) -> None:
+def standard_files(directory: PathLike) -> Tuple[Path, Path]:
+    """``(options file, weight file)`` of the biLM in ``directory``, under the standard names."""
+    return Path(directory) / OPTIONS_NAME, Path(directory) / WEIGHTS_NAME
+
+
+def read_weights(model: ElmoWeights, weight_file: PathLike, check_values: bool = True) -> None:
     """Load ``weight_file`` into ``model``, whose options say what every dataset must be.
 
-    Raises :class:`ElmoFileError` naming what is wrong.
+    Raises :class:`ElmoFileError` naming what is wrong. Datasets stored as the model holds them
+    are read straight into its parameters. ``check_values=False`` skips the test for NaN and
+    infinite values (a pass over every value), for a file known to have passed it unchanged
+    since: a download cache's, whose checksum was taken after the check.
     """
     options = model.options
     path = Path(weight_file)
@@ -56,8 +79,18 @@ def read_weights(model: ElmoWeights, weight_file: PathLike) -> None:
     except OSError as err:
         raise ElmoFileError(f"ELMo weight file {path} is not a readable HDF5 file (corrupt or truncated?): {err}") from err
     with f, torch.no_grad():
-        for name, dataset in layout(model).items():
-            dataset.set(_read_dataset(f, name, dataset.shape, path))
+        datasets = layout(model)
+        direct = {name: bool(d.into) and all(_fillable(view) for view, _ in d.into) for name, d in datasets.items()}
+        # The datasets that ``set`` converts pass through one buffer, written once (page faults).
+        largest = max((math.prod(d.shape) for name, d in datasets.items() if not direct[name]), default=0)
+        scratch = numpy.empty(largest, dtype=numpy.float32)
+        for name, dataset in datasets.items():
+            source = _checked_dataset(f, name, dataset.shape, path)
+            if direct[name]:
+                for view, rows in dataset.into:
+                    _read_into(source, rows, view, name, path, check_values)
+            else:
+                dataset.set(_read_array(source, name, path, check_values, scratch))
         if WARM_HIDDEN in f:
             model.warm_hidden = torch.from_numpy(
                 _read_dataset(f, WARM_HIDDEN, (options.n_layers, 2, options.projection_dim), path)
@@ -65,6 +98,71 @@ def read_weights(model: ElmoWeights, weight_file: PathLike) -> None:
             model.warm_memory = torch.from_numpy(
                 _read_dataset(f, WARM_MEMORY, (options.n_layers, 2, options.lstm_dim), path)
             )
+
+
+def load_files(
+    model_class: Callable[..., Model], options_file: PathLike, weight_file: PathLike, check_values: bool = True,
+    **settings: Any,
+) -> Model:
+    """``model_class(options, **settings)`` holding the weights of ``weight_file``, read at file speed.
+
+    The model is made without the random initial values that the file replaces
+    (:func:`skip_random_init`; drawing them costs several times the read at the Original size),
+    its large parameters get fresh memory (:func:`_fresh_pages`), and the file is copied once
+    into them (:func:`read_weights`). ``benchmarks/load_speed.py`` times it against h5py.
+    """
+    options = ElmoOptions.from_file(options_file)
+    with skip_random_init():
+        model = model_class(options, **settings)
+    _fresh_pages(model)
+    read_weights(model, weight_file, check_values)
+    return model
+
+
+def _fresh_pages(model: Any, min_bytes: int = 1 << 22) -> None:
+    """Give the large parameters that the file fills whole new, unwritten memory from NumPy's
+    allocator, which asks Linux for huge pages (``madvise``) where torch's does not: the first
+    write of 374 MB then takes a few hundred page faults, not 90,000, and costs what h5py's own
+    arrays cost. Their values are undefined until read."""
+    written: Dict[int, int] = {}
+    for dataset in layout(model).values():
+        for target in dataset.writes:
+            base = target if target._base is None else target._base
+            written[id(base)] = written.get(id(base), 0) + target.numel()
+    for param in model.parameters():
+        whole = written.get(id(param)) == param.numel()
+        if whole and param.device.type == "cpu" and param.dtype == torch.float32 and param.numel() * 4 >= min_bytes:
+            param.data = torch.from_numpy(numpy.empty(tuple(param.shape), dtype=numpy.float32))
+
+
+class _SkipRandomInit(TorchFunctionMode):
+    """Turns torch's random initializers into no-ops (see :func:`skip_random_init`)."""
+
+    SKIPPED = frozenset(
+        {
+            torch.Tensor.uniform_, torch.Tensor.normal_, torch.nn.init.uniform_, torch.nn.init.normal_,
+            torch.nn.init.trunc_normal_, torch.nn.init.kaiming_uniform_, torch.nn.init.kaiming_normal_,
+            torch.nn.init.xavier_uniform_, torch.nn.init.xavier_normal_, torch.nn.init.orthogonal_,
+        }
+    )
+
+    def __torch_function__(self, func: Any, types: Any, args: Tuple = (), kwargs: Optional[Dict] = None) -> Any:
+        kwargs = kwargs or {}
+        if func in self.SKIPPED:
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def skip_random_init() -> Iterator[None]:
+    """Modules made here keep uninitialized parameters where they would draw random values
+    (``nn.Linear``, ``nn.Conv1d``, the LSTM's uniform weights); values they compute (zeros, the
+    embedding's padding row, buffers) are made as usual. Only for a model whose every parameter
+    is then read from a file: ``tests/bilm/test_load_files.py`` checks that :func:`layout`
+    covers them all. The mode is this thread's only (torch function modes are thread-local).
+    """
+    with _SkipRandomInit():
+        yield
 
 
 def write_files(model: ElmoWeights, options_file: PathLike, weight_file: PathLike) -> None:
@@ -96,6 +194,8 @@ def layout(model: ElmoWeights) -> Dict[str, Dataset]:
             shape=tuple(to_file(param).shape),
             get=lambda: to_file(param.detach().float().cpu()).contiguous().numpy(),
             set=lambda array: param.copy_(from_file(torch.from_numpy(array))),
+            into=((param, slice(None)),) if to_file is same else (),
+            writes=(param,),
         )
 
     def same(t: torch.Tensor) -> torch.Tensor:
@@ -135,14 +235,20 @@ def _stacked_rows(top: torch.Tensor, bottom: torch.Tensor) -> Dataset:
         top.copy_(torch.from_numpy(array[:split]))
         bottom.copy_(torch.from_numpy(array[split:]))
 
-    return Dataset((split + bottom.shape[0], top.shape[1]), get, set)
+    into = ((top, slice(None, split)), (bottom, slice(split, None)))
+    return Dataset((split + bottom.shape[0], top.shape[1]), get, set, into, (top, bottom))
 
 
 def _read_dataset(f: h5py.File, name: str, shape: Tuple[int, ...], path: Path) -> numpy.ndarray:
     """Read one dataset as float32, checking that it exists, fits and is finite."""
-    if name not in f or not isinstance(f[name], h5py.Dataset):
+    return _read_array(_checked_dataset(f, name, shape, path), name, path)
+
+
+def _checked_dataset(f: h5py.File, name: str, shape: Tuple[int, ...], path: Path) -> h5py.Dataset:
+    """The dataset ``name``, checked to exist, to have ``shape`` and to hold floating-point numbers."""
+    dataset = f.get(name)  # one lookup: h5py's `in` and `[]` each walk the path again
+    if not isinstance(dataset, h5py.Dataset):
         raise ElmoFileError(f"ELMo weight file {path} has no dataset {name!r} (expected shape {shape})")
-    dataset = f[name]
     if tuple(dataset.shape) != shape:
         raise ElmoFileError(
             f"ELMo weight file {path}: dataset {name!r} has shape {tuple(dataset.shape)}, but the "
@@ -150,10 +256,46 @@ def _read_dataset(f: h5py.File, name: str, shape: Tuple[int, ...], path: Path) -
         )
     if not numpy.issubdtype(dataset.dtype, numpy.floating):
         raise ElmoFileError(f"ELMo weight file {path}: dataset {name!r} has dtype {dataset.dtype}, expected float32")
+    return dataset
+
+
+def _read_array(
+    dataset: h5py.Dataset, name: str, path: Path, check_values: bool = True, scratch: Optional[numpy.ndarray] = None
+) -> numpy.ndarray:
+    """The whole dataset as a float32 array, checked to be finite unless not ``check_values``;
+    read into the front of ``scratch`` (valid until its next use) where given."""
     try:
-        array = numpy.asarray(dataset[...], dtype=numpy.float32)
+        if scratch is None:
+            array = numpy.asarray(dataset[...], dtype=numpy.float32)
+        else:
+            array = scratch[: math.prod(dataset.shape)].reshape(dataset.shape)
+            dataset.read_direct(array)
     except OSError as err:
         raise ElmoFileError(f"ELMo weight file {path}: cannot read dataset {name!r} (truncated file?): {err}") from err
-    if not numpy.isfinite(array).all():
-        raise ElmoFileError(f"ELMo weight file {path}: dataset {name!r} contains NaN or infinite values")
+    if check_values:
+        _check_finite(torch.from_numpy(array), name, path)
     return array
+
+
+def _fillable(view: torch.Tensor) -> bool:
+    """Whether HDF5 can write into ``view`` itself: contiguous float32 in this process's memory."""
+    return view.device.type == "cpu" and view.dtype == torch.float32 and view.is_contiguous()
+
+
+def _read_into(dataset: h5py.Dataset, rows: slice, view: torch.Tensor, name: str, path: Path, check_values: bool) -> None:
+    """Read ``rows`` of the dataset into ``view`` (HDF5 converts other float types), with no
+    array in between: each byte of the file is copied once, into the parameter it is for."""
+    try:
+        dataset.read_direct(view.detach().numpy(), source_sel=numpy.s_[rows])
+    except OSError as err:
+        raise ElmoFileError(f"ELMo weight file {path}: cannot read dataset {name!r} (truncated file?): {err}") from err
+    torch.autograd.graph.increment_version(view)  # a write torch did not see: caches of the old values expire
+    if check_values:
+        _check_finite(view, name, path)
+
+
+def _check_finite(values: torch.Tensor, name: str, path: Path) -> None:
+    """Refuse NaN or infinite values. The sum is one fast pass and finite whenever every value
+    is (short of float32 overflow, which the exact test below then clears)."""
+    if not bool(torch.isfinite(values.sum())) and not bool(torch.isfinite(values).all()):
+        raise ElmoFileError(f"ELMo weight file {path}: dataset {name!r} contains NaN or infinite values")

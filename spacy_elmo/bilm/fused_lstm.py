@@ -33,7 +33,8 @@ import torch
 from torch import Tensor
 
 # Positions (steps x rows) whose input products are computed in one product on a GPU: 1 GB of
-# bf16 gates at the Original size. The CPU's bound (lstm.PRECOMPUTED_POSITIONS) is 8x smaller.
+# bf16 gates at the Original size. A GPU gains from fewer, larger products; a CPU from windows
+# that stay in its cache (lstm.WINDOW_GATES_BYTES).
 GPU_PRECOMPUTED_POSITIONS = 8192
 
 # Set to "0" to run the eager loop on a GPU too: to compare the two, or as a way out should a

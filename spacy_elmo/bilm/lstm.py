@@ -21,9 +21,12 @@ from .fused_lstm import fused_layer, use_fused_lstm
 from .options import ElmoOptions
 from .precision import INT8, LowPrecisionWeights
 
-# Positions (steps x batch) whose input projections are computed in one product: large enough
-# for an efficient matrix product, small enough to bound memory (134 MB at the Original size).
-PRECOMPUTED_POSITIONS = 1024
+# The float32 gates of a window of timesteps whose input products are computed in one product:
+# small enough to stay in a CPU's cache between the product that writes them and the steps that
+# read them. Windows of 1,024 positions (134 MB at the Original size) made the additions over them
+# run at memory speed: a quarter of a bf16 pass on one AMD EPYC core. At the Original size this is
+# 128 positions, a product of 128 rows, still efficient; a batch of more rows takes one step.
+WINDOW_GATES_BYTES = 16 * 2**20
 
 # A product weight: a tensor with the direction first, or in int8 one pack per direction.
 Weight = Union[Tensor, Tuple[int8.Packed, ...]]
@@ -93,7 +96,7 @@ class ProjectedLSTM(nn.Module):
         in_place = workspace is not None
         if in_place:
             hidden, memory = hidden.clone(), memory.clone()
-        chunk = _window_steps(n_steps, batch)
+        chunk = _window_steps(n_steps, batch, self.lstm_dim)
         outputs: List[Tensor] = []
         for start in range(0, n_steps, chunk):
             rows = active[start]  # the window's later steps need no more rows than its first
@@ -116,7 +119,7 @@ class ProjectedLSTM(nn.Module):
 
     def workspace_size(self, n_steps: int, batch: int) -> int:
         """Floats of the gates buffer that :meth:`forward` needs for this batch."""
-        return 2 * _window_steps(n_steps, batch) * batch * 4 * self.lstm_dim
+        return 2 * _window_steps(n_steps, batch, self.lstm_dim) * batch * 4 * self.lstm_dim
 
     def _weights(self, dtype: torch.dtype) -> "LSTMWeights":
         """The three product weights in ``dtype``; in float32 the input weight has the bias row, in
@@ -339,9 +342,10 @@ class BiLSTMStack(nn.Module):
         return outputs, LSTMState(final_hidden, final_memory)
 
 
-def _window_steps(n_steps: int, batch: int) -> int:
-    """Timesteps whose input products are computed together (see ``PRECOMPUTED_POSITIONS``)."""
-    return min(n_steps, max(1, PRECOMPUTED_POSITIONS // batch))
+def _window_steps(n_steps: int, batch: int, lstm_dim: int) -> int:
+    """Timesteps whose input products are computed together (see ``WINDOW_GATES_BYTES``)."""
+    positions = WINDOW_GATES_BYTES // (2 * 4 * lstm_dim * 4)  # both directions, 4 gates, float32
+    return min(n_steps, max(1, positions // batch))
 
 
 def _active_rows(sorted_lengths: Sequence[int], n_steps: int) -> List[int]:

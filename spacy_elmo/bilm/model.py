@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from ..fileio import PathLike
 from .char_cnn import CharCNN
 from .chars import CHAR_PADDING, boundary_char_ids, tokens_char_ids
-from .files import read_weights, write_files
+from .files import load_files, write_files
 from .lstm import BiLSTMStack, LSTMState
 from .options import ElmoOptions
 from .int8 import check_no_gradient
@@ -175,9 +175,7 @@ class BiLM(nn.Module):
 
         ``settings``: keyword arguments of the constructor (see :class:`BiLMSettings`).
         """
-        model = cls(ElmoOptions.from_file(options_file), **settings)
-        read_weights(model, weight_file)
-        return model
+        return load_files(cls, options_file, weight_file, **settings)
 
     @classmethod
     def from_pretrained(cls, name_or_url_or_dir: str, **settings: Any) -> "BiLM":
@@ -187,10 +185,22 @@ class BiLM(nn.Module):
         with no network access (see :mod:`spacy_elmo.pretrained.cache`).
 
         ``settings``: keyword arguments of the constructor (see :class:`BiLMSettings`).
-        """
-        from ..pretrained.resolve import resolve_pretrained
 
-        return cls.from_files(*resolve_pretrained(name_or_url_or_dir, check=cls.from_files), **settings)
+        The weights are read once, straight into the parameters (:func:`.files.load_files`): on
+        a download, the load that checks the new files is the model returned; from the cache,
+        files unchanged since that check are neither hashed nor checked for NaN again.
+        """
+        from ..pretrained.resolve import load_pretrained
+        from .files import skip_random_init
+
+        with skip_random_init():  # refuse bad settings now, not as a bad download after fetching it
+            cls(ElmoOptions(lstm_dim=1, projection_dim=1, n_layers=1, filters=((1, 1),)), **settings)
+        return load_pretrained(
+            name_or_url_or_dir,
+            lambda options_file, weight_file, check_values: load_files(
+                cls, options_file, weight_file, check_values, **settings
+            ),
+        )
 
     def to_files(self, options_file: PathLike, weight_file: PathLike) -> None:
         """Write ``options.json`` and ``weights.hdf5`` in the standard layout, each atomically."""

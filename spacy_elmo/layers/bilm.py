@@ -9,7 +9,6 @@ a saved pipeline never goes back to them.
 
 import copy
 import warnings
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy
@@ -21,7 +20,7 @@ from thinc.api import (
 from thinc.types import Floats3d, FloatsXd
 
 from ..bilm import BiLM, ElmoOptions
-from ..pretrained.resolve import resolve_files, resolve_pretrained
+from ..pretrained.resolve import resolve_files
 from .arrays import no_backprop, split_by_lengths
 from ..bilm.serialize import bilm_from_bytes, bilm_to_bytes
 from .bilm_settings import ElmoBiLMSettings
@@ -157,23 +156,17 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[object] = None
         return
     settings = model.attrs["bilm_settings"].to_dict()
     sizes = model.attrs["sizes"]
-    files = bilm_files(model)
-    if files is not None:
+    if model.attrs["options_file"] is not None:
+        files = resolve_files(model.attrs["options_file"], model.attrs["weight_file"], check=BiLM.from_files)
         bilm = BiLM.from_files(*files, **settings)
         check_sizes(sizes, bilm.options, str(files[0]))
+    elif model.attrs["pretrained"] is not None:  # downloaded if need be, its weights read once
+        bilm = BiLM.from_pretrained(model.attrs["pretrained"], **settings)
+        check_sizes(sizes, bilm.options, model.attrs["pretrained"])
     else:
         warnings.warn(UNTRAINED_WARNING, UserWarning, stacklevel=2)
         bilm = BiLM(ElmoOptions(**sizes), **settings)
     set_bilm(model, bilm)
-
-
-def bilm_files(model: Model) -> Optional[Tuple[Path, Path]]:
-    """Local ``(options, weights)`` of the configured biLM (downloaded if need be), None for a fresh one."""
-    if model.attrs["options_file"] is not None:
-        return resolve_files(model.attrs["options_file"], model.attrs["weight_file"], check=BiLM.from_files)
-    if model.attrs["pretrained"] is not None:
-        return resolve_pretrained(model.attrs["pretrained"], check=BiLM.from_files)
-    return None
 
 
 def check_sizes(sizes: Dict[str, Any], options: ElmoOptions, options_file: str) -> None:

@@ -12,6 +12,8 @@ the cache of :mod:`.cache`; :mod:`.resolve` turns a NAME, URL or DIRECTORY into 
 from pathlib import Path
 from typing import Tuple
 
+from ..bilm.files import standard_files
+
 PRETRAINED_DIR = Path(__file__).parent
 PRETRAINED = ("en",)
 
@@ -20,8 +22,7 @@ def pretrained_files(name: str = "en") -> Tuple[Path, Path]:
     """``(options.json, weights.hdf5)`` of the bundled biLM ``name``, for ``BiLM.from_files``."""
     if name not in PRETRAINED:
         raise ValueError(f"no bundled biLM named {name!r}; the package ships: {', '.join(PRETRAINED)}")
-    options_file = PRETRAINED_DIR / name / "options.json"
-    weight_file = PRETRAINED_DIR / name / "weights.hdf5"
+    options_file, weight_file = standard_files(PRETRAINED_DIR / name)
     missing = [str(p) for p in (options_file, weight_file) if not p.is_file()]
     if missing:
         raise FileNotFoundError(

@@ -2,17 +2,27 @@
 
 Layout, under ``SPACY_ELMO_CACHE`` (default ``$XDG_CACHE_HOME/spacy-elmo``, else
 ``~/.cache/spacy-elmo``): ``NAME/`` for a registry name, ``urls/HOST/PATH/`` for a URL, each
-holding ``options.json``, ``weights.hdf5`` and ``source.json`` (the URLs, and the size and sha256
-of each file recorded when it was kept). So a person can tell what is there, and can place the
-two files by hand on a machine without network (they are checked and recorded at first use).
+holding ``options.json``, ``weights.hdf5`` and ``source.json`` (the URLs, and the size, sha256 and
+modification time of each file recorded when it was kept). So a person can tell what is there,
+and can place the two files by hand on a machine without network (they are checked and recorded
+at first use).
 
 A file is kept only once it passed every check: the byte size and sha256 the registry gives, and
 loading as ELMo weights that match the options. Files are moved into place only then, so a
 reader never sees a partial file. One process downloads while the others wait on a lock per
-biLM (``n_process`` workers, torchrun ranks, Ray actors), then use its result. A cached biLM is
-used without any network request, after its files are checked against the record; a file that
-changed since is an error that names the file and the fix. ``SPACY_ELMO_OFFLINE=1`` forbids
-downloads altogether.
+biLM (``n_process`` workers, torchrun ranks, Ray actors), then use its result. ``SPACY_ELMO_OFFLINE=1``
+forbids downloads altogether.
+
+A file is hashed once: as it downloads (:func:`.download.download` hashes the bytes as they
+arrive), or when files placed by hand are first recorded. A cached biLM is then used without any
+network request and without reading its files to check them: a file whose byte size and
+modification time (``st_mtime_ns``) are those recorded is trusted as the file that was checked.
+One whose size or time differ is hashed again: the same bytes (a copy, a ``touch``) are recorded
+anew and used; other bytes are an error that names the file and the fix.
+``spacy-elmo download NAME --verify`` hashes both files whatever their size and time say. The
+recorded time is settled a few seconds in the past, on a whole even second (see
+:func:`_settled`), so that a later write shows even where file times are coarse (within a clock
+tick, FAT's 2 s) and a copy that keeps times to the second (``tar``, ``cp -p``) still matches.
 
 This package sits below :mod:`spacy_elmo.bilm` (``BiLM.from_pretrained`` uses it), so the check
 that files load as ELMo weights is passed in by the caller: ``check=BiLM.from_files``.
@@ -21,21 +31,23 @@ that files load as ELMo weights is passed in by the caller: ``check=BiLM.from_fi
 import hashlib
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
+from ..bilm.files import OPTIONS_NAME, WEIGHTS_NAME
 from ..fileio import atomic_path
 from .download import DownloadError, download
 
 CACHE_ENV = "SPACY_ELMO_CACHE"
 OFFLINE_ENV = "SPACY_ELMO_OFFLINE"
-OPTIONS_NAME = "options.json"
-WEIGHTS_NAME = "weights.hdf5"
 RECORD_NAME = "source.json"
 _HASH_CHUNK = 1 << 22
+# How far in the past a recorded file's modification time is set (see :func:`_settled`).
+SETTLE_SECONDS = 10
 
 # Loads an (options, weights) pair, or raises ValueError saying why it is not a usable biLM.
 Check = Callable[[Path, Path], object]
@@ -96,21 +108,24 @@ def offline() -> bool:
     return os.environ.get(OFFLINE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def fetch(source: Source, check: Check, force: bool = False, progress: bool = True) -> Tuple[Path, Path]:
+def fetch(
+    source: Source, check: Check, force: bool = False, progress: bool = True, verify: bool = False
+) -> Tuple[Path, Path]:
     """``(options.json, weights.hdf5)`` of ``source`` in the cache, downloaded first if needed.
 
     New files are kept only if ``check`` loads them.
 
     ``force`` fetches the files again whatever the cache holds (replacing them only once the new
-    ones passed every check). Without it, a cached biLM is returned after checking its files,
-    with no network request and no lock.
+    ones passed every check). Without it, a cached biLM is returned with no network request and
+    no lock, once its files' sizes and modification times match the record (``verify``: once
+    their sha256 does, each file read in full).
     """
-    if not force and _verified(source):
+    if not force and _verified(source, verify):
         return source.files
     source.directory.mkdir(parents=True, exist_ok=True)
     with FileLock(str(source.directory / ".lock")):
         if not force:
-            if _verified(source):  # another process finished it while this one waited
+            if _verified(source, verify):  # another process finished it while this one waited
                 return source.files
             if source.is_cached() and not (source.directory / RECORD_NAME).exists():
                 _adopt(source, check)
@@ -121,24 +136,54 @@ def fetch(source: Source, check: Check, force: bool = False, progress: bool = Tr
     return source.files
 
 
-def _verified(source: Source) -> bool:
+def _verified(source: Source, verify: bool = False) -> bool:
     """True if both files are cached, recorded and unchanged; False if not (or not the wanted ones).
 
-    Raises :class:`CacheIntegrityError` for a file that changed after it was recorded.
+    A file whose size and modification time are the recorded ones is unchanged without being
+    read, unless ``verify``; another is hashed, and recorded anew if its bytes are the same.
+    Raises :class:`CacheIntegrityError` for a file whose bytes changed after it was recorded.
     """
     record = _read_record(source)
     if record is None or not source.is_cached():
         return False
+    moved = []  # same bytes, another size or time on record: recorded anew
     for path in source.files:
         recorded = record["files"][path.name]
-        size, digest = path.stat().st_size, sha256_of(path)
-        if (size, digest) != (recorded["bytes"], recorded["sha256"]):
+        stat = path.stat()
+        if not verify and (stat.st_size, stat.st_mtime_ns) == (recorded["bytes"], recorded.get("mtime_ns")):
+            continue
+        if stat.st_size != recorded["bytes"]:
             raise CacheIntegrityError(
-                f"{path} changed after it was downloaded ({size} bytes, sha256 {digest}; recorded: "
-                f"{recorded['bytes']} bytes, sha256 {recorded['sha256']}); to fetch it again, {source.fix}"
+                f"{path} changed after it was downloaded ({stat.st_size} bytes; recorded: {recorded['bytes']} bytes); "
+                f"to fetch it again, {source.fix}"
             )
+        digest = sha256_of(path)
+        if digest != recorded["sha256"]:
+            raise CacheIntegrityError(
+                f"{path} changed after it was downloaded (sha256 {digest}; recorded: sha256 {recorded['sha256']}, "
+                f"{recorded['bytes']} bytes); to fetch it again, {source.fix}"
+            )
+        if stat.st_mtime_ns != recorded.get("mtime_ns"):
+            moved.append(path)
+    if moved:
+        _rerecord(source, record, moved)
     weights = record["files"][WEIGHTS_NAME]
     return source.weights_sha256 in (None, weights["sha256"]) and source.weights_bytes in (None, weights["bytes"])
+
+
+def _rerecord(source: Source, record: Dict, paths: List[Path]) -> None:
+    """Record the new times of files whose bytes were found unchanged, so that the next use
+    need not hash them: under the lock, and only if no other process replaced the record
+    meanwhile. Where the cache cannot be written (a read-only image), each use hashes them."""
+    try:
+        with FileLock(str(source.directory / ".lock"), timeout=0):
+            if _read_record(source) != record:
+                return
+            for path in paths:
+                record["files"][path.name]["mtime_ns"] = _settled(path)[1]
+            _save_record(source, record)
+    except (OSError, Timeout):
+        pass
 
 
 def _download(source: Source, check: Check, progress: bool, fresh: bool) -> None:
@@ -153,13 +198,13 @@ def _download(source: Source, check: Check, progress: bool, fresh: bool) -> None
     if fresh:
         weights_part.unlink(missing_ok=True)
     try:
-        download(source.options_url, options_part, progress=False)
-        download(source.weights_url, weights_part, source.weights_bytes, progress)
+        options_sha256 = download(source.options_url, options_part, progress=False)
+        weights_sha256 = download(source.weights_url, weights_part, source.weights_bytes, progress)
     except DownloadError:
         options_part.unlink(missing_ok=True)
         raise
     try:
-        _check_files(source, options_part, weights_part, check)
+        _check_files(source, options_part, weights_part, check, weights_sha256)
     except (ValueError, OSError) as err:
         options_part.unlink()
         weights_part.unlink()
@@ -170,27 +215,35 @@ def _download(source: Source, check: Check, progress: bool, fresh: bool) -> None
     (source.directory / RECORD_NAME).unlink(missing_ok=True)  # a stale record would call the new files altered
     os.replace(options_part, source.options_path)
     os.replace(weights_part, source.weights_path)
-    _write_record(source)
+    _write_record(source, {OPTIONS_NAME: options_sha256, WEIGHTS_NAME: weights_sha256})
 
 
 def _adopt(source: Source, check: Check) -> None:
     """Check and record files that were put in the cache by hand (or whose record was lost)."""
+    weights_sha256 = sha256_of(source.weights_path)  # before the check, which may read it: the bytes checked
     try:
-        _check_files(source, *source.files, check)
+        _check_files(source, *source.files, check, weights_sha256)
     except (ValueError, OSError) as err:
         raise CacheIntegrityError(
             f"the files in {source.directory} are not the biLM {source.label!r}: {err}. Replace them with "
             f"{source.options_url} and {source.weights_url}, or {source.fix}"
         ) from err
-    _write_record(source)
+    _write_record(source, {WEIGHTS_NAME: weights_sha256})
 
 
-def _check_files(source: Source, options_file: Path, weight_file: Path, check: Check) -> None:
-    """Refuse weights of another size or sha256 than the registry's, or that do not load with the options."""
+def _check_files(
+    source: Source, options_file: Path, weight_file: Path, check: Check, weights_sha256: Optional[str] = None
+) -> None:
+    """Refuse weights of another size or sha256 than the registry's, or that do not load with the
+    options. ``weights_sha256``: the weights' digest where it is known already (taken as they
+    were written)."""
     size = weight_file.stat().st_size
     if source.weights_bytes is not None and size != source.weights_bytes:
         raise ValueError(f"the weights have {size} bytes, the registry expects {source.weights_bytes}")
-    digest = sha256_of(weight_file) if source.weights_sha256 is not None else None
+    if source.weights_sha256 is None:
+        digest = None
+    else:
+        digest = weights_sha256 or sha256_of(weight_file)
     if digest != source.weights_sha256:
         raise ValueError(f"the weights' sha256 is {digest}, the registry expects {source.weights_sha256}")
     check(options_file, weight_file)
@@ -206,11 +259,41 @@ def _read_record(source: Source) -> Optional[Dict]:
     return record if complete else None
 
 
-def _write_record(source: Source) -> None:
-    files = {path.name: {"bytes": path.stat().st_size, "sha256": sha256_of(path)} for path in source.files}
+def _write_record(source: Source, digests: Dict[str, str]) -> None:
+    """Record both files: their size, settled modification time, and sha256 (from ``digests``
+    where known, taken as the bytes were written; else read now)."""
+    files = {}
+    for path in source.files:
+        size, mtime_ns = _settled(path)
+        files[path.name] = {"bytes": size, "sha256": digests.get(path.name) or sha256_of(path), "mtime_ns": mtime_ns}
     record = {"name": source.label, "options_url": source.options_url, "weights_url": source.weights_url, "files": files}
+    _save_record(source, record)
+
+
+def _save_record(source: Source, record: Dict) -> None:
     with atomic_path(source.directory / RECORD_NAME) as tmp:
         tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf8")
+
+
+def _settled(path: Path) -> Tuple[int, int]:
+    """``(size, st_mtime_ns)`` of ``path``, its modification time first set back to a whole even
+    second at least :data:`SETTLE_SECONDS` in the past when it is more recent or finer than that.
+
+    A write after the record then always gives another time: file times advance by clock ticks
+    (a few milliseconds on Linux, 2 s on FAT), so a write in the same tick as the download's last
+    one would keep its time. Whole even seconds survive copies that keep times coarsely. Where
+    the time cannot be set, it is recorded as it is.
+    """
+    stat = path.stat()
+    settled_s = (time.time_ns() // 1_000_000_000 - SETTLE_SECONDS) // 2 * 2
+    if stat.st_mtime_ns % 2_000_000_000 or stat.st_mtime_ns > settled_s * 1_000_000_000:
+        target = min(stat.st_mtime_ns // 2_000_000_000 * 2, settled_s) * 1_000_000_000
+        try:
+            os.utime(path, ns=(stat.st_atime_ns, target))
+            stat = path.stat()
+        except OSError:
+            pass
+    return stat.st_size, stat.st_mtime_ns
 
 
 def _offline_message(source: Source) -> str:

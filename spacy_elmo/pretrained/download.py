@@ -6,8 +6,13 @@ are retried with exponential backoff, and any attempt that adds bytes resets the
 cannot be an ELMo file stops the transfer at once and leaves nothing behind: a 4xx answer, an
 HTML page (a login, error or "moved" page served with status 200), or a size that contradicts
 the one expected. Only :mod:`urllib` of the standard library is used: no client to configure.
+
+The file's sha256 is computed from the bytes as they arrive, so that the cache records it
+without reading the file again (on a resumed transfer, the bytes kept from before are hashed
+first, once).
 """
 
+import hashlib
 import http.client
 import ssl
 import time
@@ -35,12 +40,38 @@ class _Retry(Exception):
     """A failure worth another attempt (dropped connection, timeout, 5xx)."""
 
 
-def download(url: str, part: Path, expected_bytes: Optional[int] = None, progress: bool = True) -> None:
-    """Fetch ``url`` into ``part``, continuing from the bytes ``part`` already holds.
+class _Digest:
+    """The sha256 of the first :attr:`length` bytes of a file being written, extended as bytes are appended."""
+
+    def __init__(self) -> None:
+        self.hash = hashlib.sha256()
+        self.length = 0
+
+    def update(self, block: bytes) -> None:
+        self.hash.update(block)
+        self.length += len(block)
+
+    def at(self, part: Path, offset: int) -> None:
+        """Make this the digest of the first ``offset`` bytes of ``part`` (read only when it is not already)."""
+        if self.length == offset:
+            return
+        self.hash, self.length = hashlib.sha256(), 0
+        with open(part, "rb") as f:
+            while self.length < offset:
+                block = f.read(min(CHUNK_BYTES, offset - self.length))
+                if not block:
+                    break
+                self.update(block)
+
+
+def download(url: str, part: Path, expected_bytes: Optional[int] = None, progress: bool = True) -> str:
+    """Fetch ``url`` into ``part``, continuing from the bytes ``part`` already holds; returns the
+    sha256 (hex) of the whole file, computed as it was written.
 
     Raises :class:`DownloadError`; ``part`` is deleted when its content is wrong and kept when
     the network gave up mid-file, so that the next call continues where this one stopped.
     """
+    digest = _Digest()
     failures = 0
     with tqdm(total=expected_bytes, unit="B", unit_scale=True, unit_divisor=1024, desc=url.rsplit("/", 1)[-1],
               disable=not progress, miniters=1) as bar:
@@ -49,8 +80,9 @@ def download(url: str, part: Path, expected_bytes: Optional[int] = None, progres
             bar.reset(total=bar.total)
             bar.update(before)
             try:
-                _attempt(url, part, before, expected_bytes, bar)
-                return
+                _attempt(url, part, before, expected_bytes, bar, digest)
+                digest.at(part, _size(part))  # a no-op unless the bytes written and hashed disagree
+                return digest.hash.hexdigest()
             except _Retry as err:
                 failures = 0 if _size(part) > before else failures + 1
                 if failures >= ATTEMPTS:
@@ -64,7 +96,7 @@ def download(url: str, part: Path, expected_bytes: Optional[int] = None, progres
                 raise
 
 
-def _attempt(url: str, part: Path, offset: int, expected_bytes: Optional[int], bar: tqdm) -> None:
+def _attempt(url: str, part: Path, offset: int, expected_bytes: Optional[int], bar: tqdm, digest: _Digest) -> None:
     """One request: append the rest of the file to ``part`` (all of it if the host ignores Range)."""
     headers = {"User-Agent": USER_AGENT, **({"Range": f"bytes={offset}-"} if offset else {})}
     try:
@@ -85,7 +117,7 @@ def _attempt(url: str, part: Path, offset: int, expected_bytes: Optional[int], b
         total = offset + int(length) if length is not None else None
         _check_answer(url, response.headers.get("Content-Type", ""), total, expected_bytes)
         bar.total = total if total is not None else bar.total
-        _copy_body(url, response, part, offset, bar)
+        _copy_body(url, response, part, offset, bar, digest)
     if total is not None and _size(part) < total:
         raise _Retry(f"the connection closed after {_size(part)} of {total} bytes")
 
@@ -115,8 +147,10 @@ def _check_answer(url: str, content_type: str, total: Optional[int], expected_by
         )
 
 
-def _copy_body(url: str, response: http.client.HTTPResponse, part: Path, offset: int, bar: tqdm) -> None:
-    """Append the body to ``part`` (from ``offset``); an interrupted read is a retry, not an error."""
+def _copy_body(url: str, response: http.client.HTTPResponse, part: Path, offset: int, bar: tqdm, digest: _Digest) -> None:
+    """Append the body to ``part`` (from ``offset``), hashing it into ``digest``; an interrupted
+    read is a retry, not an error."""
+    digest.at(part, offset)
     with open(part, "r+b" if offset else "wb") as f:
         f.seek(offset)
         f.truncate()
@@ -132,6 +166,7 @@ def _copy_body(url: str, response: http.client.HTTPResponse, part: Path, offset:
                 raise DownloadError(_html_message(url, "its body is markup"))
             first = False
             f.write(chunk)
+            digest.update(chunk)
             bar.update(len(chunk))
 
 

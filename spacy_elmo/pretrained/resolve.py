@@ -9,7 +9,8 @@
   name: write ``./small`` for the directory.
 
 Separate ``options_file`` / ``weight_file`` may each be a path or a URL (:func:`resolve_files`).
-``check`` loads a downloaded pair before it is kept (``BiLM.from_files``: see :mod:`.cache`).
+``check`` loads a downloaded pair before it is kept (``BiLM.from_files``: see :mod:`.cache`);
+:func:`load_pretrained` returns that load rather than reading the weights a second time.
 """
 
 import hashlib
@@ -17,13 +18,42 @@ import re
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Callable, List, Optional, Tuple, TypeVar
 
 from . import PRETRAINED, pretrained_files
-from .cache import OPTIONS_NAME, WEIGHTS_NAME, Check, Source, cache_root, fetch
+from ..bilm.files import OPTIONS_NAME, WEIGHTS_NAME, standard_files
+from .cache import Check, Source, cache_root, fetch
 from .registry import PublishedModel, find_model, registered_models
 
 REMOTE_SCHEMES = ("http", "https")
+
+Loaded = TypeVar("Loaded")
+# Loads (options.json, weights.hdf5); the flag says whether to check the weights' values (NaN,
+# infinities): False for a cached pair unchanged since its check.
+Load = Callable[[Path, Path, bool], Loaded]
+
+
+def load_pretrained(spec: str, load: "Load[Loaded]", progress: bool = True) -> Loaded:
+    """``load(options, weights, check_values)`` of the biLM that ``spec`` (NAME, URL or DIRECTORY)
+    names, its weights read once.
+
+    When the files are downloaded (or placed by hand) now, the load that checks them before they
+    are kept is the one returned. A cached biLM whose files are those checked then (their size
+    and modification time as recorded, see :mod:`.cache`) is loaded with ``check_values=False``:
+    its values passed the check when it was kept. A bundled biLM or a directory is checked at
+    every load.
+    """
+    source = source_for(spec)
+    if source is None:
+        return load(*(pretrained_files(spec) if spec in PRETRAINED else directory_files(spec)), True)
+    checked: List[Loaded] = []
+
+    def check(options_file: Path, weight_file: Path) -> Loaded:
+        checked.append(load(options_file, weight_file, True))
+        return checked[-1]
+
+    files = fetch(source, check, progress=progress)
+    return checked[-1] if checked else load(*files, False)
 
 
 def resolve_pretrained(spec: str, check: Check, progress: bool = True) -> Tuple[Path, Path]:
@@ -51,13 +81,16 @@ def resolve_files(options_file: str, weight_file: str, check: Check, progress: b
     return fetch(source, check, progress=progress)
 
 
-def download_pretrained(spec: str, check: Check, force: bool = False, progress: bool = True) -> Tuple[Path, Path]:
-    """Fetch NAME or URL into the cache ahead of use (``force``: again, whatever is cached)."""
+def download_pretrained(
+    spec: str, check: Check, force: bool = False, progress: bool = True, verify: bool = False
+) -> Tuple[Path, Path]:
+    """Fetch NAME or URL into the cache ahead of use (``force``: again, whatever is cached;
+    ``verify``: check a cached copy's sha256 against its record, reading both files)."""
     source = source_for(spec)
     if source is None:
         where = "ships inside the package" if spec in PRETRAINED else "is not a registry name or an http(s) URL"
         raise ValueError(f"nothing to download: {spec!r} {where}. `spacy-elmo models` lists the names")
-    return fetch(source, check, force=force, progress=progress)
+    return fetch(source, check, force=force, progress=progress, verify=verify)
 
 
 def source_for(spec: str) -> Optional[Source]:
@@ -95,8 +128,9 @@ def directory_files(spec: str) -> Tuple[Path, Path]:
             f"elmo: no biLM {spec!r}: it is not a registered name ({names}), an http(s):// or file:// URL, or "
             "a directory holding options.json and weights.hdf5. `spacy-elmo models` lists the names"
         )
-    if (directory / OPTIONS_NAME).is_file() and (directory / WEIGHTS_NAME).is_file():
-        return directory / OPTIONS_NAME, directory / WEIGHTS_NAME
+    standard = standard_files(directory)
+    if all(path.is_file() for path in standard):
+        return standard
     options, weights = sorted(directory.glob("*options*.json")), sorted(directory.glob("*weights*.hdf5"))
     if len(options) == 1 and len(weights) == 1:
         return options[0], weights[0]

@@ -1,0 +1,226 @@
+"""How close the biLM runs to this machine's own matrix-product rate: the roofline of ``spacy-elmo bench``.
+
+:func:`flops_per_token` counts the products of one token from the options; :func:`product_rates`
+times this machine's products, per dtype, at the shapes the biLM multiplies; the biLM's rate is
+its tokens/s times its FLOP per token, and its fraction of the best product rate says how much of
+the machine it uses. The products are timed in the same run as the biLM, at the same thread
+count, so that a busy machine slows both alike.
+"""
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Sequence
+
+import torch
+
+from . import int8
+from .options import ElmoOptions
+from .precision import own_precision
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+LARGE_ROWS = 1024  # rows of the large product: what the LSTM's input product reaches with long batches
+MIN_SECONDS = 0.2  # each product is timed at least this long (after one untimed call) ...
+MIN_REPEATS, MAX_REPEATS = 3, 50  # ... and at least 3 times; its rate is that of its fastest call
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class FlopCount:
+    """FLOP of one token's matrix products (a multiply-add counts 2), by part; see :func:`flops_per_token`."""
+
+    char_cnn: int
+    highway: int
+    projection: int
+    lstm_input: int
+    lstm_recurrent: int
+    lstm_projection: int
+
+    @property
+    def lstm(self) -> int:
+        return self.lstm_input + self.lstm_recurrent + self.lstm_projection
+
+    @property
+    def total(self) -> int:
+        return self.char_cnn + self.highway + self.projection + self.lstm
+
+    def describe(self) -> str:
+        """One line, in MFLOP: the total and its parts."""
+        m = 1e6
+        return (
+            f"{self.total / m:.1f} MFLOP per token = char CNN {self.char_cnn / m:.1f} + highway {self.highway / m:.1f} "
+            f"+ projection {self.projection / m:.1f} + LSTM {self.lstm / m:.1f} (input {self.lstm_input / m:.1f}, "
+            f"recurrent {self.lstm_recurrent / m:.1f}, projection {self.lstm_projection / m:.1f})"
+        )
+
+
+def flops_per_token(options: ElmoOptions) -> FlopCount:
+    """The matrix-product FLOP of one token through the biLM, counted from its options.
+
+    A product of an (m x k) and a (k x n) matrix counts ``2 m k n`` (a multiply and an add per
+    term). Per token, with W = ``max_characters_per_token``, d = ``char_embedding_dim``,
+    F = ``n_filters`` (the sum of the filter counts), P = ``projection_dim``, H = ``lstm_dim``,
+    L = ``n_layers``:
+
+    - char CNN: each filter of width w and count n at every one of the W - w + 1 positions of the
+      padded token: sum over filters of ``2 (W - w + 1) w d n`` (Original: 17.6 M);
+    - highway: per layer two products, transform and carry, of width F: ``n_highway * 2 * 2 F^2``
+      (Original: 33.6 M);
+    - projection of the filters to the LSTM's width: ``2 F P`` (Original: 2.1 M);
+    - LSTM, for each of the 2 directions of each of the L layers: the input product ``2 P 4H``,
+      the recurrent product ``2 P 4H`` (the previous output, of width P, to the four gates) and
+      the output projection ``2 H P``: ``2 L (2 * 2 P 4H + 2 H P)`` (Original: 67.1 + 67.1 + 16.8
+      = 151.0 M).
+
+    The Original size (H = 4096, P = 512, L = 2, two highways, 2048 filters) comes to 204.3 M,
+    the issue's 18 + 34 + 2 + 151 = 205 with each part rounded. This is the published model's
+    nominal cost (what ``auto`` compares with ``MIN_MEASURED_FLOPS``), per word, as tokens/s
+    counts them. Left out: element-wise work (biases, gate nonlinearities, clipping, max-pooling,
+    highway gating: a few FLOP per value, not per product term). What the biLM computes differs
+    both ways: more in the LSTM and highways (the two boundary tokens of every sentence: 192
+    positions for the 160 words of ``bench``'s batch), less in the char CNN (once per distinct
+    token of a batch, over the characters its longest token needs rather than all W). On
+    ``bench``'s batch of short made-up words the two about cancel (roughly 220 M computed per
+    word at the Original size against 204 M counted).
+    """
+    width = options.max_characters_per_token
+    conv = sum(2 * (width - w + 1) * w * options.char_embedding_dim * n for w, n in options.filters)
+    gates = 4 * options.lstm_dim
+    directions = 2 * options.n_layers
+    return FlopCount(
+        char_cnn=conv,
+        highway=options.n_highway * 2 * 2 * options.n_filters**2,
+        projection=2 * options.n_filters * options.projection_dim,
+        lstm_input=directions * 2 * options.projection_dim * gates,
+        lstm_recurrent=directions * 2 * options.projection_dim * gates,
+        lstm_projection=directions * 2 * options.lstm_dim * options.projection_dim,
+    )
+
+
+@dataclass(frozen=True)
+class Product:
+    """A product the biLM makes: ``batch`` independent (rows x inner) @ (inner x cols) products."""
+
+    label: str
+    batch: int
+    rows: int
+    inner: int
+    cols: int
+    char_cnn: bool = False  # a product of the char CNN, which int8 mode runs in fp32
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch * self.rows * self.inner * self.cols
+
+    def describe(self) -> str:
+        shape = f"({self.rows} x {self.inner}) @ ({self.inner} x {self.cols})"
+        return f"{self.label}: {self.batch} x {shape}" if self.batch > 1 else f"{self.label}: {shape}"
+
+
+def bilm_products(options: ElmoOptions, n_sentences: int, n_positions: int, n_distinct: int) -> List[Product]:
+    """The biLM's products for a batch of ``n_sentences`` of ``n_positions`` positions each
+    (boundaries included) holding ``n_distinct`` distinct tokens, and a large product of the
+    LSTM's input shape at :data:`LARGE_ROWS` rows, nearer what the machine can do.
+
+    The LSTM multiplies both directions at once (a batch of 2): its input product at every
+    position of the batch, its recurrent and projection products at one step (a row per
+    sentence). The highway runs once per distinct token.
+    """
+    p, g = options.projection_dim, 4 * options.lstm_dim
+    return [
+        Product("LSTM input", 2, n_sentences * n_positions, p, g),
+        Product("LSTM recurrent, per step", 2, n_sentences, p, g),
+        Product("LSTM projection, per step", 2, n_sentences, options.lstm_dim, p),
+        Product("highway", 1, n_distinct, options.n_filters, options.n_filters, char_cnn=True),
+        Product("large", 1, LARGE_ROWS, p, g),
+    ]
+
+
+def product_rates(
+    products: Sequence[Product], precisions: Sequence[str], clock: Clock = time.perf_counter
+) -> Dict[str, Dict[Product, float]]:
+    """FLOP/s of each product in each precision (``fp32``, ``bf16``, ``int8``): ``torch.bmm`` on
+    random tensors of the dtype; for int8 the kernel the biLM's int8 products use (dynamic
+    quantization, :func:`.int8.linear`: the activations quantized at each call, as there)."""
+    rates: Dict[str, Dict[Product, float]] = {}
+    with torch.no_grad():
+        for precision in precisions:
+            rates[precision] = {product: _rate(product, precision, clock) for product in products}
+    return rates
+
+
+def _rate(product: Product, precision: str, clock: Clock) -> float:
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(product.batch, product.rows, product.inner, generator=generator)
+    b = torch.randn(product.batch, product.inner, product.cols, generator=generator)
+    if precision == "int8":
+        packs = [int8.pack(b[i].T, None) for i in range(product.batch)]
+
+        def run() -> None:
+            for i in range(product.batch):
+                int8.linear(a[i], packs[i])
+
+        return time_product(run, product.flops, clock)
+    dtype = DTYPES[precision]
+    a, b = a.to(dtype), b.to(dtype)
+    with own_precision(torch.device("cpu"), dtype):
+        return time_product(lambda: torch.bmm(a, b), product.flops, clock)
+
+
+def time_product(run: Callable[[], object], flops: int, clock: Clock = time.perf_counter) -> float:
+    """FLOP/s of ``run``'s fastest call, after one untimed call (kernel choice, packing, caches),
+    over at least :data:`MIN_REPEATS` calls and :data:`MIN_SECONDS`."""
+    run()
+    best, spent, repeats = math.inf, 0.0, 0
+    while repeats < MIN_REPEATS or (spent < MIN_SECONDS and repeats < MAX_REPEATS):
+        start = clock()
+        run()
+        took = clock() - start
+        best, spent, repeats = min(best, took), spent + took, repeats + 1
+    return flops / max(best, 1e-12)
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """One precision's place against the machine: the biLM's rate and the best product rate."""
+
+    precision: str
+    tokens_per_s: float
+    flops_per_s: float  # the biLM's: tokens/s x FLOP per token
+    best_rate: float  # the fastest of the measured products in this precision
+    best_product: Product
+
+    @property
+    def fraction(self) -> float:
+        return self.flops_per_s / self.best_rate
+
+
+def roofline(precision: str, tokens_per_s: float, count: FlopCount, rates: Dict[Product, float]) -> Roofline:
+    """``precision``'s line: the best rate is over the products it runs in that precision (int8
+    leaves the char CNN's in fp32)."""
+    own = [product for product in rates if not (precision == "int8" and product.char_cnn)]
+    best = max(own, key=lambda product: rates[product])
+    return Roofline(precision, tokens_per_s, tokens_per_s * count.total, rates[best], best)
+
+
+def report(count: FlopCount, rates: Dict[str, Dict[Product, float]], lines: Dict[str, Roofline]) -> List[str]:
+    """The roofline as text: the FLOP count, a table of product rates per precision, and a table
+    of the biLM's rate against the best of them."""
+    precisions = list(rates)
+    products = list(next(iter(rates.values())))
+    out = [f"FLOP per token, from the options: {count.describe()}"]
+    out.append("| this machine's product rate, GFLOP/s | " + " | ".join(precisions) + " |")
+    out.append("|---|" + "---|" * len(precisions))
+    for product in products:
+        out.append(f"| {product.describe()} | " + " | ".join(f"{rates[p][product] / 1e9:,.1f}" for p in precisions) + " |")
+    out.append("| precision | tokens/s | biLM GFLOP/s | best product GFLOP/s | fraction of it |")
+    out.append("|---|---|---|---|---|")
+    for line in lines.values():
+        out.append(
+            f"| {line.precision} | {line.tokens_per_s:,.0f} | {line.flops_per_s / 1e9:,.1f} | "
+            f"{line.best_rate / 1e9:,.1f} ({line.best_product.label}) | {line.fraction:.2f} |"
+        )
+    if "int8" in lines:
+        out.append("(int8 runs the LSTM's products in int8, the char CNN's in fp32: its best rate is of the LSTM's shapes)")
+    return out

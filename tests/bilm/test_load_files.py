@@ -1,0 +1,120 @@
+"""``load_files``: a biLM made without random initial values and read straight from its file.
+
+It must give exactly what ``BiLM.from_files`` gives (which draws random values first, then
+overwrites them): a parameter that the file does not fill would keep undefined memory.
+"""
+
+import h5py
+import numpy
+import pytest
+import torch
+
+from spacy_elmo import BiLM, ElmoFileError
+from spacy_elmo.bilm import files
+from spacy_elmo.bilm.files import load_files, skip_random_init
+
+from ..helpers import random_bilm, tiny_options
+
+
+def assert_same_state(a: BiLM, b: BiLM) -> None:
+    assert a.state_dict().keys() == b.state_dict().keys()
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), name
+    for (name, x), y in zip(a.named_buffers(), b.buffers()):  # the non-persistent ones too
+        assert torch.equal(x, y), name
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_load_files_fills_every_parameter_as_from_files_does(tmp_path, monkeypatch, warm):
+    model = random_bilm(options=tiny_options(n_highway=2), state="warm" if warm else "zero")
+    if warm:
+        model.warm_up([["warm", "up", "text"]])
+    model.to_files(tmp_path / "options.json", tmp_path / "weights.hdf5")
+    torch.manual_seed(123)  # from_files draws values that the file must then replace everywhere
+    expected = BiLM.from_files(tmp_path / "options.json", tmp_path / "weights.hdf5", cache_size=0)
+    fresh_pages = files._fresh_pages
+
+    def poisoned(model, *args):  # memory the file did not fill would show as NaN
+        fresh_pages(model, *args)
+        for param in model.parameters():
+            param.data.fill_(float("nan"))
+        model.char_cnn.char_embedding.weight.data[0] = 0.0  # computed, not read: nn.Embedding's padding row
+
+    monkeypatch.setattr(files, "_fresh_pages", poisoned)
+    loaded = load_files(BiLM, tmp_path / "options.json", tmp_path / "weights.hdf5", cache_size=0)
+    assert_same_state(loaded, expected)
+    assert all(p.is_contiguous() and p.dtype == torch.float32 for p in loaded.parameters())
+    sentences = [["Loads", "at", "file", "speed", "."], ["ok"]]
+    for a, b in zip(loaded.embed_sentences(sentences), expected.embed_sentences(sentences)):
+        numpy.testing.assert_array_equal(a, b)
+
+
+def test_the_file_layout_covers_every_parameter():
+    """Every element of every parameter is written from the file, but the embedding's padding row (computed)."""
+    model = BiLM(tiny_options(n_highway=2))
+    covered = {id(p): torch.zeros_like(p, dtype=torch.bool) for p in model.parameters()}
+    for dataset in files.layout(model).values():
+        assert dataset.writes
+        for target in dataset.writes:
+            base = target if target._base is None else target._base
+            mask = covered[id(base)]
+            mask.as_strided(target.shape, target.stride(), target.storage_offset() - base.storage_offset())[...] = True
+    covered[id(model.char_cnn.char_embedding.weight)][0] = True
+    assert [name for name, p in model.named_parameters() if not covered[id(p)].all()] == []
+
+
+def test_skip_random_init_skips_only_random_values():
+    torch.manual_seed(0)
+    state = torch.get_rng_state()
+    with skip_random_init():
+        layer = torch.nn.Embedding(5, 3, padding_idx=0)
+        linear = torch.nn.Linear(3, 4)
+        zeros = torch.zeros(3)
+    assert torch.equal(torch.get_rng_state(), state)  # nothing drawn
+    assert torch.equal(layer.weight[0], torch.zeros(3)) and torch.equal(zeros, torch.zeros(3))
+    assert linear.weight.shape == (4, 3)
+    torch.nn.Linear(3, 4)  # outside, as usual
+    assert not torch.equal(torch.get_rng_state(), state)
+
+
+@pytest.fixture
+def weight_files(tmp_path):
+    random_bilm().to_files(tmp_path / "options.json", tmp_path / "weights.hdf5")
+    return tmp_path / "options.json", tmp_path / "weights.hdf5"
+
+
+@pytest.mark.parametrize("dataset", ["RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0", "CNN_high_0/W_carry"])
+def test_nan_is_refused_in_datasets_read_in_place_and_converted(weight_files, dataset):
+    options, weights = weight_files
+    with h5py.File(weights, "r+") as f:
+        f[dataset][0, 1] = numpy.nan
+    with pytest.raises(ElmoFileError, match=f"'{dataset}' contains NaN"):
+        load_files(BiLM, options, weights)
+    with pytest.raises(ElmoFileError, match=f"'{dataset}' contains NaN"):
+        BiLM.from_files(options, weights)
+    load_files(BiLM, options, weights, check_values=False)  # a file checked before: not read twice
+
+
+def test_large_but_finite_values_are_not_taken_for_infinities(weight_files):
+    options, weights = weight_files
+    with h5py.File(weights, "r+") as f:
+        f["CNN_proj/b_proj"][...] = 3e38  # their sum overflows float32
+    assert float(load_files(BiLM, options, weights).char_cnn.projection.bias.detach().max()) == pytest.approx(3e38)
+
+
+def test_float64_datasets_are_converted_while_read(weight_files):
+    options, weights = weight_files
+    with h5py.File(weights, "r+") as f:
+        name = "RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/W_0"
+        values = f[name][...]
+        del f[name]
+        f[name] = values.astype(numpy.float64)
+    assert_same_state(load_files(BiLM, options, weights), BiLM.from_files(options, weights))
+
+
+def test_a_truncated_file_is_refused(weight_files):
+    options, weights = weight_files
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) * 3 // 4])
+    with pytest.raises(ElmoFileError, match="truncated"):
+        load_files(BiLM, options, weights)
