@@ -221,8 +221,11 @@ def _input_gates(flat: Tensor, weight: Weight, bias: Optional[Tensor], out: Opti
     converts the product to float32.
     """
     if not isinstance(weight, Tensor):
-        product = int8.by_direction(flat, weight)
-        return product if out is None else out.copy_(product)
+        if out is None:
+            return int8.by_direction(flat, weight)
+        for direction in range(2):  # straight into ``out``: no stacked copy to copy again
+            out[direction].copy_(int8.linear(flat[direction], weight[direction]))
+        return out
     if bias is None:
         return torch.bmm(flat, weight, out=out)
     return torch.add(torch.bmm(flat, weight), bias, out=out)
@@ -234,11 +237,14 @@ def _add_recurrent(gates: Tensor, hidden: Tensor, weight: Weight, in_place: bool
     Shapes: ``gates`` (2, rows, 4 * lstm_dim), ``hidden`` (2, rows, projection_dim) float32.
     """
     if not isinstance(weight, Tensor):
-        product = int8.by_direction(hidden, weight)
-    elif weight.dtype == torch.float32:
+        if not in_place:
+            return gates + int8.by_direction(hidden, weight)
+        for direction in range(2):  # each direction's product added where it goes: no stacked copy
+            gates[direction].add_(int8.linear(hidden[direction], weight[direction]))
+        return gates
+    if weight.dtype == torch.float32:
         return gates.baddbmm_(hidden, weight) if in_place else torch.baddbmm(gates, hidden, weight)
-    else:
-        product = torch.bmm(hidden.to(weight.dtype), weight)
+    product = torch.bmm(hidden.to(weight.dtype), weight)
     return gates.add_(product) if in_place else gates + product
 
 
