@@ -17,7 +17,7 @@ from spacy_elmo.bilm.autotune import Trial
 from spacy_elmo.bilm.int8 import int8_available
 from spacy_elmo.cli import app
 
-from ..helpers import random_bilm, tiny_options
+from ..helpers import random_bilm, tiny_options, write_bilm_files
 
 PRECISIONS = ["fp32", "bf16", "int8"]
 
@@ -72,6 +72,20 @@ def test_the_fastest_precision_that_keeps_the_contract_wins():
 
 @pytest.mark.parametrize("seconds, expected", [((1.0, 0.5, 0.25), "int8"), ((0.5, 1.0, 0.7), "fp32")])
 def test_the_fastest_wins_when_all_keep_the_contract(seconds, expected):
+    machine = FakeMachine(dict(zip(PRECISIONS, seconds)), noise={"bf16": 1e-4, "int8": 1e-3})
+    assert autotune.decide(BiLM(measured_options()), machine.run, machine.clock).choice == expected
+
+
+@pytest.mark.parametrize(
+    "seconds, expected",
+    [
+        ((1.0, 0.95, 0.93), "fp32"),  # within 10%: the most accurate stays
+        ((1.0, 0.8, 0.75), "bf16"),  # bf16 wins clearly; int8 is not clearly faster than bf16
+        ((1.0, 0.8, 0.6), "int8"),  # int8 clearly faster than bf16 too
+        ((1.0, 0.95, 0.5), "int8"),  # bf16 does not win clearly, int8 does
+    ],
+)
+def test_a_less_accurate_precision_must_win_clearly(seconds, expected):
     machine = FakeMachine(dict(zip(PRECISIONS, seconds)), noise={"bf16": 1e-4, "int8": 1e-3})
     assert autotune.decide(BiLM(measured_options()), machine.run, machine.clock).choice == expected
 
@@ -175,7 +189,7 @@ def test_bench_prints_the_rates_and_records_the_choice(tmp_path, monkeypatch):
     """On a tiny model: real passes, too small to matter, and measured although auto would not measure it."""
     monkeypatch.setattr(autotune, "candidates", lambda: ["fp32", "int8"] if int8_available() else ["fp32"])
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # the suite's thread count stays
-    random_bilm().to_files(tmp_path / "options.json", tmp_path / "weights.hdf5")
+    write_bilm_files(tmp_path)
     result = CliRunner().invoke(app, ["bench", "--model", str(tmp_path), "--threads", "1"])
     assert result.exit_code == 0, result.output
     assert "| fp32 |" in result.output and "1.00x | 1.00000 |" in result.output
