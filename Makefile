@@ -30,10 +30,13 @@ $(BIN)/.installed: setup.cfg pyproject.toml
 install: $(BIN)/.installed
 
 # What CI runs (.ci/run): the whole suite, the project's scripts and the slow end-to-end runs included.
+# A test still running after 10 minutes fails (a hang in Ray or torchrun must not eat CI's time);
+# the 15 slowest are listed at the end.
 test: install
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --timeout 600 --durations=15 tests
 
-# The library's tests without the slow end-to-end runs and the project's scripts: for edit-test loops.
+# The library's tests without the slow end-to-end runs (marked slow: spacy train, pretraining runs,
+# subprocesses, Ray, torchrun, n_process) and the project's scripts: for edit-test loops, under a minute.
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow and not gpu" --ignore=tests/project tests
 

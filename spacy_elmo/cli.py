@@ -310,6 +310,9 @@ def bench(
     """Time the biLM's inference in each precision this CPU runs, and record what precision = "auto"
     picks here for its shapes (as its first use would; this measures again and replaces it).
 
+    It prints the biLM, its sizes and the batch it times: the biLM's forward pass alone, in tokens/s,
+    not the pipeline's nlp.pipe words/s (benchmarks/component_speed.py times that).
+
     Beside tokens/s, a roofline: this machine's own matrix-product rate per precision at the
     biLM's product shapes, timed in the same run, and the fraction of it the biLM reaches (its
     tokens/s times its FLOP per token, counted from the options: spacy_elmo.bilm.roofline)."""
@@ -337,6 +340,15 @@ def bench(
         f"n_highway {options.n_highway}, n_filters {options.n_filters} ({sum(p.numel() for p in bilm.parameters()) / 1e6:.1f} M "
         f"parameters); timed on {BATCH_ROWS} sentences of {BATCH_WORDS} made-up words ({BATCH_ROWS * BATCH_WORDS} tokens, "
         f"{BATCH_ROWS * (BATCH_WORDS + 2)} positions with the boundaries, {n_distinct} distinct)"
+    )
+    typer.echo(
+        f"tokens/s: the {BATCH_ROWS * BATCH_WORDS} words of that batch per second of one forward pass of the biLM alone "
+        "(zero initial state, no token cache: the char CNN encodes each distinct word; boundaries computed, not counted)"
+    )
+    typer.echo(
+        "nlp.pipe's words/s is another figure: it adds tokenization, segmentation, batching and the layer mix, "
+        "and runs larger batches of real, repeating words through the token cache; for it, time the pipeline "
+        "with benchmarks/component_speed.py (in the repository)"
     )
     decision = remeasure(bilm, record=size is None)
     fp32 = decision.trials["fp32"].tokens_per_s

@@ -8,9 +8,10 @@ of which learns its own mix of the layers.
 
 import os
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Union
 
 import numpy
+import spacy.util
 import srsly
 import torch
 from spacy.language import Language
@@ -25,6 +26,7 @@ from thinc.types import Floats1d, Floats3d
 
 from . import architectures  # noqa: F401  (registers the architectures named in DEFAULT_MODEL)
 from .bilm import BiLM
+from .bilm.files import standard_files
 from .layers import ElmoBiLMSettings, ElmoListener, get_bilm, set_bilm
 from .layers.arrays import no_backprop
 from .bilm.serialize import bilm_from_bytes, bilm_to_bytes
@@ -41,8 +43,25 @@ for _attr in (FEATURES_ATTR, UNREAD_ATTR, LAYERS_ATTR):
         Doc.set_extension(_attr, default=None)
 
 
+# What the component sets, for ``nlp.analyze_pipes()``: the tensor and the vector/similarity hooks
+# always, the layers for the listeners (and which of them have yet to read them) when there are
+# listeners, every layer as numpy with ``store_layers``. It requires nothing but tokens: a doc's
+# sentences, where it has them, are run one by one, and without them the doc is run whole.
+ASSIGNS = [
+    "doc.tensor",
+    "doc.user_hooks",
+    "doc.user_span_hooks",
+    "doc.user_token_hooks",
+    f"doc._.{FEATURES_ATTR}",
+    f"doc._.{UNREAD_ATTR}",
+    f"doc._.{LAYERS_ATTR}",
+]
+
+
 @Language.factory(
     "elmo",
+    assigns=ASSIGNS,
+    requires=[],
     default_config={
         "model": DEFAULT_MODEL,
         "store_layers": False,
@@ -319,35 +338,56 @@ class Elmo(TrainablePipe):
         raise NotImplementedError("The elmo component has no labels")
 
     # ------------------------------------------------------------------ serialization
+    # spaCy's convention (TrainablePipe): a serializer per name, and ``exclude`` skips names. The
+    # names are "cfg" (the settings, a file ``cfg``) and "bilm" (the biLM's standard files in a
+    # folder ``bilm``, or their bytes); "model", spaCy's name for a pipe's weights, excludes "bilm".
+    # No vocab is written: the component keeps nothing in it.
     def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> None:
         """Write ``cfg`` and the biLM as standard files: ``bilm/options.json``, ``bilm/weights.hdf5``."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        srsly.write_json(path / "cfg", self.cfg)
-        if "model" not in exclude:
-            get_bilm(self.model).to_files(path / "bilm" / "options.json", path / "bilm" / "weights.hdf5")
+        serializers: Dict[str, Callable[[Path], object]] = {
+            "cfg": lambda p: srsly.write_json(p, self.cfg),
+            "bilm": lambda p: get_bilm(self.model).to_files(*standard_files(p)),
+        }
+        spacy.util.to_disk(path, serializers, _excluded(exclude))
 
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> "Elmo":
-        path = Path(path)
-        self.cfg.update(srsly.read_json(path / "cfg"))
-        if "model" not in exclude:
+        def load_bilm(p: Path) -> None:
             settings = self.model.attrs["bilm_settings"].to_dict()
-            set_bilm(self.model, BiLM.from_files(path / "bilm" / "options.json", path / "bilm" / "weights.hdf5", **settings))
+            set_bilm(self.model, BiLM.from_files(*standard_files(p), **settings))
+
+        deserializers: Dict[str, Callable[[Path], object]] = {
+            "cfg": lambda p: self.cfg.update(srsly.read_json(p)),
+            "bilm": load_bilm,
+        }
+        spacy.util.from_disk(path, deserializers, _excluded(exclude))
         return self
 
     def to_bytes(self, *, exclude: Iterable[str] = SimpleFrozenList()) -> bytes:
         """``cfg`` and the bytes of the biLM's standard files."""
-        msg = {"cfg": self.cfg}
-        if "model" not in exclude:
-            msg["bilm"] = bilm_to_bytes(get_bilm(self.model))
-        return srsly.msgpack_dumps(msg)
+        serializers: Dict[str, Callable[[], object]] = {
+            "cfg": lambda: self.cfg,
+            "bilm": lambda: bilm_to_bytes(get_bilm(self.model)),
+        }
+        return spacy.util.to_bytes(serializers, _excluded(exclude))
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = SimpleFrozenList()) -> "Elmo":
-        msg = srsly.msgpack_loads(bytes_data)
-        self.cfg.update(msg["cfg"])
-        if "model" not in exclude and "bilm" in msg:
-            set_bilm(self.model, bilm_from_bytes(msg["bilm"], settings=self.model.attrs["bilm_settings"]))
+        """What ``to_bytes`` wrote, less ``exclude``; a part the bytes lack is left as it is."""
+        deserializers: Dict[str, Callable[[object], object]] = {
+            "cfg": self.cfg.update,
+            "bilm": lambda data: set_bilm(self.model, bilm_from_bytes(data, settings=self.model.attrs["bilm_settings"])),
+        }
+        spacy.util.from_bytes(bytes_data, deserializers, _excluded(exclude))
         return self
+
+
+def _excluded(exclude: Iterable[str]) -> Set[str]:
+    """The serializer names ``exclude`` skips: "model" stands for "bilm" too."""
+    names = set(exclude)
+    if "model" in names:
+        names.add("bilm")
+    return names
 
 
 # ---------------------------------------------------------------------- vector hooks

@@ -1,15 +1,35 @@
+"""Fixtures of the whole suite (the CPU tests and their GPU twins in tests/gpu): the tiny biLM's
+files, one torch thread, a deterministic ``auto``, a training corpus, the process-wide CUDA settings."""
+
+from pathlib import Path
+from typing import Iterator, List, Tuple
+
 import pytest
+import torch
 
 from spacy_elmo import BiLM
 
-from .helpers import FIXTURE_DIR, random_bilm
+from .helpers import FIXTURE_DIR, cuda_fp32_precision, random_bilm, record_bilm_sentences, write_bilm_files, write_examples_corpus
 
 
 @pytest.fixture(autouse=True)
 def auto_is_fp32_on_the_cpu(monkeypatch):
-    """``precision = "auto"`` resolves to fp32 on the CPU in every test, without timing runs: the
-    suite stays deterministic on any CPU (tests/bilm/test_autotune.py unsets it to test the measuring)."""
+    """``precision = "auto"`` for inference on the CPU resolves to fp32 in every test, without timing
+    runs (tests/bilm/test_autotune.py unsets it to test the measuring).
+
+    Training's ``auto`` (the hardware rule: bf16 on a CPU with AMX) does not read this variable:
+    a test of float32 training results sets ``precision = "fp32"`` itself.
+    """
     monkeypatch.setenv("SPACY_ELMO_PRECISION", "fp32")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Tiny models run fastest on one thread, and do not stall when other processes load the CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture
@@ -18,5 +38,37 @@ def bilm() -> BiLM:
 
 
 @pytest.fixture(scope="session")
+def bilm_files(tmp_path_factory) -> Tuple[Path, Path]:
+    """Standard files (options.json, weights.hdf5) of the tiny random biLM of tests/helpers.py."""
+    return write_bilm_files(tmp_path_factory.mktemp("bilm"))
+
+
+@pytest.fixture(scope="session")
 def fixture_dir():
     return FIXTURE_DIR
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """Tiny NER + textcat training data: train.spacy and dev.spacy of :func:`~tests.helpers.make_examples`.
+
+    tests/embed overrides it with its own ``corpus`` (a text file of sentences)."""
+    return write_examples_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture
+def count_biLM_sentences(monkeypatch) -> List[List[str]]:
+    """How many sentences the biLM computes from now on: each of them, in order."""
+    return record_bilm_sentences(monkeypatch)
+
+
+@pytest.fixture
+def tf32_allowed() -> Iterator[None]:
+    """CUDA's float32 products allowed to run in TF32 (cuDNN's default for convolutions), restored after.
+
+    The settings are plain process-wide values, also in a torch built without CUDA.
+    """
+    matmul, conv = cuda_fp32_precision()
+    torch.backends.cuda.matmul.fp32_precision = torch.backends.cudnn.conv.fp32_precision = "tf32"
+    yield
+    torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = matmul, conv

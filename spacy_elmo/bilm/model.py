@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from ..fileio import PathLike
 from .char_cnn import CharCNN
 from .chars import CHAR_PADDING, boundary_char_ids, tokens_char_ids
-from .files import load_files, write_files
+from .files import load_files, read_weights, write_files
 from .lstm import BiLSTMStack, LSTMState
 from .options import ElmoOptions
 from .int8 import check_no_gradient
@@ -175,7 +175,9 @@ class BiLM(nn.Module):
 
         ``settings``: keyword arguments of the constructor (see :class:`BiLMSettings`).
         """
-        return load_files(cls, options_file, weight_file, **settings)
+        model = cls(ElmoOptions.from_file(options_file), **settings)
+        read_weights(model, weight_file)
+        return model
 
     @classmethod
     def from_pretrained(cls, name_or_url_or_dir: str, **settings: Any) -> "BiLM":

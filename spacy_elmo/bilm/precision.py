@@ -37,6 +37,7 @@ hardware rule of :func:`resolve_precision`.
 """
 
 import contextlib
+import os
 import threading
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Sequence, Tuple
 
@@ -57,6 +58,10 @@ DTYPES: Dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16,
 # pretraining (benchmarks/bilm_speed.py, pretrain_speed.py); on a 2-core AMD EPYC, 1.4-1.8x
 # float32's inference speed. Inference measures instead (.autotune).
 FAST_BF16_FEATURE = "amx_bf16"
+
+# Decides what "auto" means on a CPU, for inference (.autotune) and, where it names fp32 or bf16,
+# for training too (resolve_precision).
+PRECISION_ENV = "SPACY_ELMO_PRECISION"
 
 # The compute capability from which NVIDIA GPUs have bf16 tensor cores (Ampere, sm_80).
 NATIVE_BF16_CAPABILITY: Tuple[int, int] = (8, 0)
@@ -99,7 +104,9 @@ def resolve_precision(precision: Precision, device: torch.device) -> torch.dtype
     """The dtype of the products for ``precision`` on ``device``; cheap, and pure for explicit settings.
 
     ``"auto"`` here is the hardware rule: bf16 only on a CPU with AMX (:func:`cpu_has_amx_bf16`)
-    or a GPU with native bf16 (:func:`cuda_has_native_bf16`); float32 elsewhere. A biLM's
+    or a GPU with native bf16 (:func:`cuda_has_native_bf16`); float32 elsewhere. On a CPU,
+    ``SPACY_ELMO_PRECISION=fp32`` or ``bf16`` decides instead (``int8``, which has no gradient,
+    leaves the rule in place), so that one setting pins training and inference alike. A biLM's
     inference on a CPU measures instead (``BiLM.compute_dtype``, :mod:`.autotune`); training
     keeps this rule (its backward pass and shapes differ, and int8 has no gradient).
     ``"int8"`` runs on a CPU only.
@@ -113,6 +120,9 @@ def resolve_precision(precision: Precision, device: torch.device) -> torch.dtype
     if precision != "auto":
         return DTYPES[precision]
     if device.type == "cpu":
+        override = os.environ.get(PRECISION_ENV, "").strip()
+        if override in ("fp32", "bf16"):
+            return DTYPES[override]
         native = cpu_has_amx_bf16()
     elif device.type == "cuda":
         native = cuda_has_native_bf16(device)

@@ -1,12 +1,12 @@
 """Serialize a :class:`BiLM` as the bytes of its standard ELMo files, never as a pickle."""
 
 import tempfile
-from pathlib import Path
 from typing import Any, Dict, Optional
 
 import srsly
 import torch
 
+from .files import standard_files
 from .model import BiLM, BiLMSettings
 from .options import ElmoOptions
 
@@ -16,7 +16,7 @@ def bilm_to_bytes(bilm: Optional[BiLM]) -> bytes:
     if bilm is None:
         return b""
     with tempfile.TemporaryDirectory(prefix="spacy_elmo_") as tmp:
-        options_file, weight_file = Path(tmp) / "options.json", Path(tmp) / "weights.hdf5"
+        options_file, weight_file = standard_files(tmp)
         bilm.to_files(options_file, weight_file)
         msg: Dict[str, Any] = {
             "options": srsly.json_loads(options_file.read_text(encoding="utf8")),
@@ -34,7 +34,7 @@ def bilm_from_bytes(
         return None
     msg = srsly.msgpack_loads(data)
     with tempfile.TemporaryDirectory(prefix="spacy_elmo_") as tmp:
-        options_file, weight_file = Path(tmp) / "options.json", Path(tmp) / "weights.hdf5"
+        options_file, weight_file = standard_files(tmp)
         ElmoOptions.from_dict(msg["options"], source="serialized elmo options").to_file(options_file)
         weight_file.write_bytes(msg["weights"])
         settings = settings if settings is not None else BiLMSettings(**msg["settings"])

@@ -10,7 +10,7 @@ The decisions are pure functions of what the machine has (:func:`resolve_device`
 """
 
 import re
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 
@@ -115,17 +115,26 @@ def worker_device(spec: str, gpus_per_worker: float) -> str:
     return "cpu"
 
 
-def worker_precision(precision: Precision, device_kind: str, cuda_devices: int) -> Precision:
-    """``fp32`` or ``bf16``: ``precision`` decided once, on the driver, for workers on ``device_kind``.
+def worker_precision(
+    precision: Precision, device_kind: str, cuda_devices: int, cpu_auto: Optional[Callable[[], Precision]] = None
+) -> Precision:
+    """An explicit precision: ``precision`` decided once, on the driver, for workers on ``device_kind``.
 
     Every worker must compute the products the manifest records, or one store would mix bf16
     and fp32 values. Left to each worker, ``auto`` would follow each one's hardware; decided
     here, it follows this machine's (its CPU for CPU workers, its first GPU for GPU workers).
-    A driver without a GPU cannot decide it for GPU workers: that is an error naming the choice.
+    For CPU workers ``auto`` is ``cpu_auto()`` where given: what ``auto`` is for the run's biLM's
+    inference on this CPU (measured, or ``SPACY_ELMO_PRECISION``; see :mod:`spacy_elmo.bilm.autotune`),
+    so that the Ray engine computes what the local engine computes here; without it, the hardware
+    rule of :func:`~spacy_elmo.bilm.precision.resolve_precision`. On GPUs ``auto`` is the
+    hardware rule. A driver without a GPU cannot decide it for GPU workers: that is an error
+    naming the choice.
     """
     if precision != "auto":
         return precision
     if device_kind == "cpu":
+        if cpu_auto is not None:
+            return cpu_auto()
         device = torch.device("cpu")
     elif cuda_devices:
         device = torch.device("cuda", 0)

@@ -11,8 +11,9 @@ on storage every node sees.
 GPUs: with ``gpus_per_worker`` > 0 each actor asks Ray for that share of a GPU (``num_gpus``)
 and runs its biLM there; Ray makes that GPU the actor's only visible one, ``cuda:0`` inside it.
 The precision of the products is decided once, by the driver (:func:`device.worker_precision`),
-and handed to every actor as ``fp32`` or ``bf16``: the manifest records one precision, so every
-actor must compute in it whatever its hardware.
+and handed to every actor as an explicit precision (``fp32``, ``bf16``, or on CPU workers ``int8``
+where this machine's ``auto`` takes it): the manifest records one precision, so every actor must
+compute in it whatever its hardware.
 
 Faults: a worker that dies is restarted by Ray and its shard retried. A shard's file is
 replaced atomically and has the same content whoever writes it, and the driver lists each shard
@@ -86,7 +87,7 @@ def embed_on_ray(
     Joins the cluster at ``address``, else the Ray this process already runs, else starts a
     local one of ``workers`` CPUs and this machine's GPUs (stopped at the end). ``threads``:
     torch threads per actor (1). ``device``: ``"cpu"``, or ``"cuda"`` with ``gpus_per_worker``
-    > 0 (see :func:`device.worker_device`). ``settings.precision`` must be ``fp32`` or ``bf16``
+    > 0 (see :func:`device.worker_device`). ``settings.precision`` must be explicit, not ``auto``
     (:func:`device.worker_precision`), so that every actor computes the same products.
     """
     try:

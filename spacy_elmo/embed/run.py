@@ -15,7 +15,7 @@ from .engine import Summary, load_bilm, sentence_source
 from .hdf5 import assemble, finished_manifest, parts_directory
 from .local import embed_locally
 from .manifest import Manifest, open_output, shard_name
-from .settings import EmbedSettings, model_identity
+from .settings import EmbedSettings, inference_products, model_identity, products_precision
 
 Format = Literal["hdf5", "parquet"]
 Engine = Literal["local", "ray"]
@@ -73,10 +73,14 @@ def run_embed(
         bilm = load_bilm(options_file, weight_file, settings, local_device(device, prefer_gpu))
     else:  # the driver's biLM only names the model; the workers run theirs where Ray puts them
         workers_on = worker_device(device, gpus_per_worker)
-        workers_settings = dataclasses.replace(
-            settings, precision=worker_precision(settings.precision, workers_on, torch.cuda.device_count())
-        )
         bilm = load_bilm(options_file, weight_file, settings)
+
+        def cpu_auto() -> str:  # what the local engine computes with on this CPU: inference's auto for this biLM
+            return products_precision(inference_products(bilm))
+
+        workers_settings = dataclasses.replace(
+            settings, precision=worker_precision(settings.precision, workers_on, torch.cuda.device_count(), cpu_auto)
+        )
         bilm.precision = workers_settings.precision  # so that the manifest records the workers' products
     specs = source.plan(settings.shard_size)
     if not specs:  # an empty output and exit 0 would pass for success

@@ -17,32 +17,41 @@ import torch
 from ..bilm import BiLM, ElmoOptions
 from ..bilm.model import STATE_MODES, StateMode
 from ..bilm.precision import DTYPES, Precision, check_precision
+from ..option_fields import setting
 
 LAYER_CHOICES = ("all", "top", "average", "mix")
 
 
 @dataclass(frozen=True)
 class EmbedSettings:
-    """The options of ``spacy-elmo embed`` that decide the bytes of the output.
+    """The options of ``spacy-elmo embed`` that decide the bytes of the output: the command builds
+    an option per field from its ``setting(...)`` (see :mod:`spacy_elmo.option_fields`).
 
     ``layers``: ``"all"`` keeps (n_layers + 1, n_tokens, width); ``"top"`` the last LSTM layer,
     ``"average"`` the mean of the layers, ``"mix"`` the sum weighted by ``mix``: (n_tokens, width).
-    ``shard_size``: sentences per output shard (the unit of resuming and of Ray tasks).
-    ``batch_tokens``: padded tokens per biLM call. ``lang``/``whitespace``: tokenization.
     ``gold_tokens``: ``.spacy`` Docs keep their own tokens (see :meth:`reader.SentenceSource.doc_tokens`).
     ``precision``: of the biLM's matrix products, as the component's (see
     :mod:`spacy_elmo.bilm.precision`); the manifest also records what it resolved to.
     """
 
-    state: StateMode = "zero"
-    layers: str = "all"
-    mix: Optional[Tuple[float, ...]] = None
-    lang: str = "en"
-    whitespace: bool = False
-    gold_tokens: bool = False  # absent from manifests written before it: read as False
-    shard_size: int = 10_000
-    batch_tokens: int = 4096
-    precision: Precision = "auto"
+    state: StateMode = setting("zero", "Where each batch's LSTM states start: zero, warm or carry")
+    layers: str = setting("all", "Kept output: all, top, average or mix:W0,W1,W2 (one weight per layer)")
+    mix: Optional[Tuple[float, ...]] = setting(None, "The weights of --layers mix:W0,W1,W2", given_by="layers")
+    lang: str = setting("en", "Language of the spaCy tokenizer")
+    whitespace: bool = setting(False, "Split text on whitespace (pre-tokenized input) instead of spaCy's tokenizer")
+    gold_tokens: bool = setting(  # absent from manifests written before it: read as False
+        False,
+        ".spacy input: keep each Doc's own tokens, for training with gold_preproc = true, instead of "
+        "its text tokenized as spacy train and nlp.evaluate give it to the elmo component",
+    )
+    shard_size: int = setting(10_000, "Sentences per output shard: the unit of resuming and of Ray tasks")
+    batch_tokens: int = setting(4096, "Padded tokens per biLM call")
+    precision: Precision = setting(
+        "auto",
+        "Matrix products in fp32, bf16, int8 (CPU, inference), or auto: on a GPU bf16 from compute capability "
+        "8.0; on the CPU the fastest for this biLM, measured once per machine (`spacy-elmo bench`); with Ray, "
+        "decided once on this machine by the hardware rule (bf16 on a GPU as above or a CPU with AMX)",
+    )
 
     def __post_init__(self) -> None:
         if self.state not in STATE_MODES:
@@ -116,8 +125,20 @@ def model_identity(bilm: BiLM) -> Dict[str, Any]:
         array = tensor.detach().cpu().contiguous()
         digest.update(f"{name}:{array.dtype}:{tuple(array.shape)};".encode("utf8"))
         digest.update(array.view(-1).view(torch.uint8).numpy().tobytes() if array.numel() else b"")
-    products = str(bilm.compute_dtype).replace("torch.", "")  # the precision setting, resolved
-    return {"fingerprint": digest.hexdigest(), "products": products, "options": bilm.options.to_dict()}
+    return {"fingerprint": digest.hexdigest(), "products": inference_products(bilm), "options": bilm.options.to_dict()}
+
+
+def inference_products(bilm: BiLM) -> str:
+    """The dtype name of the products ``bilm`` computes layers with when it runs without gradients,
+    as ``embed`` and a frozen component run it: its precision setting resolved as inference resolves it.
+
+    Read without gradients: while the parameters require them, :attr:`BiLM.compute_dtype` gives
+    training's resolution of ``"auto"`` on a CPU (the hardware rule: bf16 wherever the CPU has AMX),
+    not inference's (the measured decision, or ``SPACY_ELMO_PRECISION``), which is what the
+    layers are computed with.
+    """
+    with torch.no_grad():
+        return str(bilm.compute_dtype).replace("torch.", "")
 
 
 def products_precision(products: str) -> str:

@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterator, List, Sequence
 import numpy
 import torch
 
+from ..bilm.files import OPTIONS_NAME, WEIGHTS_NAME
 from ..fileio import OutputError, atomic_path, remove_stale_temporaries
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -82,7 +83,7 @@ def prepare_output_dir(directory: Path) -> None:
         raise OutputError(
             f"cannot write to the output directory {directory}: {err.strerror or err}; choose one you can write to"
         ) from err
-    for name in (CHECKPOINT_NAME, "options.json", "weights.hdf5"):
+    for name in (CHECKPOINT_NAME, OPTIONS_NAME, WEIGHTS_NAME):
         remove_stale_temporaries(directory / name)
 
 

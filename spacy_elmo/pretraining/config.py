@@ -5,7 +5,7 @@ of a distributed run, so one command means the same training (same rows per step
 learning rate) on one process or many; more processes only make each step faster.
 """
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Dict, Iterable, Optional
 
 import torch
@@ -13,13 +13,7 @@ from torch import nn
 
 from ..bilm import ElmoOptions
 from ..bilm.precision import Precision, check_precision
-
-
-def setting(default: Any, help: str, **cli: str) -> Any:
-    """A field of :class:`TrainingConfig` with its documentation, from which ``spacy-elmo pretrain``
-    builds its option: ``help``; ``flag``, the option's name where it is not the field's (a
-    ``--yes/--no`` pair for a bool); ``unset``, what None means."""
-    return field(default=default, metadata={"help": help, **cli})
+from ..option_fields import setting
 
 
 @dataclass(frozen=True)

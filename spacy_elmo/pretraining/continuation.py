@@ -26,6 +26,7 @@ import numpy
 import torch
 
 from ..bilm import BiLM, ElmoOptions
+from ..bilm.files import standard_files
 from ..fileio import PathLike, atomic_path
 from .checkpoint import load_checkpoint
 from .init_tokens import InitTokens
@@ -149,6 +150,6 @@ def export_checkpoint(checkpoint_path: PathLike, output_dir: PathLike) -> int:
         init_tokens.head.load_state_dict(checkpoint["vectors_head"])
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    bilm.to_files(output_dir / "options.json", output_dir / "weights.hdf5")
+    bilm.to_files(*standard_files(output_dir))
     write_continuation(output_dir, vocab, softmax, init_tokens)
     return int(checkpoint["step"])

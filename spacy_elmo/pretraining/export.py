@@ -1,7 +1,6 @@
 """Putting exported files into a spaCy pipeline."""
 
-from pathlib import Path
-
+from ..bilm.files import standard_files
 from ..fileio import PathLike
 
 
@@ -16,14 +15,14 @@ def export_pipeline(model_dir: PathLike, output: PathLike, lang: str = "en", sta
     """
     import spacy
 
-    model_dir = Path(model_dir)
+    options_file, weight_file = standard_files(model_dir)
     nlp = spacy.blank(lang)
     nlp.add_pipe(
         "elmo",
         config={
             "model": {
-                "options_file": str(model_dir / "options.json"),
-                "weight_file": str(model_dir / "weights.hdf5"),
+                "options_file": str(options_file),
+                "weight_file": str(weight_file),
                 "state": state,
             }
         },

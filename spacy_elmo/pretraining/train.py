@@ -23,6 +23,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from ..bilm import BiLM, ElmoOptions
+from ..bilm.files import OPTIONS_NAME, WEIGHTS_NAME, standard_files
 from ..bilm.model import STATE_MODES
 from ..fileio import PathLike
 from ..bilm.precision import training_precision
@@ -271,8 +272,8 @@ class Trainer(Checkpointed):
             if self.dev_documents:
                 states = STATE_MODES if bilm.warm_hidden is not None else ("zero", "carry")
                 metrics["eval"] = self._evaluate(states)["eval"]
-            with self.log.writing(f"the exported options.json, weights.hdf5, {VOCAB_NAME}, {SOFTMAX_NAME} and init-tokens vectors"):
-                bilm.to_files(self.output_dir / "options.json", self.output_dir / "weights.hdf5")
+            with self.log.writing(f"the exported {OPTIONS_NAME}, {WEIGHTS_NAME}, {VOCAB_NAME}, {SOFTMAX_NAME} and init-tokens vectors"):
+                bilm.to_files(*standard_files(self.output_dir))
                 write_continuation(self.output_dir, self.vocab, self.loss.softmax, self.objective.init_tokens)
             self.log.write({"final": metrics})
         self.env.barrier()

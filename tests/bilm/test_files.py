@@ -10,22 +10,15 @@ import pytest
 
 from spacy_elmo import BiLM, ElmoFileError
 
-from ..helpers import random_bilm
+from ..helpers import hdf5_arrays, random_bilm
 
 SENTENCES = [["Files", "round", "trip", "."], [], ["exactly"]]
-
-
-def datasets(path):
-    with h5py.File(path, "r") as f:
-        found = {}
-        f.visititems(lambda name, obj: found.__setitem__(name, obj[...]) if isinstance(obj, h5py.Dataset) else None)
-    return found
 
 
 def test_written_files_have_the_bilm_tf_layout_and_bytes(fixture_dir, tmp_path):
     model = BiLM.from_files(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
     model.to_files(tmp_path / "options.json", tmp_path / "weights.hdf5")
-    original, written = datasets(fixture_dir / "lm_weights.hdf5"), datasets(tmp_path / "weights.hdf5")
+    original, written = hdf5_arrays(fixture_dir / "lm_weights.hdf5"), hdf5_arrays(tmp_path / "weights.hdf5")
     assert sorted(written) == sorted(original)
     for name, array in original.items():
         assert written[name].dtype == numpy.float32

@@ -8,8 +8,7 @@ from spacy_elmo import BiLM, pretrained_files
 from spacy_elmo.bilm import int8, precision
 from spacy_elmo.pretraining.config import TrainingConfig
 
-from ..helpers import random_bilm
-from .test_precision import MIN_MEAN_COSINE, TEXT, _mean_cosines
+from ..helpers import MIN_MEAN_COSINE, REAL_TEXT, mean_cosines, random_bilm
 
 pytestmark = pytest.mark.skipif(not int8.int8_available(), reason="this torch build has no int8 kernels for this CPU")
 
@@ -17,20 +16,20 @@ pytestmark = pytest.mark.skipif(not int8.int8_available(), reason="this torch bu
 def test_int8_layers_keep_the_accuracy_contract_on_the_bundled_bilm():
     """The contract: mean per-token cosine to float32 of at least 0.999 in every layer (bundled ``en``)."""
     files = pretrained_files("en")
-    expected = numpy.concatenate(BiLM.from_files(*files, precision="fp32").embed_sentences(TEXT), axis=1)
-    found = numpy.concatenate(BiLM.from_files(*files, precision="int8").embed_sentences(TEXT), axis=1)
+    expected = numpy.concatenate(BiLM.from_files(*files, precision="fp32").embed_sentences(REAL_TEXT), axis=1)
+    found = numpy.concatenate(BiLM.from_files(*files, precision="int8").embed_sentences(REAL_TEXT), axis=1)
     numpy.testing.assert_array_equal(found[0], expected[0])  # the char CNN stays float32
     assert numpy.abs(found[1:] - expected[1:]).max() > 1e-3  # the LSTM products did run in int8
-    cosines = _mean_cosines(found, expected)
+    cosines = mean_cosines(found, expected)
     assert (cosines >= MIN_MEAN_COSINE).all(), cosines
 
 
 def test_int8_refuses_gradients_and_says_what_to_set():
     model = random_bilm(precision="int8")
     with pytest.raises(ValueError, match=r"'int8' is for inference only.*precision = \"auto\".*freeze = true"):
-        model(TEXT[:1])
+        model(REAL_TEXT[:1])
     with torch.no_grad():
-        assert model(TEXT[:1]).layers.dtype == torch.float32
+        assert model(REAL_TEXT[:1]).layers.dtype == torch.float32
 
 
 def test_pretraining_refuses_int8():
@@ -45,12 +44,12 @@ def test_int8_runs_on_a_cpu_only():
 
 def test_int8_packs_follow_changed_weights():
     model = random_bilm(precision="int8", cache_size=0)
-    model.embed_sentences(TEXT[:1])  # makes the packs
+    model.embed_sentences(REAL_TEXT[:1])  # makes the packs
     reference = random_bilm(precision="int8", cache_size=0)
     with torch.no_grad():
         for param in [*model.parameters(), *reference.parameters()]:
             param.mul_(0.9)
-    numpy.testing.assert_array_equal(model.embed_sentences(TEXT[:1])[0], reference.embed_sentences(TEXT[:1])[0])
+    numpy.testing.assert_array_equal(model.embed_sentences(REAL_TEXT[:1])[0], reference.embed_sentences(REAL_TEXT[:1])[0])
 
 
 def test_int8_results_are_not_served_as_fp32_ones():
@@ -65,9 +64,9 @@ def test_a_pack_is_made_once_while_the_weights_are_unchanged(monkeypatch):
     original = int8.pack
     monkeypatch.setattr(int8, "pack", lambda weight, bias: made.append(1) or original(weight, bias))
     model = random_bilm(precision="int8", cache_size=0)
-    model.embed_sentences(TEXT[:2])
+    model.embed_sentences(REAL_TEXT[:2])
     first = len(made)
-    model.embed_sentences(TEXT[2:4])
+    model.embed_sentences(REAL_TEXT[2:4])
     assert first == 3 * 2 * model.options.n_layers and len(made) == first  # 3 products x 2 directions per layer
 
 
@@ -87,7 +86,7 @@ def test_copies_and_pickles_of_a_model_leave_the_packs_behind():
     import pickle
 
     model = random_bilm(precision="int8")
-    expected = model.embed_sentences(TEXT[:1])[0]
+    expected = model.embed_sentences(REAL_TEXT[:1])[0]
     for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
         assert not clone.lstm.layers[0].int8._packs
-        numpy.testing.assert_array_equal(clone.embed_sentences(TEXT[:1])[0], expected)
+        numpy.testing.assert_array_equal(clone.embed_sentences(REAL_TEXT[:1])[0], expected)

@@ -16,18 +16,15 @@ from spacy_elmo import BiLM, pretrained_files
 from spacy_elmo.bilm import model as model_module
 from spacy_elmo.bilm import precision
 
-from ..helpers import random_bilm, record_own_precision, tiny_options
-
-# Real text with the usual mix of frequent words, names, numbers and punctuation.
-TEXT = [
-    "The bank raised its interest rates by half a point on Tuesday .".split(),
-    "We sat on the bank of the river and watched the boats go by .".split(),
-    "Mr. Smith , who was born in 1952 , said the committee would meet again next week .".split(),
-    "Prices rose sharply in March , but economists expect inflation to ease later this year .".split(),
-    "She could n't believe how quickly the children had grown !".split(),
-    "Is this the road to London ?".split(),
-]
-MIN_MEAN_COSINE = 0.999
+from ..helpers import (
+    MIN_MEAN_COSINE,
+    REAL_TEXT,
+    cuda_fp32_precision,
+    mean_cosines,
+    random_bilm,
+    record_own_precision,
+    tiny_options,
+)
 
 
 def _can_multiply_bf16() -> bool:
@@ -46,12 +43,6 @@ def bundled_files():
     return pretrained_files("en")
 
 
-def _mean_cosines(a: numpy.ndarray, b: numpy.ndarray) -> numpy.ndarray:
-    """Per layer, the mean over tokens of the cosine of a's and b's vectors. (n_layers, tokens, width)."""
-    dots = (a * b).sum(-1)
-    return (dots / (numpy.linalg.norm(a, axis=-1) * numpy.linalg.norm(b, axis=-1))).mean(-1)
-
-
 def test_an_unknown_precision_names_the_allowed_ones():
     with pytest.raises(ValueError, match="precision must be one of fp32, bf16, int8, auto, got 'fp16'"):
         BiLM(tiny_options(), precision="fp16")
@@ -65,6 +56,7 @@ def test_an_unknown_precision_names_the_allowed_ones():
 def test_the_hardware_rule_is_bf16_only_where_the_cpu_has_amx(monkeypatch, native, expected):
     """What training and callers without a model get for "auto" on a CPU (inference measures)."""
     monkeypatch.setattr(precision, "cpu_has_amx_bf16", lambda: native)
+    monkeypatch.delenv(precision.PRECISION_ENV)  # set by tests/conftest.py; it would decide instead
     assert precision.resolve_precision("auto", torch.device("cpu")) == expected
     assert BiLM(tiny_options(), precision="fp32").compute_dtype == torch.float32
     assert BiLM(tiny_options(), precision="bf16").compute_dtype == torch.bfloat16
@@ -95,12 +87,12 @@ def test_bf16_layers_keep_the_accuracy_contract_on_a_trained_bilm(bundled_files)
     """The contract: mean per-token cosine to float32 of at least 0.999 in every layer."""
     fp32 = BiLM.from_files(*bundled_files, precision="fp32")
     bf16 = BiLM.from_files(*bundled_files, precision="bf16")
-    expected = numpy.concatenate(fp32.embed_sentences(TEXT), axis=1)
-    outputs = bf16.embed_sentences(TEXT)
+    expected = numpy.concatenate(fp32.embed_sentences(REAL_TEXT), axis=1)
+    outputs = bf16.embed_sentences(REAL_TEXT)
     assert all(layers.dtype == numpy.float32 for layers in outputs)
     found = numpy.concatenate(outputs, axis=1)
     assert numpy.abs(found - expected).max() > 0  # the products did run in bf16
-    assert (_mean_cosines(found, expected) >= MIN_MEAN_COSINE).all(), _mean_cosines(found, expected)
+    assert (mean_cosines(found, expected) >= MIN_MEAN_COSINE).all(), mean_cosines(found, expected)
     assert all(p.dtype == torch.float32 for p in bf16.state_dict().values())
 
 
@@ -110,11 +102,11 @@ def test_cached_results_never_cross_precisions():
     served in the other."""
     model = random_bilm(cache_size=100)
     fp32_fingerprint = model.fingerprint()
-    fp32 = model.embed_sentences(TEXT[:2])
+    fp32 = model.embed_sentences(REAL_TEXT[:2])
     model.precision = "bf16"
     assert model.fingerprint() != fp32_fingerprint
-    bf16 = model.embed_sentences(TEXT[:2])
-    fresh = random_bilm(precision="bf16", cache_size=0).embed_sentences(TEXT[:2])
+    bf16 = model.embed_sentences(REAL_TEXT[:2])
+    fresh = random_bilm(precision="bf16", cache_size=0).embed_sentences(REAL_TEXT[:2])
     for cached, uncached, full in zip(bf16, fresh, fp32):
         numpy.testing.assert_array_equal(cached, uncached)
         assert not numpy.array_equal(cached[0], full[0])
@@ -123,25 +115,25 @@ def test_cached_results_never_cross_precisions():
 @needs_bf16
 def test_bf16_weight_copies_follow_changed_weights():
     model = random_bilm(precision="bf16", cache_size=0)
-    model.embed_sentences(TEXT[:1])  # makes the bf16 copies
+    model.embed_sentences(REAL_TEXT[:1])  # makes the bf16 copies
     with torch.no_grad():
         for param in model.parameters():
             param.mul_(0.9)
-    changed = model.embed_sentences(TEXT[:1])[0]
+    changed = model.embed_sentences(REAL_TEXT[:1])[0]
     reference = random_bilm(precision="bf16", cache_size=0)
     with torch.no_grad():
         for param in reference.parameters():
             param.mul_(0.9)
-    numpy.testing.assert_array_equal(changed, reference.embed_sentences(TEXT[:1])[0])
+    numpy.testing.assert_array_equal(changed, reference.embed_sentences(REAL_TEXT[:1])[0])
 
 
 @needs_bf16
 def test_an_autocast_around_the_bilm_does_not_change_its_precision():
     """The failure of issue 11: autocast around embed_sentences broke the in-place products."""
     model = random_bilm()
-    plain = model.embed_sentences(TEXT[:3])
+    plain = model.embed_sentences(REAL_TEXT[:3])
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        autocast = model.embed_sentences(TEXT[:3])
+        autocast = model.embed_sentences(REAL_TEXT[:3])
     for a, b in zip(plain, autocast):
         numpy.testing.assert_array_equal(a, b)
 
@@ -149,7 +141,7 @@ def test_an_autocast_around_the_bilm_does_not_change_its_precision():
 @needs_bf16
 def test_bf16_training_gives_float32_gradients_to_every_parameter():
     model = random_bilm(precision="bf16", cache_size=0).train()
-    output = model([sentence[:6] for sentence in TEXT[:3]])
+    output = model([sentence[:6] for sentence in REAL_TEXT[:3]])
     output.layers.square().sum().backward()
     assert output.layers.dtype == torch.float32
     for name, param in model.named_parameters():
@@ -164,8 +156,8 @@ def test_bf16_inference_and_training_compute_the_same_layers():
     """The in-place inference loop and the autograd loop take the same bf16 roundings."""
     model = random_bilm(precision="bf16", cache_size=0)
     with torch.no_grad():
-        inference = model(TEXT[:3]).layers
-    training = model(TEXT[:3]).layers.detach()
+        inference = model(REAL_TEXT[:3]).layers
+    training = model(REAL_TEXT[:3]).layers.detach()
     torch.testing.assert_close(inference, training, atol=1e-5, rtol=1e-5)
 
 
@@ -202,36 +194,20 @@ def test_auto_on_a_gpu_asks_the_models_gpu(monkeypatch, capability, expected):
     assert len(asked) == 1  # only "auto" looks at the hardware
 
 
-def _cuda_fp32_precision():
-    return torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision
-
-
-@pytest.fixture
-def tf32_allowed():
-    """CUDA's float32 products allowed to run in TF32 (cuDNN's default for convolutions), restored after.
-
-    The settings are plain process-wide values, also in a torch built without CUDA.
-    """
-    matmul, conv = _cuda_fp32_precision()
-    torch.backends.cuda.matmul.fp32_precision = torch.backends.cudnn.conv.fp32_precision = "tf32"
-    yield
-    torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = matmul, conv
-
-
 def test_fp32_on_a_gpu_runs_without_tf32_and_restores_the_settings(tf32_allowed):
     with precision.own_precision(torch.device("cuda", 0), torch.float32):
-        assert _cuda_fp32_precision() == ("ieee", "ieee")
-    assert _cuda_fp32_precision() == ("tf32", "tf32")
+        assert cuda_fp32_precision() == ("ieee", "ieee")
+    assert cuda_fp32_precision() == ("tf32", "tf32")
     with pytest.raises(RuntimeError, match="out of memory"):
         with precision.own_precision(torch.device("cuda", 0), torch.float32):
             raise RuntimeError("CUDA out of memory")
-    assert _cuda_fp32_precision() == ("tf32", "tf32")
+    assert cuda_fp32_precision() == ("tf32", "tf32")
 
 
 @pytest.mark.parametrize("device, dtype", [("cuda", torch.bfloat16), ("cpu", torch.float32), ("cpu", torch.bfloat16)])
 def test_other_precisions_and_the_cpu_leave_the_gpu_settings_alone(tf32_allowed, device, dtype):
     with precision.own_precision(torch.device(device), dtype):
-        assert _cuda_fp32_precision() == ("tf32", "tf32")
+        assert cuda_fp32_precision() == ("tf32", "tf32")
 
 
 def test_nested_and_concurrent_fp32_calls_restore_the_settings_once_the_last_ends(tf32_allowed):
@@ -249,11 +225,11 @@ def test_nested_and_concurrent_fp32_calls_restore_the_settings_once_the_last_end
         with precision.own_precision(gpu, torch.float32):
             worker.start()
             assert inside.wait(timeout=30)
-        assert _cuda_fp32_precision() == ("ieee", "ieee")
-    assert _cuda_fp32_precision() == ("ieee", "ieee")  # the other thread's call still runs
+        assert cuda_fp32_precision() == ("ieee", "ieee")
+    assert cuda_fp32_precision() == ("ieee", "ieee")  # the other thread's call still runs
     release.set()
     worker.join(timeout=30)
-    assert _cuda_fp32_precision() == ("tf32", "tf32")
+    assert cuda_fp32_precision() == ("tf32", "tf32")
 
 
 def test_before_torch_2_9_the_legacy_tf32_flags_are_set_and_restored(monkeypatch):
@@ -272,5 +248,16 @@ def test_the_bilm_runs_at_its_own_precision(monkeypatch):
     entered = record_own_precision(monkeypatch, model_module)
     for setting, dtype in [("fp32", torch.float32), ("bf16", torch.bfloat16)]:
         entered.clear()
-        random_bilm(precision=setting)(TEXT[:1])
+        random_bilm(precision=setting)(REAL_TEXT[:1])
         assert entered == [(torch.device("cpu"), dtype)]
+
+
+@pytest.mark.parametrize("override, expected", [("fp32", torch.float32), ("bf16", torch.bfloat16)])
+@pytest.mark.parametrize("amx", [True, False])
+def test_the_environment_decides_auto_for_cpu_training_too(monkeypatch, amx, override, expected) -> None:
+    """SPACY_ELMO_PRECISION pins the hardware rule (training's auto) as it pins inference's."""
+    monkeypatch.setattr(precision, "cpu_has_amx_bf16", lambda: amx)
+    monkeypatch.setenv(precision.PRECISION_ENV, override)
+    assert precision.resolve_precision("auto", torch.device("cpu")) == expected
+    monkeypatch.setenv(precision.PRECISION_ENV, "int8")  # no gradient in int8: the rule stays
+    assert precision.resolve_precision("auto", torch.device("cpu")) == (torch.bfloat16 if amx else torch.float32)

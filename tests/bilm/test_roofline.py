@@ -1,5 +1,7 @@
 """The roofline of `spacy-elmo bench`: the FLOP count from the options, and the lines bench prints."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -71,6 +73,11 @@ def test_bench_prints_the_model_its_sizes_and_the_roofline(tmp_path, monkeypatch
     assert f"biLM {tmp_path / 'bilm'}" in out
     assert f"sizes: lstm_dim {options.lstm_dim}, projection_dim {options.projection_dim}, n_layers {options.n_layers}" in out
     assert "timed on 16 sentences of 10 made-up words (160 tokens, 192 positions with the boundaries" in out
+    # what the figure is, and that nlp.pipe's words/s is another one, timed elsewhere
+    assert "tokens/s: the 160 words of that batch per second of one forward pass of the biLM alone" in out
+    assert "no token cache" in out and "boundaries computed, not counted" in out
+    assert "nlp.pipe's words/s is another figure: it adds tokenization, segmentation, batching and the layer mix" in out
+    assert "benchmarks/component_speed.py" in out and (Path(__file__).parents[2] / "benchmarks" / "component_speed.py").is_file()
     assert f"FLOP per token, from the options: {flops_per_token(options).describe()}" in out
     assert "| this machine's product rate, GFLOP/s | " + " | ".join(precisions) + " |" in out
     p, g = options.projection_dim, 4 * options.lstm_dim

@@ -7,9 +7,10 @@ import h5py
 import pytest
 import torch
 
-from .conftest import SENTENCES
+from .helpers import SENTENCES
 
 
+@pytest.mark.slow  # runs the command in a subprocess
 def test_command_line_writes_allennlps_file(bilm_files, corpus, tmp_path):
     """The issue's first 'done when': python -m spacy_elmo embed in.txt out.hdf5 --whitespace ..."""
     result = subprocess.run(
@@ -23,6 +24,7 @@ def test_command_line_writes_allennlps_file(bilm_files, corpus, tmp_path):
         assert len(f.keys()) == len(SENTENCES) + 1
 
 
+@pytest.mark.slow  # runs the command in a subprocess
 def test_command_line_reports_bad_input_clearly(tmp_path):
     (tmp_path / "latin1.txt").write_bytes("caf\xe9\n".encode("latin1"))
     (tmp_path / "empty.txt").write_bytes(b"")
@@ -54,6 +56,7 @@ def test_device_options_reach_run_embed_with_the_command_lines_gpu_preference(mo
         assert (calls[-1]["device"], calls[-1]["gpus_per_worker"], calls[-1]["prefer_gpu"]) == (*expected, True)
 
 
+@pytest.mark.slow  # runs the command in a subprocess
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
 def test_command_line_asked_for_a_gpu_it_lacks_says_which_option_to_change(corpus, tmp_path):
     result = subprocess.run(
@@ -62,3 +65,45 @@ def test_command_line_asked_for_a_gpu_it_lacks_says_which_option_to_change(corpu
     )
     assert result.returncode == 1 and "Error: --device cuda: torch sees no CUDA GPU" in result.stderr
     assert "--device cpu or auto" in result.stderr and not (tmp_path / "out").exists()
+
+
+def test_every_embed_setting_has_an_option_whose_default_is_the_fields():
+    """The options are built from EmbedSettings' fields: none is missing, none has a default of its own."""
+    from dataclasses import fields
+
+    import typer
+
+    from spacy_elmo.cli import app
+    from spacy_elmo.embed import EmbedSettings, parse_layers
+
+    command = typer.main.get_command(app).commands["embed"]  # type: ignore[attr-defined]
+    defaults = {param.name: param.default for param in command.params}
+    for setting in fields(EmbedSettings):
+        if "given_by" in setting.metadata:  # mix: the weights of --layers mix:W0,...
+            given_by = setting.metadata["given_by"]
+            assert parse_layers(defaults[given_by]) == (getattr(EmbedSettings(), given_by), setting.default)
+        else:
+            assert setting.name in defaults, f"embed has no option for EmbedSettings.{setting.name}"
+            assert defaults[setting.name] == setting.default, setting.name
+
+
+def test_embed_options_reach_run_embed_as_settings(monkeypatch, tmp_path):
+    import spacy_elmo.embed
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+    from spacy_elmo.embed import EmbedSettings
+
+    calls = []
+    monkeypatch.setattr(spacy_elmo.embed, "run_embed", lambda *args, **kwargs: calls.append(args[2]) or "done")
+    paths = [str(tmp_path / "in.txt"), str(tmp_path / "out")]
+    result = CliRunner().invoke(app, ["embed", *paths])
+    assert result.exit_code == 0, result.output
+    assert calls[-1] == EmbedSettings()
+    result = CliRunner().invoke(app, ["embed", *paths, "--layers", "mix:0.2,0.3,0.5", "--state", "warm", "--lang", "de",
+                                      "--whitespace", "--shard-size", "5", "--batch-tokens", "64", "--precision", "fp32"])
+    assert result.exit_code == 0, result.output
+    assert calls[-1] == EmbedSettings(state="warm", layers="mix", mix=(0.2, 0.3, 0.5), lang="de", whitespace=True,
+                                      shard_size=5, batch_tokens=64, precision="fp32")
+    result = CliRunner().invoke(app, ["embed", *paths, "--layers", "mix:a"])
+    assert result.exit_code == 1 and "--layers mix needs numbers" in result.output

@@ -14,6 +14,7 @@ from spacy_elmo import BiLM
 from spacy_elmo.bilm.precision import resolve_precision
 from spacy_elmo.embed import EmbedSettings, OutputError, run_embed
 from spacy_elmo.embed.device import parse_device, resolve_device, thinc_gpu, worker_device, worker_precision
+from spacy_elmo.embed.settings import inference_products, products_precision
 from spacy_elmo.embed.ray_engine import ShardEmbedder, check_local_gpus
 
 CPU, CUDA0, CUDA1 = torch.device("cpu"), torch.device("cuda", 0), torch.device("cuda", 1)
@@ -108,6 +109,9 @@ def test_worker_precision_is_decided_once_on_the_driver():
     assert worker_precision("fp32", "cpu", 0) == "fp32"
     here = {torch.float32: "fp32", torch.bfloat16: "bf16"}[resolve_precision("auto", CPU)]
     assert worker_precision("auto", "cpu", 0) == here
+    # given, CPU workers take the local engine's decision for the run's biLM (measured, or SPACY_ELMO_PRECISION)
+    assert worker_precision("auto", "cpu", 0, lambda: "int8") == "int8"
+    assert worker_precision("fp32", "cpu", 0, lambda: "int8") == "fp32"
     with pytest.raises(ValueError, match="--precision auto with --gpus-per-worker.*Give --precision bf16 .* or fp32"):
         worker_precision("auto", "cuda", 0)
 
@@ -153,7 +157,8 @@ def test_the_device_is_not_part_of_the_outputs_identity(bilm_files, corpus, tmp_
 
 def test_a_resumed_run_must_compute_the_products_it_started_with_however_asked(bilm_files, corpus, tmp_path):
     """The precision setting may differ (auto on a bf16 GPU, bf16 to finish on a CPU), not the products."""
-    auto_here = {torch.float32: "fp32", torch.bfloat16: "bf16"}[resolve_precision("auto", CPU)]
+    # what embed's "auto" computes on this CPU: inference's decision for this biLM (not training's hardware rule)
+    auto_here = products_precision(inference_products(BiLM.from_files(*bilm_files, precision="auto")))
     other = "bf16" if auto_here == "fp32" else "fp32"
     started = EmbedSettings(whitespace=True, shard_size=2, precision=auto_here)
     run_embed(corpus, tmp_path / "out", started, *bilm_files, progress=False)

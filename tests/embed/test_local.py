@@ -13,7 +13,7 @@ from spacy_elmo import BiLM
 from spacy_elmo.embed import EmbedSettings, parse_layers, run_embed
 from spacy_elmo.embed.parquet import arrays_of
 
-from .conftest import SENTENCES, whitespace_tokens
+from .helpers import SENTENCES, whitespace_tokens
 
 SETTINGS = EmbedSettings(whitespace=True, shard_size=3)
 

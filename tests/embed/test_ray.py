@@ -20,6 +20,7 @@ def local_ray():
     ray.shutdown()
 
 
+@pytest.mark.slow  # starts a local Ray
 def test_more_gpu_workers_than_the_local_ray_has_gpus_are_refused_not_left_waiting(bilm_files, corpus, tmp_path):
     """The Ray a run starts here has this machine's GPUs; actors asking for more would wait forever."""
     if ray.is_initialized():

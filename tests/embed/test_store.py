@@ -20,29 +20,14 @@ from spacy_elmo.cli import app
 from spacy_elmo.embed import EmbedSettings, run_embed
 from spacy_elmo.embed.store import FeatureStore
 
-from ..helpers import assert_float32_close
-from ..pipeline.conftest import NAMES, WIDTH
+from ..helpers import NAMES, WIDTH, assert_float32_close
+from .helpers import STORE_TEXTS, store_pipeline
 
-TEXTS = ["The bank raised its rates .", "I sat by the river bank .", "Hello there", ""]
 TINY_TRAINING = {
     "components.ner.model.tok2vec.width": WIDTH,
     "training.max_steps": 4,
     "training.eval_frequency": 2,
 }
-
-
-@pytest.fixture
-def count_biLM_sentences(monkeypatch):
-    """How many sentences the biLM computes from now on."""
-    counted = []
-    forward = BiLM.forward
-
-    def counting(self, sentences, state=None):
-        counted.extend(sentences)
-        return forward(self, sentences, state)
-
-    monkeypatch.setattr(BiLM, "forward", counting)
-    return counted
 
 
 def annotated_docs(nlp: Language, n: int) -> List[Doc]:
@@ -63,23 +48,15 @@ def lookup_keys(docs: List[Doc]) -> List[tuple]:
     return [tuple(t.text for t in doc if not t.is_space) for doc in docs]
 
 
-def pipeline(bilm_files, features=None, precision="auto"):
-    nlp = spacy.blank("en")
-    model = {"options_file": str(bilm_files[0]), "weight_file": str(bilm_files[1]), "precision": precision}
-    nlp.add_pipe("elmo", config={"model": model, "features": str(features) if features else None, "threads": 1})
-    nlp.initialize()
-    return nlp
-
-
 @pytest.mark.parametrize("name", ["store", "store.hdf5"])
 def test_stored_sentences_skip_the_biLM_and_give_the_same_vectors(bilm_files, tmp_path, count_biLM_sentences, name):
-    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf8")
+    (tmp_path / "in.txt").write_text("\n".join(STORE_TEXTS) + "\n", encoding="utf8")
     run_embed(tmp_path / "in.txt", tmp_path / name, EmbedSettings(shard_size=2), *bilm_files, progress=False)
-    plain, stored = pipeline(bilm_files), pipeline(bilm_files, tmp_path / name)
+    plain, stored = store_pipeline(bilm_files), store_pipeline(bilm_files, tmp_path / name)
     count_biLM_sentences.clear()
-    docs = list(stored.pipe(TEXTS[:3]))
+    docs = list(stored.pipe(STORE_TEXTS[:3]))
     assert count_biLM_sentences == []
-    for doc, reference in zip(docs, plain.pipe(TEXTS[:3])):
+    for doc, reference in zip(docs, plain.pipe(STORE_TEXTS[:3])):
         numpy.testing.assert_allclose(doc.tensor, reference.tensor, atol=1e-5)
     count_biLM_sentences.clear()
     unseen = stored("A sentence the store lacks .")
@@ -90,7 +67,7 @@ def test_stored_sentences_skip_the_biLM_and_give_the_same_vectors(bilm_files, tm
 def test_a_store_of_another_biLM_is_an_error_that_names_the_fix(bilm_files, other_bilm_files, tmp_path):
     (tmp_path / "in.txt").write_text("Hello there\n", encoding="utf8")
     run_embed(tmp_path / "in.txt", tmp_path / "store", EmbedSettings(), *other_bilm_files, progress=False)
-    nlp = pipeline(bilm_files, tmp_path / "store")
+    nlp = store_pipeline(bilm_files, tmp_path / "store")
     with pytest.raises(ValueError, match="another biLM .*spacy-elmo embed.*features = null"):
         nlp("Hello there")
 
@@ -101,7 +78,7 @@ def test_features_need_a_frozen_biLM_and_an_existing_store(bilm_files, tmp_path)
     with pytest.raises(ValueError, match="freeze = true"):
         nlp.add_pipe("elmo", config={"model": model, "features": str(tmp_path)})
     with pytest.raises(FileNotFoundError, match="not an output of spacy-elmo embed"):
-        pipeline(bilm_files, tmp_path / "missing")
+        store_pipeline(bilm_files, tmp_path / "missing")
 
 
 @pytest.mark.parametrize("gold_preproc", [False, True])
@@ -134,6 +111,7 @@ def test_a_store_written_before_gold_tokens_existed_still_reads(bilm_files, tmp_
     assert store.get_many([("Hello", "there")], BiLM.from_files(*bilm_files))[0].shape == (3, 2, WIDTH)
 
 
+@pytest.mark.slow  # a spacy train run
 def test_spacy_train_reads_its_features_from_the_store(bilm_files, tmp_path, count_biLM_sentences):
     """Every training and dev doc is in the store, though spacy train re-tokenizes the annotated
     tokens: training and evaluation never run the biLM."""
@@ -161,12 +139,12 @@ def test_spacy_train_reads_its_features_from_the_store(bilm_files, tmp_path, cou
     moved = spacy.load(tmp_path / "out" / "model-last")
     with pytest.warns(UserWarning, match="does not exist here"):
         doc = moved("Alice went home .")
-    numpy.testing.assert_allclose(doc.tensor, pipeline(bilm_files)("Alice went home .").tensor, atol=1e-5)
+    numpy.testing.assert_allclose(doc.tensor, store_pipeline(bilm_files)("Alice went home .").tensor, atol=1e-5)
 
 
 def store_of(bilm_files, tmp_path, precision: str) -> Path:
-    """A store of TEXTS whose products are ``precision``, as the manifest records them."""
-    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf8")
+    """A store of STORE_TEXTS whose products are ``precision``, as the manifest records them."""
+    (tmp_path / "in.txt").write_text("\n".join(STORE_TEXTS) + "\n", encoding="utf8")
     run_embed(tmp_path / "in.txt", tmp_path / precision, EmbedSettings(precision=precision), *bilm_files, progress=False)
     products = json.loads((tmp_path / precision / "manifest.json").read_text())["model"]["products"]
     assert products == {"fp32": "float32", "bf16": "bfloat16"}[precision]
@@ -177,11 +155,11 @@ def test_a_float32_store_serves_a_pipeline_that_multiplies_in_bf16(bilm_files, t
     """A store written on a CPU feeds a GPU pipeline whose precision "auto" resolves to bf16 there:
     here bf16 is set explicitly (torch runs it on a CPU). Its values are the store's float32 ones."""
     store = store_of(bilm_files, tmp_path, "fp32")
-    stored = pipeline(bilm_files, store, precision="bf16")
+    stored = store_pipeline(bilm_files, store, precision="bf16")
     count_biLM_sentences.clear()
-    docs = list(stored.pipe(TEXTS[:3]))
+    docs = list(stored.pipe(STORE_TEXTS[:3]))
     assert count_biLM_sentences == []
-    for doc, reference in zip(docs, pipeline(bilm_files, precision="fp32").pipe(TEXTS[:3])):
+    for doc, reference in zip(docs, store_pipeline(bilm_files, precision="fp32").pipe(STORE_TEXTS[:3])):
         assert_float32_close(doc.tensor, reference.tensor)
     assert FeatureStore(store).get_many([("Hello", "there")], BiLM.from_files(*bilm_files, precision="bf16"))[0] is not None
 
@@ -194,7 +172,7 @@ def test_a_bf16_store_serves_auto_and_bf16_but_a_float32_pipeline_gets_an_error_
     with pytest.raises(ValueError, match=f"bfloat16 matrix products, and this pipeline's biLM asks for float32 .*{fixes}"):
         store.get_many([("Hello", "there")], BiLM.from_files(*bilm_files, precision="fp32"))
     with pytest.raises(ValueError, match="asks for float32"):
-        pipeline(bilm_files, store.path, precision="fp32")("Hello there")
+        store_pipeline(bilm_files, store.path, precision="fp32")("Hello there")
 
 
 def test_the_precision_setting_is_checked_again_when_it_changes(bilm_files, tmp_path):

@@ -2,7 +2,8 @@
 
 The whole directory is skipped, with the reason, where torch sees no CUDA GPU or CuPy cannot
 reach one: CI and ``make test`` run on CPUs, where these tests are collected and reported as
-skipped, never failed. The tiny biLMs are built in the tests (the CPU suite's builders).
+skipped, never failed. The tiny biLMs are built in the tests (the CPU suite's builders); the
+fixtures shared with the CPU suite (``bilm_files``, ``corpus``, ``tf32_allowed``, ...) are tests/conftest.py's.
 """
 
 import os
@@ -12,8 +13,6 @@ from typing import Iterator, Optional
 import pytest
 import torch
 from thinc.api import require_cpu, require_gpu
-
-from ..pipeline.conftest import bilm_files  # noqa: F401  (the tiny random biLM's files, as in the CPU tests)
 
 GPU_TESTS = Path(__file__).parent
 

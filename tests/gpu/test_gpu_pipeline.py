@@ -12,10 +12,17 @@ from thinc.api import CupyOps, use_ops
 from spacy_elmo.bilm.precision import gpu_has_native_bf16
 from spacy_elmo.layers import get_bilm
 
-from ..bilm.test_precision import tf32_allowed  # noqa: F401  (a fixture: TF32 allowed, restored after)
-from ..helpers import FLOAT32_RTOL, assert_float32_close
-from ..pipeline.conftest import N_LAYERS, WIDTH, build_ner_textcat, elmo_config, make_examples
-from ..pipeline.test_listeners import count_bilm_calls, train
+from ..helpers import (
+    FLOAT32_RTOL,
+    N_LAYERS,
+    WIDTH,
+    assert_float32_close,
+    build_ner_textcat,
+    count_bilm_calls,
+    elmo_config,
+    make_examples,
+)
+from ..pipeline.helpers import train
 from .helpers import assert_same_predictions, host, is_cupy_float32, predictions
 
 pytestmark = pytest.mark.gpu

@@ -13,10 +13,9 @@ from spacy_elmo.pretraining.checkpoint import load_checkpoint
 from spacy_elmo.pretraining.distributed import init_distributed
 from spacy_elmo.pretraining.train import Trainer
 
-from ..embed.test_store import TEXTS, count_biLM_sentences, pipeline  # noqa: F401  (count_biLM_sentences: a fixture)
-from ..helpers import assert_float32_close
+from ..embed.helpers import STORE_TEXTS, store_pipeline
+from ..helpers import assert_float32_close, hdf5_arrays
 from ..pretraining.helpers import write_corpus, write_repetitive_corpus
-from ..pretraining.test_resume_distributed import _weights
 from .helpers import host, is_cupy_float32
 
 pytestmark = pytest.mark.gpu
@@ -25,14 +24,14 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["fp32", "auto"])
 def test_a_store_made_on_the_cpu_serves_a_gpu_pipeline(bilm_files, tmp_path, count_biLM_sentences, precision) -> None:
     """float32 layers from a CPU serve the GPU pipeline, also where its "auto" resolves to bf16."""
-    texts = [text for text in TEXTS if text]
+    texts = [text for text in STORE_TEXTS if text]
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf8")
     run_embed(tmp_path / "in.txt", tmp_path / "store", EmbedSettings(shard_size=2, precision="fp32"),
               *bilm_files, progress=False, device="cpu")
     with use_ops("numpy"):
-        expected = [doc.tensor for doc in pipeline(bilm_files, precision="fp32").pipe(texts)]
+        expected = [doc.tensor for doc in store_pipeline(bilm_files, precision="fp32").pipe(texts)]
     assert Manifest.read(tmp_path / "store").model["products"] == "float32"
-    nlp = pipeline(bilm_files, tmp_path / "store", precision=precision)
+    nlp = store_pipeline(bilm_files, tmp_path / "store", precision=precision)
     assert get_bilm(nlp.get_pipe("elmo").model).device == torch.device("cuda", 0)
     count_biLM_sentences.clear()
     docs = list(nlp.pipe(texts))
@@ -51,7 +50,7 @@ def test_pretraining_resumed_from_a_checkpoint_ends_where_an_uninterrupted_run_d
              resume=False, progress=False)
     assert load_checkpoint(tmp_path / "split" / "checkpoint.pt")["step"] == 20
     pretrain(tmp_path / "corpus.txt", tmp_path / "split", preset.options, config, resume=True, progress=False)
-    whole, resumed = _weights(tmp_path / "whole" / "weights.hdf5"), _weights(tmp_path / "split" / "weights.hdf5")
+    whole, resumed = hdf5_arrays(tmp_path / "whole" / "weights.hdf5"), hdf5_arrays(tmp_path / "split" / "weights.hdf5")
     assert whole.keys() == resumed.keys() and len(whole) > 10
     for name in whole:
         assert_float32_close(resumed[name], whole[name], err_msg=name)

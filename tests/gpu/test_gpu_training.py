@@ -16,11 +16,14 @@ from thinc.api import Adam, PyTorchGradScaler
 from spacy_elmo import BiLM
 from spacy_elmo.layers import get_bilm
 
-from ..helpers import assert_float32_close
-from ..pipeline.conftest import N_LAYERS, WIDTH, build_ner_textcat, make_examples
-from ..pipeline.test_listeners import assert_learn_rate_scale_scales_the_biLM_steps_only, train
-from ..pipeline.test_fine_tuning_steps import TEXTS, fine_tuned_pipeline
-from ..pipeline.test_train import CONFIGS, corpus, overrides_for  # noqa: F401  (corpus: a fixture)
+from ..helpers import CONFIGS, N_LAYERS, WIDTH, assert_float32_close, build_ner_textcat, make_examples
+from ..pipeline.helpers import (
+    FINE_TUNING_TEXTS,
+    assert_learn_rate_scale_scales_the_biLM_steps_only,
+    fine_tuned_pipeline,
+    overrides_for,
+    train,
+)
 from .helpers import host, is_cupy_float32
 
 pytestmark = pytest.mark.gpu
@@ -48,12 +51,12 @@ def test_predictions_after_fine_tuning_steps_are_not_stale(bilm_files, precision
     nlp = fine_tuned_pipeline("ner_elmo.cfg", bilm_files, precision)
     examples = make_examples(nlp)
     optimizer = Adam(0.01)
-    before = [host(doc.tensor) for doc in nlp.pipe(TEXTS)]  # fills the token cache and the bf16 copies
+    before = [host(doc.tensor) for doc in nlp.pipe(FINE_TUNING_TEXTS)]  # fills the token cache and the bf16 copies
     for step in range(3):
         nlp.update(examples, sgd=optimizer)
-        served = [host(doc.tensor) for doc in nlp.pipe(TEXTS)]
+        served = [host(doc.tensor) for doc in nlp.pipe(FINE_TUNING_TEXTS)]
         nlp.to_disk(tmp_path / str(step))
-        fresh = [host(doc.tensor) for doc in spacy.load(tmp_path / str(step)).pipe(TEXTS)]
+        fresh = [host(doc.tensor) for doc in spacy.load(tmp_path / str(step)).pipe(FINE_TUNING_TEXTS)]
         for got, want in zip(served, fresh):
             assert_float32_close(got, want)
     assert max(float(numpy.abs(a - b).max()) for a, b in zip(before, served)) > 1e-3  # the steps moved the features

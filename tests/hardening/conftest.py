@@ -2,11 +2,11 @@ import pytest
 import spacy
 from spacy.language import Language
 
-from ..pipeline.conftest import bilm_files, elmo_config, one_torch_thread  # noqa: F401  (shared fixtures)
+from ..helpers import elmo_config
 
 
 @pytest.fixture(scope="module")
-def nlp_elmo(bilm_files) -> Language:  # noqa: F811
+def nlp_elmo(bilm_files) -> Language:
     """A blank English pipeline with the tiny random biLM, every layer stored on the doc.
 
     Module-scoped: hypothesis runs many examples through one pipeline (the pipe holds no state

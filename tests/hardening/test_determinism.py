@@ -21,7 +21,7 @@ from spacy.language import Language
 
 from spacy_elmo.layers import get_bilm
 
-from ..pipeline.conftest import elmo_config
+from ..helpers import elmo_config
 
 # float32 rounding, relative to the largest value of a text's layers. The random tiny model's
 # LSTM amplifies rounding: on one 26-token text of texts() two float32 runs differ by 4.5e-5 and
@@ -110,6 +110,7 @@ def test_threads_at_once_give_the_serial_vectors(nlp_elmo: Language, reference) 
         assert_close(result, reference, 0)
 
 
+@pytest.mark.slow  # starts worker processes
 def test_two_processes_give_the_serial_vectors(nlp_elmo: Language, reference) -> None:
     """Each worker gets whole batches of batch_size texts: the same batches as the reference."""
     assert_close(layers_by_text(nlp_elmo, texts(), batch_size=8, n_process=2), reference, 0)

@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..helpers import assert_float32_close, random_bilm
-from ..pipeline.conftest import N_LAYERS, WIDTH
+from ..helpers import N_LAYERS, WIDTH, assert_float32_close, random_bilm
 
 # Characters (and emoji sequences) that tokenizers, byte encoders and fixed-width char buffers get wrong.
 HOSTILE_CHARS = [

@@ -16,7 +16,7 @@ import torch
 from spacy_elmo import ElmoFileError
 from spacy_elmo.pretraining.checkpoint import FORMAT_VERSION, load_checkpoint
 
-from ..pipeline.conftest import elmo_config
+from ..helpers import elmo_config
 
 
 class Payload:

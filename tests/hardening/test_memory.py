@@ -10,7 +10,7 @@ import tracemalloc
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..pipeline.conftest import N_LAYERS, WIDTH
+from ..helpers import N_LAYERS, WIDTH
 
 FLOAT32 = 4
 

@@ -14,15 +14,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import List, Optional
 
-import h5py
-import numpy
 import pytest
 
 from spacy_elmo.pretraining.checkpoint import STOP_SIGNALS, load_checkpoint, stop_requests
 
-from ..helpers import assert_float32_close
+from ..helpers import assert_float32_close, hdf5_arrays
 from ..pretraining.helpers import write_corpus
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -67,15 +65,8 @@ def pretrain(
     )
 
 
-def weights(path: Path) -> Dict[str, numpy.ndarray]:
-    values: Dict[str, numpy.ndarray] = {}
-    with h5py.File(path, "r") as f:
-        f.visititems(lambda name, item: values.__setitem__(name, item[()]) if isinstance(item, h5py.Dataset) else None)
-    return values
-
-
 def assert_same_weights(path: Path, expected_path: Path) -> None:
-    got, expected = weights(path), weights(expected_path)
+    got, expected = hdf5_arrays(path), hdf5_arrays(expected_path)
     assert got.keys() == expected.keys()
     for name in expected:
         assert_float32_close(got[name], expected[name], err_msg=name)

@@ -14,7 +14,7 @@ from spacy_elmo.bilm.model import BiLMSettings
 from spacy_elmo.layers import ElmoBiLMSettings, get_bilm
 from spacy_elmo.pipeline_component import DEFAULT_MODEL
 
-from .conftest import elmo_config
+from ..helpers import elmo_config
 
 FIELDS = [f.name for f in dataclasses.fields(ElmoBiLMSettings)]
 

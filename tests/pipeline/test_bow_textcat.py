@@ -6,7 +6,7 @@ import spacy
 from spacy.training import Example
 from thinc.api import Adam
 
-from .conftest import elmo_config, listener_config
+from ..helpers import elmo_config, listener_config
 
 BOW = {"@architectures": "spacy.TextCatBOW.v3", "exclusive_classes": True, "ngram_size": 1, "no_output_layer": False}
 

@@ -4,6 +4,7 @@ import warnings
 import numpy
 import pytest
 import spacy
+import srsly
 import torch
 from spacy.tokens import Doc
 
@@ -11,8 +12,7 @@ from spacy_elmo import BiLM, ElmoFileError, pretrained_files
 from spacy_elmo.layers import get_bilm
 from spacy_elmo.pipeline_component import _token_budget_groups, install_vector_hooks
 
-from ..helpers import assert_float32_close
-from .conftest import N_LAYERS, WIDTH, elmo_config
+from ..helpers import N_LAYERS, WIDTH, assert_float32_close, elmo_config, write_bilm_files
 
 TEXTS = [
     "The cat sat on the mat .",
@@ -157,6 +157,7 @@ def test_token_budget_groups_sort_by_length() -> None:
     assert [[len(d) for d in g] for g in groups] == [[1, 2, 3], [5], [8]]
 
 
+@pytest.mark.slow  # starts worker processes
 def test_n_process_2_works_and_gives_the_same_tensors(nlp_elmo) -> None:
     texts = TEXTS * 4
     expected = [doc.tensor for doc in nlp_elmo.pipe(texts)]
@@ -224,6 +225,75 @@ def test_bytes_round_trip(nlp_elmo, bilm_files) -> None:
     again.from_bytes(data)
     for doc, tensor in zip(again.pipe(TEXTS), expected):
         numpy.testing.assert_array_equal(doc.tensor, tensor)
+
+
+def test_analyze_pipes_shows_what_elmo_assigns_and_that_it_requires_nothing(bilm_files) -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config(bilm_files))
+    analysis = nlp.analyze_pipes()
+    assigns = analysis["summary"]["elmo"]["assigns"]
+    assert "doc.tensor" in assigns
+    assert {"doc._.elmo_layers", "doc._.elmo_features", "doc.user_token_hooks"} <= set(assigns)
+    assert analysis["summary"]["elmo"]["requires"] == []
+    assert analysis["problems"]["elmo"] == []
+
+
+def elmo_pipes(bilm_files, other_files):
+    """Two initialized elmo pipes that differ in every part: the biLM's weights and ``cfg``."""
+    pipes = []
+    for files, store_layers in ((bilm_files, True), (other_files, False)):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("elmo", config={**elmo_config(files), "store_layers": store_layers})
+        nlp.initialize()
+        pipes.append(nlp.get_pipe("elmo"))
+    return pipes
+
+
+def same_bilm(a, b) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(get_bilm(a.model).parameters(), get_bilm(b.model).parameters()))
+
+
+@pytest.mark.parametrize("excluded, written", [
+    ([], {"cfg", "bilm"}),
+    (["cfg"], {"bilm"}),
+    (["model"], {"cfg"}),  # spaCy's name for a pipe's weights
+    (["bilm"], {"cfg"}),
+    (["cfg", "model", "vocab"], set()),
+])
+def test_to_disk_writes_only_what_exclude_leaves(nlp_elmo, tmp_path, excluded, written) -> None:
+    nlp_elmo.get_pipe("elmo").to_disk(tmp_path / "elmo", exclude=excluded)
+    assert {path.name for path in (tmp_path / "elmo").iterdir()} == written
+
+
+def test_from_disk_reads_only_what_exclude_leaves(bilm_files, tmp_path) -> None:
+    source, target = elmo_pipes(bilm_files, write_bilm_files(tmp_path / "other", seed=1))
+    source.to_disk(tmp_path / "elmo")
+    target_cfg = dict(target.cfg)
+    target.from_disk(tmp_path / "elmo", exclude=["cfg"])
+    assert target.cfg == target_cfg and same_bilm(target, source)
+
+    source, target = elmo_pipes(bilm_files, write_bilm_files(tmp_path / "other", seed=1))
+    target.from_disk(tmp_path / "elmo", exclude=["model"])
+    assert target.cfg == source.cfg and not same_bilm(target, source)
+
+    (tmp_path / "elmo" / "cfg").unlink()  # an excluded part need not exist
+    target.from_disk(tmp_path / "elmo", exclude=["cfg"])
+    assert same_bilm(target, source)
+
+
+def test_to_bytes_and_from_bytes_honour_exclude(bilm_files, tmp_path) -> None:
+    source, target = elmo_pipes(bilm_files, write_bilm_files(tmp_path / "other", seed=1))
+    assert set(srsly.msgpack_loads(source.to_bytes(exclude=["cfg"]))) == {"bilm"}
+    assert set(srsly.msgpack_loads(source.to_bytes(exclude=["model"]))) == {"cfg"}
+    target_cfg = dict(target.cfg)
+    target.from_bytes(source.to_bytes(), exclude=["cfg"])
+    assert target.cfg == target_cfg and same_bilm(target, source)
+
+    source, target = elmo_pipes(bilm_files, write_bilm_files(tmp_path / "other", seed=1))
+    target.from_bytes(source.to_bytes(), exclude=["model"])
+    assert target.cfg == source.cfg and not same_bilm(target, source)
+    target.from_bytes(source.to_bytes(exclude=["bilm"]))  # bytes without the biLM leave it as it is
+    assert not same_bilm(target, source)
 
 
 def test_bad_weight_configs_are_clear_errors(bilm_files, tmp_path) -> None:

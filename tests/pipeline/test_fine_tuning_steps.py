@@ -7,7 +7,7 @@ every step, in every precision.
 """
 
 from pathlib import Path
-from typing import List, Tuple
+from typing import List
 
 import numpy
 import pytest
@@ -16,44 +16,16 @@ import torch
 from spacy.language import Language
 from thinc.api import Adam
 
-import spacy_elmo
-
 from spacy_elmo.layers import get_bilm
 
-from ..helpers import assert_float32_close
-from .conftest import WIDTH, build_ner_textcat, make_examples
-
-CONFIGS = Path(spacy_elmo.__file__).parent / "configs"
-TINY = {
-    "components.elmo.model.lstm_dim": 24,
-    "components.elmo.model.projection_dim": 8,
-    "components.elmo.model.filters": [[1, 4], [2, 8], [3, 8]],
-}
-TEXTS = ["Alice went home . It was great .", "Bob saw Paris and London .", "It was awful ."]
-
-
-def fine_tuned_pipeline(config_name: str, bilm_files: Tuple[Path, Path], precision: str) -> Language:
-    """The shipped config on the tiny biLM, ``freeze = false``, initialized on the tiny examples."""
-    task = "ner" if config_name.startswith("ner") else "textcat"
-    overrides = {
-        **TINY,
-        "paths.elmo_options": str(bilm_files[0]),
-        "paths.elmo_weights": str(bilm_files[1]),
-        "components.elmo.model.freeze": False,
-        "components.elmo.model.precision": precision,
-        f"components.{task}.model.tok2vec.width": WIDTH,
-    }
-    config = spacy.util.load_config(CONFIGS / config_name, overrides=overrides)
-    nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
-    examples = make_examples(nlp)
-    nlp.initialize(lambda: examples)
-    return nlp
+from ..helpers import assert_float32_close, build_ner_textcat, make_examples
+from .helpers import FINE_TUNING_TEXTS, fine_tuned_pipeline
 
 
 def outputs(nlp: Language) -> List[numpy.ndarray]:
     """What a user reads: the contextual tensor of every doc, and its categories where there are."""
     found = []
-    for doc in nlp.pipe(TEXTS):
+    for doc in nlp.pipe(FINE_TUNING_TEXTS):
         found.append(doc.tensor)
         if doc.cats:
             found.append(numpy.array([doc.cats[label] for label in sorted(doc.cats)], dtype="float32"))

@@ -12,7 +12,7 @@ from spacy_elmo.bilm.int8 import int8_available
 from spacy_elmo.layers import get_bilm
 from spacy_elmo.pipeline_component import DEFAULT_MODEL
 
-from .conftest import build_ner_textcat, elmo_config, make_examples
+from ..helpers import build_ner_textcat, elmo_config, make_examples
 
 TEXTS = ["The cat sat on the mat .", "Prices rose sharply in March ."]
 

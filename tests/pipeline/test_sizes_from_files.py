@@ -13,14 +13,20 @@ import pytest
 import spacy
 from spacy.cli.train import train
 
-import spacy_elmo
 from spacy_elmo.layers import ScalarMix
 
-from ..helpers import random_bilm, tiny_options
-from .conftest import N_LAYERS, WIDTH, build_ner_textcat, elmo_config, make_examples, mix_config
-from .test_train import corpus  # noqa: F401  (a fixture: tiny NER + textcat .spacy files)
+from ..helpers import (
+    CONFIGS,
+    N_LAYERS,
+    WIDTH,
+    build_ner_textcat,
+    elmo_config,
+    make_examples,
+    mix_config,
+    tiny_options,
+    write_bilm_files,
+)
 
-CONFIGS = Path(spacy_elmo.__file__).parent / "configs"
 TEXTS = ["Alice went home . It was great .", "Bob saw Paris ."]
 # Two biLMs that differ in width and in layer count: (lstm n_layers, projection_dim).
 BILMS = {"16-wide, 3 layers": (2, 8), "24-wide, 2 layers": (1, 12)}
@@ -30,10 +36,8 @@ BILMS = {"16-wide, 3 layers": (2, 8), "24-wide, 2 layers": (1, 12)}
 def sized_bilm(request, tmp_path_factory) -> Tuple[Path, Path, int, int]:
     """Standard files of a tiny biLM, with its output layer count and width."""
     lstm_layers, projection_dim = BILMS[request.param]
-    directory = tmp_path_factory.mktemp("bilm")
-    options_file, weight_file = directory / "options.json", directory / "weights.hdf5"
     options = tiny_options(n_layers=lstm_layers, projection_dim=projection_dim, lstm_dim=2 * projection_dim)
-    random_bilm(options=options).to_files(options_file, weight_file)
+    options_file, weight_file = write_bilm_files(tmp_path_factory.mktemp("bilm"), options=options)
     return options_file, weight_file, lstm_layers + 1, 2 * projection_dim
 
 
@@ -54,6 +58,7 @@ def train_overrides(corpus: Path, options_file: Path, weight_file: Path, **extra
     "config,tasks",
     [("ner_elmo.cfg", ["ner"]), ("textcat_elmo.cfg", ["textcat"]), ("ner_textcat_elmo.cfg", ["ner", "textcat"])],
 )
+@pytest.mark.slow  # spacy train runs
 def test_shipped_configs_train_on_biLMs_of_any_size(
     config: str, tasks: List[str], corpus: Path, sized_bilm, tmp_path: Path
 ) -> None:

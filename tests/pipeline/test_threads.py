@@ -12,7 +12,7 @@ from spacy_elmo import threads as threads_module
 from spacy_elmo.bilm import BiLM
 from spacy_elmo.threads import available_cores, busy_elsewhere, resolve_threads
 
-from .conftest import elmo_config
+from ..helpers import elmo_config
 
 needs_proc = pytest.mark.skipif(busy_elsewhere() is None, reason="the OS does not report runnable threads (/proc)")
 

@@ -12,37 +12,14 @@ import torch
 from spacy.cli.debug_config import debug_config
 from spacy.cli.init_config import fill_config
 from spacy.cli.train import train
-from spacy.tokens import DocBin
 
-import spacy_elmo
 from spacy_elmo import BiLM
 from spacy_elmo.layers import get_bilm
 
-from .conftest import WIDTH, make_examples
+from ..helpers import CONFIGS, WIDTH
+from .helpers import overrides_for
 
-CONFIGS = Path(spacy_elmo.__file__).parent / "configs"
-TINY = {
-    "components.elmo.model.lstm_dim": 24,
-    "components.elmo.model.projection_dim": 8,
-    "components.elmo.model.filters": [[1, 4], [2, 8], [3, 8]],
-    "training.max_steps": 6,
-    "training.eval_frequency": 3,
-}
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("corpus")
-    nlp = spacy.blank("en")
-    for name, n in (("train", 12), ("dev", 4)):
-        DocBin(docs=[eg.reference for eg in make_examples(nlp, n)]).to_disk(directory / f"{name}.spacy")
-    return directory
-
-
-def overrides_for(config: str, corpus: Path, **extra: object) -> dict:
-    listeners = {f"components.{c}.model.tok2vec.width": WIDTH for c in ("ner", "textcat") if c in config}
-    paths = {"paths.train": str(corpus / "train.spacy"), "paths.dev": str(corpus / "dev.spacy")}
-    return {**paths, **TINY, **listeners, **extra}
+pytestmark = pytest.mark.slow  # every test here is a spacy train run
 
 
 def check_trained(path: Path, config: str) -> None:

@@ -2,10 +2,9 @@
 
 ``host`` is a threaded HTTP server on 127.0.0.1 that honours ``Range`` and can misbehave on
 demand (drop the connection, answer an HTML page, serve a short file, be slow); it records every
-request. ``registry`` points the registry name ``tiny`` at it and the cache at a fresh directory.
+request. ``registry`` points the registry name ``tiny`` at it (serving the suite's ``bilm_files``) and the cache at a fresh directory.
 """
 
-import json
 import socket
 import threading
 import time
@@ -18,8 +17,7 @@ import pytest
 
 from spacy_elmo.pretrained import download
 
-from ..helpers import random_bilm
-from ..pipeline.conftest import one_torch_thread  # noqa: F401  (shared autouse fixture: one torch thread per module)
+from .helpers import tiny_entry, write_registry
 
 HTML = b"<!DOCTYPE html>\n<html><body>Sign in to continue</body></html>\n"
 
@@ -125,18 +123,10 @@ def fast_retries(monkeypatch) -> None:
     monkeypatch.setattr(download, "BACKOFF_SECONDS", 0.01)
 
 
-@pytest.fixture(scope="session")
-def tiny_files(tmp_path_factory) -> Tuple[Path, Path]:
-    """Standard files of the tiny random biLM of tests/helpers.py."""
-    directory = tmp_path_factory.mktemp("tiny")
-    random_bilm().to_files(directory / "options.json", directory / "weights.hdf5")
-    return directory / "options.json", directory / "weights.hdf5"
-
-
 @pytest.fixture
-def host(tiny_files) -> Iterator[FakeHost]:
+def host(bilm_files) -> Iterator[FakeHost]:
     """The server, serving the tiny biLM at /tiny/options.json and /tiny/weights.hdf5."""
-    fake = FakeHost(files={"/tiny/options.json": tiny_files[0].read_bytes(), "/tiny/weights.hdf5": tiny_files[1].read_bytes()})
+    fake = FakeHost(files={"/tiny/options.json": bilm_files[0].read_bytes(), "/tiny/weights.hdf5": bilm_files[1].read_bytes()})
     server = HostServer(fake)
     fake.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -161,12 +151,3 @@ def registry(host, cache, tmp_path, monkeypatch) -> Path:
     write_registry(path, tiny=tiny_entry(host))
     monkeypatch.setenv("SPACY_ELMO_MODELS", str(path))
     return path
-
-
-def tiny_entry(host: FakeHost, **fields: object) -> Dict[str, object]:
-    return {"options_url": f"{host.url}/tiny/options.json", "weights_url": f"{host.url}/tiny/weights.hdf5",
-            "width": 16, "language": "en", **fields}
-
-
-def write_registry(path: Path, **entries: Dict[str, object]) -> None:
-    path.write_text(json.dumps(entries), encoding="utf8")

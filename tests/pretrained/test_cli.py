@@ -1,6 +1,7 @@
 """`spacy-elmo models`, `download`, and the biLM named as everywhere else in `embed` and `pretrain`."""
 
 import h5py
+import pytest
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
@@ -8,7 +9,7 @@ from spacy_elmo.cli import app
 from spacy_elmo.pretrained.registry import BUILTIN
 
 from ..pretraining.helpers import write_corpus
-from .conftest import write_registry
+from .helpers import write_registry
 
 PUBLISHED = ["small", "medium", "original", "original-5.5b", "pubmed", "pt-wikipedia", "pt-brwac", "ja", "de", "eu"]
 
@@ -57,26 +58,27 @@ def test_a_bad_registry_file_is_a_clear_error(registry, host, cache):
     assert "tiny.weights_bytes = '12', expected int" in CliRunner().invoke(app, ["download", "tiny"]).output
 
 
-def test_embed_takes_the_biLM_by_name(registry, host, cache, tmp_path, tiny_files):
+def test_embed_takes_the_biLM_by_name(registry, host, cache, tmp_path, bilm_files):
     (tmp_path / "in.txt").write_text("The bank raised its rates .\nHello\n", encoding="utf8")
     result = CliRunner().invoke(app, [
         "embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--model", "tiny", "--whitespace",
         "--threads", "1", "--no-progress", "--precision", "fp32",
     ])
     assert result.exit_code == 0, result.output
-    expected = BiLM.from_files(*tiny_files).embed_sentences([["Hello"]])[0]
+    expected = BiLM.from_files(*bilm_files).embed_sentences([["Hello"]])[0]
     with h5py.File(tmp_path / "out.hdf5", "r") as f:
         assert abs(f["1"][...] - expected).max() < 1e-5
 
 
-def test_pretrain_continues_from_a_biLM_named_as_everywhere_else(registry, host, cache, tmp_path, tiny_files):
+@pytest.mark.slow  # a pretraining run
+def test_pretrain_continues_from_a_biLM_named_as_everywhere_else(registry, host, cache, tmp_path, bilm_files):
     write_corpus(tmp_path / "train.txt", 20)
     result = CliRunner().invoke(app, [
         "pretrain", str(tmp_path / "train.txt"), str(tmp_path / "out"), "--preset", "tiny", "--max-steps", "1",
         "--init-from-model", "tiny", "--no-progress",
     ])
     assert result.exit_code == 0, result.output
-    assert BiLM.from_files(tmp_path / "out" / "options.json", tmp_path / "out" / "weights.hdf5").options == BiLM.from_files(*tiny_files).options
+    assert BiLM.from_files(tmp_path / "out" / "options.json", tmp_path / "out" / "weights.hdf5").options == BiLM.from_files(*bilm_files).options
     assert len(host.gets("/tiny/weights.hdf5")) == 1
 
 

@@ -15,7 +15,7 @@ from spacy_elmo.pretrained.cache import CacheIntegrityError, OfflineError
 from spacy_elmo.pretrained.download import ATTEMPTS, DownloadError
 from spacy_elmo.pretrained import resolve as resolution
 
-from .conftest import tiny_entry, write_registry
+from .helpers import tiny_entry, write_registry
 
 WEIGHTS = "/tiny/weights.hdf5"
 OPTIONS = "/tiny/options.json"
@@ -42,10 +42,10 @@ def assert_nothing_cached(cache) -> None:
     assert not [p.name for p in (cache / "tiny").glob("*") if p.name in ("options.json", "weights.hdf5", "source.json")]
 
 
-def test_a_name_downloads_once_and_loads_as_the_files_it_names(registry, host, cache, tiny_files):
+def test_a_name_downloads_once_and_loads_as_the_files_it_names(registry, host, cache, bilm_files):
     bilm = BiLM.from_pretrained("tiny")
-    assert_same_weights(bilm, BiLM.from_files(*tiny_files))
-    assert (cache / "tiny" / "weights.hdf5").read_bytes() == tiny_files[1].read_bytes()
+    assert_same_weights(bilm, BiLM.from_files(*bilm_files))
+    assert (cache / "tiny" / "weights.hdf5").read_bytes() == bilm_files[1].read_bytes()
     record = json.loads((cache / "tiny" / "source.json").read_text())
     assert record["weights_url"] == f"{host.url}{WEIGHTS}" and len(record["files"]["weights.hdf5"]["sha256"]) == 64
     assert len(host.gets(WEIGHTS)) == 1
@@ -60,25 +60,25 @@ def test_a_cached_biLM_loads_with_no_request(registry, host, cache, monkeypatch,
     assert len(host.requests) == before
 
 
-def test_a_dropped_connection_resumes_with_a_range_request(registry, host, cache, tiny_files):
+def test_a_dropped_connection_resumes_with_a_range_request(registry, host, cache, bilm_files):
     host.faults[WEIGHTS] = "drop_once"
     size = len(host.files[WEIGHTS])
     resolve_pretrained("tiny", progress=False)
     assert [r.range for r in host.gets(WEIGHTS)] == [None, f"bytes={size // 2}-"]
     assert host.sent[WEIGHTS] == size  # each byte sent once: the transfer continued, it did not restart
-    assert (cache / "tiny" / "weights.hdf5").read_bytes() == tiny_files[1].read_bytes()
+    assert (cache / "tiny" / "weights.hdf5").read_bytes() == bilm_files[1].read_bytes()
 
 
 @pytest.mark.parametrize("fault", ["unavailable_twice", "stall_twice"])
-def test_5xx_answers_and_timeouts_are_retried(registry, host, cache, tiny_files, monkeypatch, fault):
+def test_5xx_answers_and_timeouts_are_retried(registry, host, cache, bilm_files, monkeypatch, fault):
     monkeypatch.setattr(download, "TIMEOUT_SECONDS", 0.3)
     host.faults[WEIGHTS] = fault
     resolve_pretrained("tiny", progress=False)
     assert len(host.gets(WEIGHTS)) == 3
-    assert (cache / "tiny" / "weights.hdf5").read_bytes() == tiny_files[1].read_bytes()
+    assert (cache / "tiny" / "weights.hdf5").read_bytes() == bilm_files[1].read_bytes()
 
 
-def test_a_host_that_keeps_dropping_gives_up_keeps_the_bytes_and_a_later_run_continues(registry, host, cache, tiny_files):
+def test_a_host_that_keeps_dropping_gives_up_keeps_the_bytes_and_a_later_run_continues(registry, host, cache, bilm_files):
     host.faults[WEIGHTS] = "drop_always"
     size = len(host.files[WEIGHTS])
     with pytest.raises(DownloadError, match=f"failed {ATTEMPTS} times in a row.*run the same command again"):
@@ -88,7 +88,7 @@ def test_a_host_that_keeps_dropping_gives_up_keeps_the_bytes_and_a_later_run_con
     del host.faults[WEIGHTS]
     resolve_pretrained("tiny", progress=False)
     assert host.gets(WEIGHTS)[-1].range == f"bytes={size // 2}-"
-    assert (cache / "tiny" / "weights.hdf5").read_bytes() == tiny_files[1].read_bytes()
+    assert (cache / "tiny" / "weights.hdf5").read_bytes() == bilm_files[1].read_bytes()
 
 
 @pytest.mark.parametrize(
@@ -112,7 +112,7 @@ def test_what_is_not_the_file_is_a_clear_error_and_nothing_is_cached(registry, h
     assert not list((cache / "tiny").glob(".*.part"))
 
 
-def test_a_short_file_is_refused_by_its_registry_size(registry, host, cache, tiny_files):
+def test_a_short_file_is_refused_by_its_registry_size(registry, host, cache, bilm_files):
     size = len(host.files[WEIGHTS])
     host.files[WEIGHTS] = host.files[WEIGHTS][: size // 2]
     write_registry(registry, tiny=tiny_entry(host, weights_bytes=size))
@@ -129,25 +129,24 @@ def test_a_short_file_of_unknown_size_fails_to_open_and_is_not_cached(registry, 
     assert not list((cache / "tiny").glob(".*.part"))
 
 
-def test_weights_that_do_not_fit_the_options_are_not_cached(registry, host, cache, tiny_files):
-    other = cache.parent / "other"
-    from ..helpers import random_bilm, tiny_options
+def test_weights_that_do_not_fit_the_options_are_not_cached(registry, host, cache, bilm_files):
+    from ..helpers import tiny_options, write_bilm_files
 
-    random_bilm(options=tiny_options(projection_dim=6)).to_files(other / "options.json", other / "weights.hdf5")
-    host.files[WEIGHTS] = (other / "weights.hdf5").read_bytes()
+    _, weight_file = write_bilm_files(cache.parent / "other", options=tiny_options(projection_dim=6))
+    host.files[WEIGHTS] = weight_file.read_bytes()
     with pytest.raises(DownloadError, match="not a usable ELMo biLM.*has shape"):
         resolve_pretrained("tiny", progress=False)
     assert_nothing_cached(cache)
 
 
-def test_the_registry_sha256_is_checked_before_the_weights_are_kept(registry, host, cache, tiny_files):
+def test_the_registry_sha256_is_checked_before_the_weights_are_kept(registry, host, cache, bilm_files):
     write_registry(registry, tiny=tiny_entry(host, weights_sha256="0" * 64))
     with pytest.raises(DownloadError, match="sha256 is [0-9a-f]{64}, the registry expects 0{64}"):
         resolve_pretrained("tiny", progress=False)
     assert_nothing_cached(cache)
     import hashlib
 
-    write_registry(registry, tiny=tiny_entry(host, weights_sha256=hashlib.sha256(tiny_files[1].read_bytes()).hexdigest()))
+    write_registry(registry, tiny=tiny_entry(host, weights_sha256=hashlib.sha256(bilm_files[1].read_bytes()).hexdigest()))
     resolve_pretrained("tiny", progress=False)
 
 
@@ -165,7 +164,7 @@ def test_a_cached_file_altered_later_is_an_error_naming_it_and_the_fix(registry,
     assert len(host.gets(WEIGHTS)) == 2
 
 
-def test_offline_without_the_biLM_names_the_urls_and_where_the_files_go(registry, host, cache, monkeypatch, tiny_files):
+def test_offline_without_the_biLM_names_the_urls_and_where_the_files_go(registry, host, cache, monkeypatch, bilm_files):
     monkeypatch.setenv("SPACY_ELMO_OFFLINE", "1")
     with pytest.raises(OfflineError) as err:
         resolve_pretrained("tiny")
@@ -174,16 +173,16 @@ def test_offline_without_the_biLM_names_the_urls_and_where_the_files_go(registry
     assert not host.requests
     # Placed there by hand, as the message says: checked, recorded and used, still offline.
     (cache / "tiny").mkdir(parents=True, exist_ok=True)
-    for source in tiny_files:
+    for source in bilm_files:
         (cache / "tiny" / source.name).write_bytes(source.read_bytes())
-    assert_same_weights(BiLM.from_pretrained("tiny"), BiLM.from_files(*tiny_files))
+    assert_same_weights(BiLM.from_pretrained("tiny"), BiLM.from_files(*bilm_files))
     assert (cache / "tiny" / "source.json").is_file() and not host.requests
 
 
-def test_files_placed_by_hand_that_are_not_the_biLM_are_refused(registry, host, cache, monkeypatch, tiny_files):
+def test_files_placed_by_hand_that_are_not_the_biLM_are_refused(registry, host, cache, monkeypatch, bilm_files):
     monkeypatch.setenv("SPACY_ELMO_OFFLINE", "1")
     (cache / "tiny").mkdir(parents=True)
-    (cache / "tiny" / "options.json").write_bytes(tiny_files[0].read_bytes())
+    (cache / "tiny" / "options.json").write_bytes(bilm_files[0].read_bytes())
     (cache / "tiny" / "weights.hdf5").write_bytes(b"<html>not weights</html>")
     with pytest.raises(CacheIntegrityError, match=f"the files in {cache / 'tiny'} are not the biLM 'tiny'"):
         resolve_pretrained("tiny")
@@ -222,11 +221,11 @@ def test_two_processes_asking_at_once_make_one_transfer(registry, host, cache, t
     assert len(host.gets(WEIGHTS)) == 1
 
 
-def test_a_url_of_a_directory_is_cached_under_its_host_and_path(host, cache, tiny_files):
+def test_a_url_of_a_directory_is_cached_under_its_host_and_path(host, cache, bilm_files):
     options, weights = resolve_pretrained(f"{host.url}/tiny/", progress=False)
     port = host.url.rsplit(":", 1)[1]
     assert weights == cache / "urls" / f"127.0.0.1_{port}" / "tiny" / "weights.hdf5"
-    assert_same_weights(BiLM.from_files(options, weights), BiLM.from_files(*tiny_files))
+    assert_same_weights(BiLM.from_files(options, weights), BiLM.from_files(*bilm_files))
 
 
 def test_a_url_of_one_file_as_pretrained_says_what_to_give(host, cache):
@@ -234,16 +233,16 @@ def test_a_url_of_one_file_as_pretrained_says_what_to_give(host, cache):
         resolve_pretrained(f"{host.url}{WEIGHTS}")
 
 
-def test_options_and_weight_urls_are_cached_together_and_file_urls_used_in_place(host, cache, tiny_files):
+def test_options_and_weight_urls_are_cached_together_and_file_urls_used_in_place(host, cache, bilm_files):
     options, weights = resolve_files(f"{host.url}{OPTIONS}", f"{host.url}{WEIGHTS}", progress=False)
-    assert weights.read_bytes() == tiny_files[1].read_bytes() and cache in weights.parents
-    assert resolve_files(tiny_files[0].as_uri(), tiny_files[1].as_uri()) == tiny_files
-    assert resolve_files(str(tiny_files[0]), str(tiny_files[1])) == tiny_files
+    assert weights.read_bytes() == bilm_files[1].read_bytes() and cache in weights.parents
+    assert resolve_files(bilm_files[0].as_uri(), bilm_files[1].as_uri()) == bilm_files
+    assert resolve_files(str(bilm_files[0]), str(bilm_files[1])) == bilm_files
 
 
-def test_a_directory_with_allennlps_file_names_is_found(tmp_path, tiny_files, cache):
-    (tmp_path / "elmo_x_options.json").write_bytes(tiny_files[0].read_bytes())
-    (tmp_path / "elmo_x_weights.hdf5").write_bytes(tiny_files[1].read_bytes())
+def test_a_directory_with_allennlps_file_names_is_found(tmp_path, bilm_files, cache):
+    (tmp_path / "elmo_x_options.json").write_bytes(bilm_files[0].read_bytes())
+    (tmp_path / "elmo_x_weights.hdf5").write_bytes(bilm_files[1].read_bytes())
     assert resolve_pretrained(str(tmp_path)) == (tmp_path / "elmo_x_options.json", tmp_path / "elmo_x_weights.hdf5")
     assert resolve_pretrained(tmp_path.as_uri())[1] == tmp_path / "elmo_x_weights.hdf5"
 

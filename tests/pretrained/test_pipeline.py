@@ -11,13 +11,13 @@ from spacy_elmo import BiLM
 TEXT = "The bank raised its rates ."
 
 
-def test_add_pipe_with_a_name_needs_no_other_step(registry, host, cache, tiny_files):
+def test_add_pipe_with_a_name_needs_no_other_step(registry, host, cache, bilm_files):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"model": {"pretrained": "tiny"}})
     assert not host.requests  # building the pipeline resolves nothing: initialize does
     nlp.initialize()
     doc = nlp(TEXT)
-    expected = BiLM.from_files(*tiny_files).embed_sentences([[t.text for t in doc]])[0].mean(axis=0)
+    expected = BiLM.from_files(*bilm_files).embed_sentences([[t.text for t in doc]])[0].mean(axis=0)
     numpy.testing.assert_allclose(doc.tensor, expected, atol=1e-5)
 
 
@@ -37,7 +37,7 @@ def test_a_saved_pipeline_loads_with_the_server_stopped_and_the_cache_gone(regis
     assert len(host.requests) == requests and not cache.exists()
 
 
-def test_options_and_weight_urls_in_the_config_work_like_paths(host, cache, tiny_files):
+def test_options_and_weight_urls_in_the_config_work_like_paths(host, cache, bilm_files):
     nlp = spacy.blank("en")
     model = {"options_file": f"{host.url}/tiny/options.json", "weight_file": f"{host.url}/tiny/weights.hdf5"}
     nlp.add_pipe("elmo", config={"model": model})

@@ -85,6 +85,7 @@ def test_fitting_init_tokens_fits_layer_0_to_the_vectors_and_leaves_the_rest_and
     assert same > other + 0.1
 
 
+@pytest.mark.slow  # pretraining runs
 def test_pretrain_starts_from_the_vectors_once_and_logs_the_fit(vectors_pipeline, tmp_path):
     write_corpus(tmp_path / "train.txt", 60)
     preset = get_preset("tiny")
@@ -131,6 +132,7 @@ def _distance_to_vectors(bilm, vectors_pipeline):
     return 1.0 - cosine.mean()
 
 
+@pytest.mark.slow  # pretraining runs
 def test_a_kept_distance_holds_layer_0_near_the_vectors_and_resumes_exactly(vectors_pipeline, tmp_path):
     write_corpus(tmp_path / "train.txt", 60)
     free = _weights_after(tmp_path, "free", vectors_pipeline, 0.0, [40])
@@ -146,6 +148,7 @@ def test_a_kept_distance_holds_layer_0_near_the_vectors_and_resumes_exactly(vect
         assert_float32_close(resumed.state_dict()[name], value, err_msg=name)
 
 
+# not slow: 2-step runs, the fast loop's check of resuming with kept vectors
 def test_a_kept_distance_needs_the_vectors_also_to_resume(vectors_pipeline, tmp_path):
     write_corpus(tmp_path / "train.txt", 20)
     preset = get_preset("tiny")
@@ -164,6 +167,7 @@ def _kept_file(directory):
         return {name: f[name][...] for name in ("words", "vectors", "head_weight", "head_bias")}
 
 
+# not slow: a 6-step run, its export and a 1-step continuation, the fast loop's check of both
 def test_a_kept_run_continues_from_its_export_with_its_vectors_and_head(vectors_pipeline, tmp_path):
     write_corpus(tmp_path / "train.txt", 20)
     preset = get_preset("tiny")
@@ -191,6 +195,7 @@ def test_a_kept_run_continues_from_its_export_with_its_vectors_and_head(vectors_
     assert not any("init_tokens" in record for record in records)
 
 
+# not slow: a 2-step run, the fast loop's check of --init-from
 def test_continuing_a_kept_distance_needs_the_exported_vectors(vectors_pipeline, tmp_path):
     write_corpus(tmp_path / "train.txt", 20)
     preset = get_preset("tiny")

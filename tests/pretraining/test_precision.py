@@ -23,6 +23,7 @@ def _datasets(group: h5py.Group):
     return found
 
 
+@pytest.mark.slow  # pretraining runs
 def test_pretrain_with_bf16_products_keeps_everything_else_float32(tmp_path):
     write_repetitive_corpus(tmp_path / "train.txt", 60)
     write_repetitive_corpus(tmp_path / "dev.txt", 6)
@@ -59,6 +60,7 @@ def test_an_unknown_precision_is_a_clear_error(tmp_path):
     assert "precision must be one of fp32, bf16, int8, auto, got 'fp16'" in result.output
 
 
+# not slow: a one-step run, the fast loop's check of `spacy-elmo pretrain` to the checkpoint
 def test_the_cli_passes_the_precision_on(tmp_path):
     write_repetitive_corpus(tmp_path / "train.txt", 6)
     result = CliRunner().invoke(
@@ -84,6 +86,7 @@ def test_bf16_softmax_is_close_to_float32(n_negatives):
     torch.testing.assert_close(bf16, fp32, atol=0.03, rtol=0.01)
 
 
+# not slow: runs of 3 and 4 steps, the fast loop's check of resuming
 def test_a_resumed_run_takes_the_precision_of_the_new_command(tmp_path):
     """A run may resume on another machine, where another precision is native."""
     write_repetitive_corpus(tmp_path / "train.txt", 30)

@@ -39,6 +39,7 @@ def trained(tmp_path_factory):
     return root, metrics
 
 
+@pytest.mark.slow  # the 60-step run of `trained`
 def test_heldout_perplexity_falls(trained):
     root, metrics = trained
     evals = [r["eval"]["zero"]["average"] for r in _records(root / "out") if "eval" in r]
@@ -49,6 +50,7 @@ def test_heldout_perplexity_falls(trained):
     assert losses[-1] < losses[0]
 
 
+@pytest.mark.slow  # the 60-step run of `trained`
 def test_export_is_standard_and_reloads(trained):
     root, metrics = trained
     out = root / "out"
@@ -70,6 +72,7 @@ def test_export_is_standard_and_reloads(trained):
     assert set(metrics["eval"]) == {"zero", "warm", "carry"}
 
 
+@pytest.mark.slow  # the 60-step run of `trained`
 def test_init_from_standard_files_alone_starts_a_new_softmax(trained, tmp_path):
     root, _ = trained
     standard = tmp_path / "standard"
@@ -100,6 +103,7 @@ def test_init_from_standard_files_alone_starts_a_new_softmax(trained, tmp_path):
     )
 
 
+@pytest.mark.slow  # the 60-step run of `trained`
 def test_init_from_an_export_continues_with_its_softmax_exactly(trained, tmp_path):
     root, metrics = trained
     out = root / "out"
@@ -119,6 +123,7 @@ def test_init_from_an_export_continues_with_its_softmax_exactly(trained, tmp_pat
         assert f["weight"].dtype == numpy.float32 and f["bias"].shape == f["weight"].shape[:1]
 
 
+@pytest.mark.slow  # the 60-step run of `trained`
 def test_export_of_a_checkpoint_continues_exactly_and_matches_the_end(trained, tmp_path):
     root, metrics = trained
     out, snapshot = root / "out", tmp_path / "snapshot"
@@ -141,6 +146,7 @@ def test_export_of_a_checkpoint_continues_exactly_and_matches_the_end(trained, t
     assert continued["eval"]["zero"]["average"] == pytest.approx(metrics["eval"]["zero"]["average"], rel=1e-5)
 
 
+@pytest.mark.slow  # the 60-step run of `trained`
 def test_export_refuses_a_run_without_a_checkpoint_and_its_own_directory(trained, tmp_path):
     root, _ = trained
     result = CliRunner().invoke(app, ["export", str(tmp_path), str(tmp_path / "snapshot")])
@@ -149,6 +155,7 @@ def test_export_refuses_a_run_without_a_checkpoint_and_its_own_directory(trained
     assert result.exit_code == 1 and "must differ" in result.output
 
 
+@pytest.mark.slow  # the 60-step run of `trained`
 def test_init_from_refuses_a_softmax_of_another_run(trained, tmp_path):
     root, _ = trained
     mixed = tmp_path / "mixed"
@@ -181,6 +188,7 @@ def test_parse_duration():
         parse_duration("soon")
 
 
+@pytest.mark.slow  # the 60-step run of `trained`
 def test_export_into_an_elmo_pipeline(trained, tmp_path):
     import spacy
 

@@ -7,12 +7,11 @@ import subprocess
 import sys
 import time
 
-import h5py
 import pytest
 
 from spacy_elmo.pretraining.checkpoint import load_checkpoint
 
-from ..helpers import assert_float32_close
+from ..helpers import assert_float32_close, hdf5_arrays
 from .helpers import write_corpus
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -37,13 +36,6 @@ def _command(corpus, output_dir, *extra):
     ]
 
 
-def _weights(path):
-    with h5py.File(path, "r") as f:
-        values = {}
-        f.visititems(lambda name, item: values.__setitem__(name, item[()]) if isinstance(item, h5py.Dataset) else None)
-    return values
-
-
 @pytest.mark.slow
 def test_killed_run_resumes_to_the_same_weights(tmp_path):
     write_corpus(tmp_path / "corpus.txt", 120)
@@ -62,7 +54,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
     assert not (tmp_path / "killed" / "weights.hdf5").exists()
 
     subprocess.run(_command(tmp_path / "corpus.txt", tmp_path / "killed", *args), env=ENV, check=True, timeout=120)
-    whole, resumed = _weights(tmp_path / "whole" / "weights.hdf5"), _weights(tmp_path / "killed" / "weights.hdf5")
+    whole, resumed = hdf5_arrays(tmp_path / "whole" / "weights.hdf5"), hdf5_arrays(tmp_path / "killed" / "weights.hdf5")
     assert whole.keys() == resumed.keys()
     for name in whole:
         assert_float32_close(resumed[name], whole[name], err_msg=name)

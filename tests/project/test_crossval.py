@@ -1,47 +1,18 @@
 from pathlib import Path
-from typing import List
 
 import pytest
 import spacy
 import srsly
 import typer
-from spacy.tokens import Doc, DocBin
+from spacy.tokens import DocBin
 from typer.testing import CliRunner
 
-from ..helpers import random_bilm, tiny_options
+from ..helpers import WIDTH, write_bilm_files
+from .helpers import crossval_app as app
+from .helpers import write_ner_corpus as write_corpus
 from .scripts import PROJECT_DIR, load_script
 
 crossval = load_script("crossval")
-
-NAMES = ["Ann", "Bob", "Cyd", "Dee", "Eve", "Fay", "Gus", "Hal", "Ivy", "Jo", "Kim", "Lou"]
-
-
-def ner_docs(texts: List[str]) -> List[Doc]:
-    nlp = spacy.blank("en")
-    docs = []
-    for text in texts:
-        doc = nlp.make_doc(text)
-        doc.ents = [doc.char_span(0, len(text.split()[0]), label="person")]
-        docs.append(doc)
-    return docs
-
-
-def write_corpus(tmp_path: Path) -> Path:
-    texts = [f"{name} went to the market on day {i} of the long and dusty summer holidays" for i, name in enumerate(NAMES)]
-    texts.append(texts[0] + " again")  # a near-duplicate of the first: must share its fold
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for name, part in (("train", texts[:9]), ("dev", texts[9:11]), ("test", texts[11:])):
-        DocBin(docs=ner_docs(part)).to_disk(corpus / f"{name}.spacy")
-    return corpus
-
-
-def app() -> typer.Typer:
-    application = typer.Typer()
-    application.command("split")(crossval.split)
-    application.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(crossval.run)
-    return application
-
 
 def test_deal_folds_keeps_groups_and_balances() -> None:
     groups = [[0, 5], [1], [2], [3, 4, 6], [7], [8], [9]]
@@ -105,13 +76,12 @@ def test_finetune_gives_each_fold_its_own_biLM_and_run_uses_it(tmp_path: Path) -
     corpus = write_corpus(tmp_path)
     assert CliRunner().invoke(app(), ["split", str(corpus), str(tmp_path / "cv"), "--k", "3"]).exit_code == 0
     start = tmp_path / "bilm"
-    start.mkdir()
-    random_bilm().to_files(start / "options.json", start / "weights.hdf5")
+    write_bilm_files(start)
     crossval.finetune(tmp_path / "cv", start, tmp_path / "tuned", steps=2, init_tokens_weight=0.0, folds="1", threads=1)
     tuned = tmp_path / "tuned" / "fold1"
     assert (tuned / "features" / "manifest.json").exists() and not (tmp_path / "tuned" / "fold0").exists()
     assert (tuned / "weights.hdf5").read_bytes() != (start / "weights.hdf5").read_bytes()
-    width = str(2 * tiny_options().projection_dim)
+    width = str(WIDTH)
     args = ["run", str(PROJECT_DIR.parent / "spacy_elmo" / "configs" / "ner_elmo.cfg"), str(tmp_path / "cv"),
             str(tmp_path / "runs"), str(tmp_path / "metrics"), "--system", "tuned", "--task", "ner", "--max-steps", "2",
             "--eval-frequency", "1", "--training.patience", "0", "--components.ner.model.tok2vec.width", width,

@@ -4,11 +4,10 @@ import pytest
 import spacy
 import srsly
 import typer
-from spacy.tokens import DocBin
-from spacy.training import Example
 from spacy.util import load_config
 from typer.testing import CliRunner
 
+from .helpers import tiny_corpus
 from .scripts import PROJECT_DIR, load_script
 
 train = load_script("train")
@@ -68,20 +67,6 @@ def test_elmo_textcat_is_spacys_bag_of_words_plus_elmo() -> None:
     assert "embed" in with_vectors["tok2vec"] and "embed" not in model["tok2vec"]
     del with_vectors["tok2vec"]["embed"]
     assert with_vectors == model
-
-
-def tiny_corpus(directory: Path, kind: str) -> None:
-    nlp = spacy.blank("en")
-    examples = []
-    for i in range(8):
-        doc = nlp.make_doc(f"Bob{i} went to Paris today")
-        if kind == "ner":
-            examples.append(Example.from_dict(doc, {"entities": [(0, len(f"Bob{i}"), "person")]}))
-        else:
-            examples.append(Example.from_dict(doc, {"cats": {"a": float(i % 2), "b": float(1 - i % 2)}}))
-    directory.mkdir()
-    for split in ("train", "dev"):
-        DocBin(docs=[eg.reference for eg in examples]).to_disk(directory / f"{split}.spacy")
 
 
 @pytest.mark.parametrize("kind", ["ner", "textcat"])

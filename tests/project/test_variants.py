@@ -12,11 +12,10 @@ from spacy.util import load_config, load_model_from_config
 from thinc.api import Adam
 from typer.testing import CliRunner
 
-from ..pipeline.conftest import WIDTH, bilm_files, make_examples  # noqa: F401  (bilm_files: a fixture)
+from ..helpers import WIDTH, make_examples
+from .helpers import crossval_app, tiny_corpus
+from .helpers import write_ner_corpus as write_corpus
 from .scripts import PROJECT_DIR, load_script
-from .test_crossval import app as crossval_app
-from .test_crossval import write_corpus
-from .test_train import tiny_corpus
 
 # Imported as `spacy train --code` imports it: the registrations are its side effect.
 _spec = importlib.util.spec_from_file_location("elmo_variants", PROJECT_DIR / "code" / "elmo_variants.py")
