@@ -141,8 +141,7 @@ def pretrain(
     import torch
 
     from .bilm import ElmoFileError
-    from .bilm.files import standard_files
-    from .fileio import OutputError
+    from .fileio import OutputError, standard_files
     from .pretraining import export_pipeline, get_preset
     from .pretraining import pretrain as run_pretraining
     from .pretraining.checkpoint import Interrupted

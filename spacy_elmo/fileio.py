@@ -113,3 +113,14 @@ def _newlines_before(path: Path, end: int) -> int:
             count += chunk.count(b"\n")
             end -= len(chunk)
     return count
+
+
+# A biLM's files in a directory of its own (an export, a download, a saved component): the names
+# bilm-tf's and AllenNLP's published directories use.
+OPTIONS_NAME = "options.json"
+WEIGHTS_NAME = "weights.hdf5"
+
+
+def standard_files(directory: PathLike) -> Tuple[Path, Path]:
+    """``(options file, weight file)`` of the biLM in ``directory``, under the standard names."""
+    return Path(directory) / OPTIONS_NAME, Path(directory) / WEIGHTS_NAME

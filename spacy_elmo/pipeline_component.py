@@ -26,7 +26,7 @@ from thinc.types import Floats1d, Floats3d
 
 from . import architectures  # noqa: F401  (registers the architectures named in DEFAULT_MODEL)
 from .bilm import BiLM
-from .bilm.files import standard_files
+from .fileio import standard_files
 from .layers import ElmoBiLMSettings, ElmoListener, get_bilm, set_bilm
 from .layers.arrays import no_backprop
 from .bilm.serialize import bilm_from_bytes, bilm_to_bytes

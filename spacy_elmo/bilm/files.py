@@ -22,11 +22,6 @@ from .errors import ElmoFileError
 from .lstm import BiLSTMStack
 from .options import ElmoOptions
 
-# A biLM's files in a directory of its own (an export, a download, a saved component): the names
-# bilm-tf's and AllenNLP's published directories use.
-OPTIONS_NAME = "options.json"
-WEIGHTS_NAME = "weights.hdf5"
-
 WARM_HIDDEN = "spacy_elmo/warm_hidden"
 WARM_MEMORY = "spacy_elmo/warm_memory"
 
@@ -55,11 +50,6 @@ class ElmoWeights(Protocol):
     lstm: BiLSTMStack
     warm_hidden: Optional[torch.Tensor]
     warm_memory: Optional[torch.Tensor]
-
-
-def standard_files(directory: PathLike) -> Tuple[Path, Path]:
-    """``(options file, weight file)`` of the biLM in ``directory``, under the standard names."""
-    return Path(directory) / OPTIONS_NAME, Path(directory) / WEIGHTS_NAME
 
 
 def read_weights(model: ElmoWeights, weight_file: PathLike, check_values: bool = True) -> None:

@@ -6,7 +6,7 @@ from typing import Any, Dict, Optional
 import srsly
 import torch
 
-from .files import standard_files
+from ..fileio import standard_files
 from .model import BiLM, BiLMSettings
 from .options import ElmoOptions
 

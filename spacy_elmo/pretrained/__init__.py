@@ -12,7 +12,7 @@ the cache of :mod:`.cache`; :mod:`.resolve` turns a NAME, URL or DIRECTORY into 
 from pathlib import Path
 from typing import Tuple
 
-from ..bilm.files import standard_files
+from ..fileio import standard_files
 
 PRETRAINED_DIR = Path(__file__).parent
 PRETRAINED = ("en",)

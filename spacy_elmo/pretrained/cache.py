@@ -38,8 +38,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from filelock import FileLock, Timeout
 
-from ..bilm.files import OPTIONS_NAME, WEIGHTS_NAME
-from ..fileio import atomic_path
+from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, atomic_path
 from .download import DownloadError, download
 
 CACHE_ENV = "SPACY_ELMO_CACHE"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, Tuple, TypeVar
 
 from . import PRETRAINED, pretrained_files
-from ..bilm.files import OPTIONS_NAME, WEIGHTS_NAME, standard_files
+from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, standard_files
 from .cache import Check, Source, cache_root, fetch
 from .registry import PublishedModel, find_model, registered_models
 

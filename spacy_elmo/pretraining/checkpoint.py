@@ -20,8 +20,7 @@ from typing import Any, Dict, Iterator, List, Sequence
 import numpy
 import torch
 
-from ..bilm.files import OPTIONS_NAME, WEIGHTS_NAME
-from ..fileio import OutputError, atomic_path, remove_stale_temporaries
+from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, OutputError, atomic_path, remove_stale_temporaries
 
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT_VERSION = 1

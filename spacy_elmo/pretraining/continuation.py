@@ -26,8 +26,7 @@ import numpy
 import torch
 
 from ..bilm import BiLM, ElmoOptions
-from ..bilm.files import standard_files
-from ..fileio import PathLike, atomic_path
+from ..fileio import PathLike, atomic_path, standard_files
 from .checkpoint import load_checkpoint
 from .init_tokens import InitTokens
 from .softmax import SharedSoftmax

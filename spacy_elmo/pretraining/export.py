@@ -1,7 +1,6 @@
 """Putting exported files into a spaCy pipeline."""
 
-from ..bilm.files import standard_files
-from ..fileio import PathLike
+from ..fileio import PathLike, standard_files
 
 
 def export_pipeline(model_dir: PathLike, output: PathLike, lang: str = "en", state: str = "zero") -> None:

@@ -23,10 +23,9 @@ from torch import Tensor
 from tqdm import tqdm
 
 from ..bilm import BiLM, ElmoOptions
-from ..bilm.files import OPTIONS_NAME, WEIGHTS_NAME, standard_files
 from ..bilm.model import STATE_MODES
-from ..fileio import PathLike
 from ..bilm.precision import training_precision
+from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, PathLike, standard_files
 from .checkpoint import CHECKPOINT_NAME, Interrupted, load_checkpoint, prepare_output_dir, seed_everything, stop_requests
 from .config import TrainingConfig, build_optimizer, with_training_keys
 from .continuation import SOFTMAX_NAME, VOCAB_NAME, find_continuation, load_softmax, write_continuation
