@@ -95,6 +95,7 @@ class BiLM(nn.Module):
         max_batch_tokens: int = BiLMSettings.max_batch_tokens,
         dropout: float = BiLMSettings.dropout,
         precision: Precision = BiLMSettings.precision,
+        token_encoder: Optional[nn.Module] = None,
     ) -> None:
         super().__init__()
         if state not in STATE_MODES:
@@ -105,7 +106,9 @@ class BiLM(nn.Module):
         self.state_mode: StateMode = state
         self.precision = precision
         self.max_batch_tokens = max_batch_tokens
-        self.char_cnn = CharCNN(options)
+        # Layer 0: the char CNN of ``options``, unless the model brings a token encoder of its own
+        # (ELMoForManyLangs: a char vocabulary and a word embedding, see .manylangs).
+        self.char_cnn = CharCNN(options) if token_encoder is None else token_encoder
         self.lstm = BiLSTMStack(options)
         self.dropout = dropout
         self.token_cache = TokenCache(cache_size)
@@ -188,15 +191,22 @@ class BiLM(nn.Module):
 
         ``settings``: keyword arguments of the constructor (see :class:`BiLMSettings`).
 
+        A local directory in ELMoForManyLangs' layout (``config.json``, ``char.dic``, ``word.dic``,
+        ``token_embedder.pkl``, ``encoder.pkl``) is read as such (see :mod:`.manylangs`).
+
         The weights are read once, straight into the parameters (:func:`.files.load_files`): on
         a download, the load that checks the new files is the model returned; from the cache,
         files unchanged since that check are neither hashed nor checked for NaN again.
         """
-        from ..pretrained.resolve import load_pretrained
+        from ..pretrained.resolve import load_pretrained, manylangs_directory
         from .files import skip_random_init
+        from .manylangs import load_manylangs
 
         with skip_random_init():  # refuse bad settings now, not as a bad download after fetching it
             cls(ElmoOptions(lstm_dim=1, projection_dim=1, n_layers=1, filters=((1, 1),)), **settings)
+        directory = manylangs_directory(name_or_url_or_dir)
+        if directory is not None:
+            return load_manylangs(cls, directory, **settings)
         return load_pretrained(
             name_or_url_or_dir,
             lambda options_file, weight_file, check_values: load_files(
@@ -206,6 +216,12 @@ class BiLM(nn.Module):
 
     def to_files(self, options_file: PathLike, weight_file: PathLike) -> None:
         """Write ``options.json`` and ``weights.hdf5`` in the standard layout, each atomically."""
+        if not isinstance(self.char_cnn, CharCNN):
+            raise ValueError(
+                "elmo: this biLM's token encoder (an ELMoForManyLangs model's character vocabulary and word "
+                "embedding) does not fit the standard options.json + weights.hdf5 layout, so it cannot be "
+                "written there; load it from its own directory instead"
+            )
         write_files(self, options_file, weight_file)
 
     # ----------------------------------------------------------------- forward pass
@@ -381,6 +397,8 @@ class BiLM(nn.Module):
         (see :meth:`CharCNN.positions_needed`). Shape: (len(positions), projection_dim).
         In int8 the char CNN runs in float32 (see :mod:`.int8`).
         """
+        if not isinstance(self.char_cnn, CharCNN):  # a token encoder of its own (see .manylangs)
+            return self.char_cnn.encode([tokens[p] for p in positions], dtype, (SENTENCE_START, SENTENCE_END))
         if not len(positions):
             return self.char_cnn.projection.weight.new_zeros((0, self.options.projection_dim))
         char_ids = self.char_ids([tokens[p] for p in positions])

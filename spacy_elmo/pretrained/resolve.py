@@ -5,7 +5,9 @@
 - URL (``https://``, ``http://``): a directory on a web server holding ``options.json`` and
   ``weights.hdf5`` (a mirror, a private host), cached like a name. ``file://`` is a local path.
 - DIRECTORY: ``options.json`` + ``weights.hdf5``, or one ``*options*.json`` and one
-  ``*weights*.hdf5`` as AllenNLP names them. A registry name wins over a directory of the same
+  ``*weights*.hdf5`` as AllenNLP names them; or an ELMoForManyLangs model (``config.json``,
+  ``char.dic``, ``word.dic``, ``token_embedder.pkl``, ``encoder.pkl``: :func:`manylangs_directory`,
+  loaded by ``BiLM.from_pretrained``). A registry name wins over a directory of the same
   name: write ``./small`` for the directory.
 
 Separate ``options_file`` / ``weight_file`` may each be a path or a URL (:func:`resolve_files`).
@@ -26,6 +28,10 @@ from .cache import Check, Source, cache_root, fetch
 from .registry import PublishedModel, find_model, registered_models
 
 REMOTE_SCHEMES = ("http", "https")
+
+# An ELMoForManyLangs model's directory (HIT-SCIR's layout, read by spacy_elmo.bilm.manylangs): its
+# config.json names the network config; char.dic, word.dic and the two PyTorch state dicts.
+MANYLANGS_FILES = ("config.json", "char.dic", "word.dic", "token_embedder.pkl", "encoder.pkl")
 
 Loaded = TypeVar("Loaded")
 # Loads (options.json, weights.hdf5); the flag says whether to check the weights' values (NaN,
@@ -119,6 +125,23 @@ def named_source(model: PublishedModel) -> Source:
     )
 
 
+def is_manylangs_directory(directory: Path) -> bool:
+    """Whether ``directory`` holds an ELMoForManyLangs model: two of its files at least (one
+    ``config.json`` is any tool's); the load then names each one that is missing."""
+    return sum((directory / name).is_file() for name in MANYLANGS_FILES) >= 2
+
+
+def manylangs_directory(spec: str) -> Optional[Path]:
+    """The local directory ``spec`` names (a path or a ``file://`` URL) when it holds an
+    ELMoForManyLangs model and no standard pair, else None. A registry name is never a directory."""
+    if find_model(spec) is not None or spec in PRETRAINED or is_remote(spec):
+        return None
+    directory = local_path(spec)
+    if not directory.is_dir() or all(path.is_file() for path in standard_files(directory)):
+        return None
+    return directory if is_manylangs_directory(directory) else None
+
+
 def directory_files(spec: str) -> Tuple[Path, Path]:
     """The two files of a local directory (``spec`` may be a ``file://`` URL)."""
     directory = local_path(spec)
@@ -134,6 +157,11 @@ def directory_files(spec: str) -> Tuple[Path, Path]:
     options, weights = sorted(directory.glob("*options*.json")), sorted(directory.glob("*weights*.hdf5"))
     if len(options) == 1 and len(weights) == 1:
         return options[0], weights[0]
+    if is_manylangs_directory(directory):
+        raise ValueError(
+            f"elmo: {directory} holds an ELMoForManyLangs model, which has no options.json + weights.hdf5: "
+            "load it by its directory (BiLM.from_pretrained, or pretrained = the directory in the config)"
+        )
     raise ValueError(
         f"elmo: {directory} holds no options.json + weights.hdf5 (found {[p.name for p in options + weights]}): "
         "rename them so, or give options_file and weight_file"
