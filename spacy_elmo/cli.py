@@ -273,9 +273,19 @@ def embed(
 
 
 @app.command("models")
-def models() -> None:
+def models(
+    lang: Optional[str] = typer.Option(
+        None, "--lang", metavar="LANG",
+        help="Only the biLMs for a pipeline of this language (spaCy's code: de, nb, zh ...)",
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the registry as JSON: name -> language, url, license, cached, and every other field"
+    ),
+) -> None:
     """The published biLMs that `pretrained = NAME` and `download NAME` know, and which are cached."""
-    from .pretrained.registry import registered_models
+    import json
+
+    from .pretrained.registry import language_name, models_for_language, registered_models
     from .pretrained.resolve import named_source
 
     try:
@@ -283,12 +293,35 @@ def models() -> None:
     except ValueError as err:  # a bad SPACY_ELMO_MODELS file
         typer.secho(f"Error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
+    if lang is not None:
+        registry = models_for_language(lang, registry)
+
+    def cached(model: Any) -> str:
+        if model.bundled:
+            return "bundled"
+        if model.unconfirmed:
+            return "no-url"
+        return "yes" if named_source(model).is_cached() else "no"
+
+    if as_json:
+        listing = {
+            name: {"language": model.language, "url": model.url, "license": model.license,
+                   "cached": cached(model) in ("yes", "bundled"), **model.to_json()}
+            for name, model in registry.items()
+        }
+        typer.echo(json.dumps(listing, indent=2, ensure_ascii=False))
+        return
+    if not registry:
+        typer.echo(
+            f"No published biLM for {language_name(lang or '')}. Train one on your text with `spacy-elmo pretrain` "
+            "(docs/pretraining.md), or add one you have with SPACY_ELMO_MODELS (docs/models.md)"
+        )
+        return
     rows = [("name", "language", "MB", "width", "cached")]
     for model in registry.values():
         megabytes = model.megabytes
         size = "" if megabytes is None else f"{'' if model.weights_bytes else '~'}{megabytes:.0f}"
-        cached = "bundled" if model.bundled else "yes" if named_source(model).is_cached() else "no"
-        rows.append((model.name, model.language, size, str(model.width or ""), cached))
+        rows.append((model.name, model.language, size, str(model.width or ""), cached(model)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
@@ -387,26 +420,31 @@ def _bench_model(model: Optional[str], size: Optional[str]) -> Tuple["BiLM", str
 
 @app.command("download")
 def download(
-    name: str = typer.Argument(..., metavar="NAME|URL", help="A name of `spacy-elmo models`, or a URL of a directory"),
+    name: str = typer.Argument(
+        ..., metavar="NAME|URL", help="A name of `spacy-elmo models`, or a URL of a directory or an archive"
+    ),
     force: bool = typer.Option(False, "--force", help="Fetch again, replacing the cached copy"),
     verify: bool = typer.Option(
         False, "--verify",
-        help="Check a cached copy's sha256 against the one recorded at its download, reading both files "
+        help="Check a cached copy's sha256 against the one recorded at its download, reading every file "
         "(loads trust an unchanged size and modification time)",
     ),
 ) -> None:
     """Fetch a biLM into the cache ahead of use (Docker images, machines without network)."""
     from .bilm import BiLM, ElmoFileError
     from .bilm.files import load_files
+    from .bilm.manylangs import load_manylangs
     from .pretrained.resolve import download_pretrained
 
     try:
         check = functools.partial(load_files, BiLM)  # as from_files, without drawing random weights first
-        options_file, weight_file = download_pretrained(name, check=check, force=force, verify=verify)
+        paths = download_pretrained(
+            name, check=check, force=force, verify=verify, check_directory=functools.partial(load_manylangs, BiLM)
+        )
     except (ValueError, OSError, ElmoFileError) as err:
         typer.secho(f"Error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
-    typer.echo(f"{name}: {options_file} and {weight_file}{' (sha256 verified)' if verify else ''}")
+    typer.echo(f"{name}: {' and '.join(str(p) for p in paths)}{' (sha256 verified)' if verify else ''}")
 
 
 def _init_files(init_from: Optional[Tuple[str, str]], init_from_model: Optional[str]) -> Optional[Tuple[Path, Path]]:

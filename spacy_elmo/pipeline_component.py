@@ -25,11 +25,9 @@ from thinc.api import Model, Optimizer, get_array_module
 from thinc.types import Floats1d, Floats3d
 
 from . import architectures  # noqa: F401  (registers the architectures named in DEFAULT_MODEL)
-from .bilm import BiLM
-from .fileio import standard_files
 from .layers import ElmoBiLMSettings, ElmoListener, get_bilm, set_bilm
 from .layers.arrays import no_backprop
-from .bilm.serialize import bilm_from_bytes, bilm_to_bytes
+from .bilm.serialize import bilm_from_bytes, bilm_from_directory, bilm_to_bytes, bilm_to_directory
 from .layers.listener import FEATURES_ATTR, UNREAD_ATTR
 from .threads import Threads, check_threads, torch_threads
 
@@ -339,23 +337,24 @@ class Elmo(TrainablePipe):
 
     # ------------------------------------------------------------------ serialization
     # spaCy's convention (TrainablePipe): a serializer per name, and ``exclude`` skips names. The
-    # names are "cfg" (the settings, a file ``cfg``) and "bilm" (the biLM's standard files in a
-    # folder ``bilm``, or their bytes); "model", spaCy's name for a pipe's weights, excludes "bilm".
-    # No vocab is written: the component keeps nothing in it.
+    # names are "cfg" (the settings, a file ``cfg``) and "bilm" (the biLM's files in a folder
+    # ``bilm``, or their bytes: see spacy_elmo.bilm.serialize); "model", spaCy's name for a pipe's
+    # weights, excludes "bilm". No vocab is written: the component keeps nothing in it.
     def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> None:
-        """Write ``cfg`` and the biLM as standard files: ``bilm/options.json``, ``bilm/weights.hdf5``."""
+        """Write ``cfg`` and the biLM's files in ``bilm/``: the standard ``options.json`` and
+        ``weights.hdf5``, or an ELMoForManyLangs model's own directory (the saved pipeline needs
+        nothing outside it)."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         serializers: Dict[str, Callable[[Path], object]] = {
             "cfg": lambda p: srsly.write_json(p, self.cfg),
-            "bilm": lambda p: get_bilm(self.model).to_files(*standard_files(p)),
+            "bilm": lambda p: bilm_to_directory(get_bilm(self.model), p),
         }
         spacy.util.to_disk(path, serializers, _excluded(exclude))
 
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> "Elmo":
         def load_bilm(p: Path) -> None:
-            settings = self.model.attrs["bilm_settings"].to_dict()
-            set_bilm(self.model, BiLM.from_files(*standard_files(p), **settings))
+            set_bilm(self.model, bilm_from_directory(p, self.model.attrs["bilm_settings"].to_dict()))
 
         deserializers: Dict[str, Callable[[Path], object]] = {
             "cfg": lambda p: self.cfg.update(srsly.read_json(p)),
@@ -365,7 +364,7 @@ class Elmo(TrainablePipe):
         return self
 
     def to_bytes(self, *, exclude: Iterable[str] = SimpleFrozenList()) -> bytes:
-        """``cfg`` and the bytes of the biLM's standard files."""
+        """``cfg`` and the bytes of the biLM's files (see :func:`~spacy_elmo.bilm.serialize.bilm_to_bytes`)."""
         serializers: Dict[str, Callable[[], object]] = {
             "cfg": lambda: self.cfg,
             "bilm": lambda: bilm_to_bytes(get_bilm(self.model)),

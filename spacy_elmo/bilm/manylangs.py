@@ -35,9 +35,16 @@ The weights are read with ``torch.load(weights_only=True)``: tensors only, never
 that holds anything else is refused.
 
 Not supported (no published model uses them): the reference's LSTM token encoder, its plain-LSTM
-encoder, and word-only models (``char_dim`` 0). Saving: the standard ``options.json`` +
-``weights.hdf5`` layout cannot hold the character vocabulary and the word embedding, so
-:meth:`.BiLM.to_files` refuses such a biLM.
+encoder, and word-only models (``char_dim`` 0).
+
+Saving: the standard ``options.json`` + ``weights.hdf5`` layout cannot hold the character
+vocabulary and the word embedding, so :meth:`.BiLM.to_files` refuses such a biLM. It is written in
+its own layout instead (:func:`write_manylangs`): ``config.json`` naming the network config, which
+is written beside it (the directory needs nothing else), the dictionaries, and the two state dicts
+in the reference's names, shapes and gate order, forget bias included (the inverse of
+:func:`lstm_weights`). The reference package reads the directory as it reads a published model;
+:func:`load_manylangs` reads it back to the same layers. A warm start (:meth:`.BiLM.warm_up`), which
+the reference has no place for, goes in an extra file :data:`WARM_NAME` that the reference ignores.
 """
 
 import copy
@@ -47,15 +54,15 @@ import os
 import pickle
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, Dict, Hashable, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple, TypeVar
 
 import numpy
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ..fileio import PathLike
-from ..pretrained.resolve import MANYLANGS_FILES
+from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, PathLike, atomic_path
+from ..pretrained.layout import MANYLANGS_FILES
 from .char_cnn import linear
 from .errors import ElmoFileError
 from .files import skip_random_init
@@ -89,6 +96,11 @@ PACKAGE_CONFIGS: Dict[str, Dict[str, Any]] = {
     "cnn_0_100_512_4096_sample.json": PACKAGE_NETWORK,
 }
 
+# What spacy-elmo adds to a directory it writes: the warm start (tensors "hidden" and "memory"), and
+# the name of the network config when the model's own name cannot be used.
+WARM_NAME = "spacy_elmo_warm_state.pkl"
+NETWORK_NAME = "network.json"
+
 TOKENS_PER_CALL = 1024  # tokens per char-CNN call, as the biLM's own char CNN: bounds the activations
 
 Model = TypeVar("Model", bound=nn.Module)
@@ -102,9 +114,54 @@ class ManyLangsNetwork:
     word embedding (0: none).
     """
 
-    def __init__(self, options: ElmoOptions, word_dim: int) -> None:
+    def __init__(
+        self, options: ElmoOptions, word_dim: int, config: Optional[Dict[str, Any]] = None, name: Optional[str] = None
+    ) -> None:
         self.options = options
         self.word_dim = word_dim
+        # The network config as read (JSON), and its file name: written back as they were.
+        self.config = config
+        self.name = name
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The network config in the reference's format: the one read where it says these sizes
+        (every other key kept, as read), else one made from them (a clip of infinity is 0, no clipping)."""
+        if self.config is not None:
+            read = ManyLangsNetwork.from_dict(copy.deepcopy(self.config), "network config")
+            if read.options == self.options and read.word_dim == self.word_dim:
+                return copy.deepcopy(self.config)
+        options = self.options
+        config = copy.deepcopy(self.config) if isinstance(self.config, dict) else {}
+        config.setdefault("classifier", copy.deepcopy(PACKAGE_NETWORK["classifier"]))
+        config.setdefault("dropout", PACKAGE_NETWORK["dropout"])
+        config["encoder"] = {
+            **(config.get("encoder") if isinstance(config.get("encoder"), dict) else {}),
+            "name": "elmo",
+            "projection_dim": options.projection_dim,
+            "cell_clip": _clip_value(options.cell_clip),
+            "proj_clip": _clip_value(options.proj_clip),
+            "dim": options.lstm_dim,
+            "n_layers": options.n_layers,
+        }
+        config["token_embedder"] = {
+            **(config.get("token_embedder") if isinstance(config.get("token_embedder"), dict) else {}),
+            "name": "cnn",
+            "activation": options.activation,
+            "filters": [[width, count] for width, count in options.filters],
+            "n_highway": options.n_highway,
+            "word_dim": self.word_dim,
+            "char_dim": options.char_embedding_dim,
+            "max_characters_per_token": options.max_characters_per_token,
+        }
+        return config
+
+    def file_name(self) -> str:
+        """The name to write the network config under: its own, unless that is no plain ``.json``
+        name or is the name of another file of a model directory (then :data:`NETWORK_NAME`)."""
+        name = self.name or ""
+        taken = {*MANYLANGS_FILES, OPTIONS_NAME, WEIGHTS_NAME, WARM_NAME}
+        plain = name == os.path.basename(name) and "\\" not in name and name.endswith(".json")
+        return name if plain and name not in taken and not name.startswith(".") else NETWORK_NAME
 
     @classmethod
     def from_dict(cls, config: Any, source: str) -> "ManyLangsNetwork":
@@ -138,7 +195,7 @@ class ManyLangsNetwork:
             )
         except (TypeError, ValueError) as err:
             raise ElmoFileError(f"{source}: {err}") from err
-        return cls(options, word_dim)
+        return cls(options, word_dim, config)
 
 
 class Vocabulary:
@@ -244,6 +301,10 @@ class ManyLangsTokenEncoder(nn.Module):
         self.projection = nn.Linear(word_dim + options.n_filters, options.projection_dim)
         self.activation = torch.relu if options.activation == "relu" else torch.tanh
         self.low_precision = LowPrecisionWeights()
+        # What the model's directory says beyond the weights, written back by write_manylangs:
+        # its network config and config.json (training settings).
+        self.network = ManyLangsNetwork(options, word_dim)
+        self.model_config: Dict[str, Any] = {}
 
     def encode(self, tokens: Sequence[Hashable], dtype: torch.dtype, boundaries: Tuple[Hashable, Hashable]) -> Tensor:
         """The vectors of ``tokens`` (strings, or the biLM's sentence-start and sentence-end keys
@@ -329,8 +390,11 @@ def load_manylangs(
     embedder_shapes = token_embedder_shapes(options, n_chars, n_words, word_dim)
     embedder = read_state_dict(directory / TOKEN_EMBEDDER_NAME, embedder_shapes, check_values)
     encoder = read_state_dict(directory / ENCODER_NAME, encoder_shapes(options), check_values)
+    warm = read_warm_state(directory / WARM_NAME, options, check_values)
     with skip_random_init():
         token_encoder = ManyLangsTokenEncoder(options, vocabulary, n_chars, n_words, word_dim)
+        token_encoder.network = network
+        token_encoder.model_config = _read_json(directory / CONFIG_NAME)
         model = model_class(options, token_encoder=token_encoder, **settings)
     with torch.no_grad():
         _load_token_encoder(token_encoder, embedder)
@@ -341,7 +405,139 @@ def load_manylangs(
                 layer.hidden_weight[direction].copy_(weights[1])
                 layer.bias[direction].copy_(weights[2])
                 layer.projection[direction].copy_(weights[3])
+    if warm is not None:
+        model.warm_hidden, model.warm_memory = warm
     return model
+
+
+def is_manylangs(bilm: nn.Module) -> bool:
+    """Whether ``bilm`` (a :class:`.BiLM`) holds an ELMoForManyLangs model."""
+    return isinstance(getattr(bilm, "char_cnn", None), ManyLangsTokenEncoder)
+
+
+def write_manylangs(bilm: nn.Module, directory: PathLike) -> Path:
+    """Write ``bilm`` (a :class:`.BiLM` holding an ELMoForManyLangs model) into ``directory`` in the
+    reference's own layout, each file atomically; returns the directory.
+
+    ``config.json`` (the model's own, its ``config_path`` now the network config's name) and the
+    network config beside it, ``char.dic`` and ``word.dic`` (none without a word embedding),
+    ``token_embedder.pkl`` and ``encoder.pkl`` (:func:`manylangs_state_dicts`, saved with
+    ``torch.save``), and :data:`WARM_NAME` when the biLM has a warm start (else an older one is
+    removed). The directory loads with :func:`load_manylangs` and with the reference's ``Embedder``.
+    Other files in the directory are left as they are.
+    """
+    encoder = getattr(bilm, "char_cnn", None)
+    if not isinstance(encoder, ManyLangsTokenEncoder):
+        raise ValueError(
+            "elmo: write_manylangs writes ELMoForManyLangs models only; write this biLM with BiLM.to_files "
+            "(the standard options.json + weights.hdf5)"
+        )
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    network_name = encoder.network.file_name()
+    config = {**encoder.model_config, "config_path": network_name}
+    texts = {CONFIG_NAME: _json_text(config), network_name: _json_text(encoder.network.to_dict())}
+    texts[CHARS_NAME] = dictionary_text(encoder.vocabulary.chars, CHARS_NAME)
+    if encoder.vocabulary.words is not None:
+        texts[WORDS_NAME] = dictionary_text(encoder.vocabulary.words, WORDS_NAME)
+    embedder_state, encoder_state = manylangs_state_dicts(bilm)
+    tensors: Dict[str, Dict[str, Tensor]] = {TOKEN_EMBEDDER_NAME: embedder_state, ENCODER_NAME: encoder_state}
+    warm_hidden, warm_memory = getattr(bilm, "warm_hidden", None), getattr(bilm, "warm_memory", None)
+    if warm_hidden is not None and warm_memory is not None:
+        tensors[WARM_NAME] = {"hidden": _saved(warm_hidden), "memory": _saved(warm_memory)}
+    else:
+        (directory / WARM_NAME).unlink(missing_ok=True)
+    for name, text in texts.items():
+        with atomic_path(directory / name) as tmp:
+            tmp.write_bytes(text.encode("utf-8"))
+    for name, state in tensors.items():
+        with atomic_path(directory / name) as tmp:
+            torch.save(state, tmp)
+    return directory
+
+
+def model_files(directory: Path) -> List[Path]:
+    """The files of the model in ``directory`` that :func:`write_manylangs` writes, those present:
+    the network config that ``config.json`` names where it is beside it, and the files of
+    :data:`MANYLANGS_FILES` and :data:`WARM_NAME`. What :func:`.serialize.bilm_to_directory`
+    removes where it writes a standard biLM over an ELMoForManyLangs one."""
+    names = [*MANYLANGS_FILES, WARM_NAME]
+    try:
+        config = json.loads((directory / CONFIG_NAME).read_bytes().decode("utf-8"))
+        config_path = config.get("config_path") if isinstance(config, dict) else None
+    except (OSError, ValueError):
+        config_path = None
+    if isinstance(config_path, str) and config_path and os.path.basename(config_path) not in (OPTIONS_NAME, WEIGHTS_NAME):
+        names.append(os.path.basename(config_path))
+    return [directory / name for name in names if (directory / name).is_file()]
+
+
+def manylangs_state_dicts(bilm: nn.Module) -> Tuple[Dict[str, Tensor], Dict[str, Tensor]]:
+    """The reference's ``token_embedder.pkl`` and ``encoder.pkl`` state dicts of ``bilm``: every
+    tensor of :func:`token_embedder_shapes` and :func:`encoder_shapes`, float32 on the CPU, each with
+    storage of its own. The LSTM weights are :func:`lstm_weights` undone: AllenNLP's gate order and
+    the forget gate's 1.0 back in the bias."""
+    encoder: ManyLangsTokenEncoder = bilm.char_cnn
+    embedder: Dict[str, Tensor] = {}
+    if encoder.word_embedding is not None:
+        embedder["word_emb_layer.embedding.weight"] = _saved(encoder.word_embedding.weight)
+    embedder["char_emb_layer.embedding.weight"] = _saved(encoder.char_embedding.weight)
+    for i, conv in enumerate(encoder.convolutions):
+        embedder[f"convolutions.{i}.weight"] = _saved(conv.weight)
+        embedder[f"convolutions.{i}.bias"] = _saved(conv.bias)
+    for k, highway in enumerate(encoder.highways):
+        embedder[f"highways._layers.{k}.weight"] = _saved(highway.linear.weight)
+        embedder[f"highways._layers.{k}.bias"] = _saved(highway.linear.bias)
+    embedder["projection.weight"] = _saved(encoder.projection.weight)
+    embedder["projection.bias"] = _saved(encoder.projection.bias)
+    lstm: Dict[str, Tensor] = {}
+    for index, layer in enumerate(bilm.lstm.layers):
+        for direction, name in enumerate(("forward", "backward")):
+            prefix = f"{name}_layer_{index}"
+            bias = _saved(layer.bias[direction])
+            cell = bias.shape[0] // 4
+            bias[2 * cell : 3 * cell] += 1.0  # TensorFlow's forget bias, added at run time here, back in the bias
+            lstm[f"{prefix}.input_linearity.weight"] = _allennlp_gate_order(_saved(layer.input_weight[direction]).T)
+            lstm[f"{prefix}.state_linearity.weight"] = _allennlp_gate_order(_saved(layer.hidden_weight[direction]).T)
+            lstm[f"{prefix}.state_linearity.bias"] = _allennlp_gate_order(bias)
+            lstm[f"{prefix}.state_projection.weight"] = _saved(layer.projection[direction]).T.contiguous()
+    return embedder, lstm
+
+
+def _saved(t: Tensor) -> Tensor:
+    """A float32 CPU copy with a storage of its own (``torch.save`` writes a view's whole storage)."""
+    return t.detach().to("cpu", torch.float32).clone(memory_format=torch.contiguous_format)
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=2) + "\n"
+
+
+def dictionary_text(entries: Dict[str, int], name: str) -> str:
+    """``char.dic`` or ``word.dic`` holding ``entries``, one ``TOKEN<TAB>ID`` line each in id order;
+    a token that would not read back as itself (as the reference and :func:`read_dictionary` read
+    it) is refused. None read from a dictionary is such a token: its line was one of these."""
+    ordered = sorted(entries.items(), key=lambda entry: (entry[1], entry[0]))
+    lines = [f"{token}\t{index}" for token, index in ordered]
+    bad = [line for line, entry in zip(lines, ordered) if len(line.splitlines()) != 1 or _dictionary_entry(line) != entry]
+    if bad:
+        raise ValueError(
+            f"elmo: {name} cannot hold the lines {bad[:3]}: a token that is empty or holds a line break, a tab or "
+            "leading whitespace does not read back as itself"
+        )
+    return "".join(line + "\n" for line in lines)
+
+
+def read_warm_state(path: Path, options: ElmoOptions, check_values: bool = True) -> Optional[Tuple[Tensor, Tensor]]:
+    """The warm start that :func:`write_manylangs` wrote to ``path`` (hidden, memory), or None without the file."""
+    if not path.exists():
+        return None
+    shapes = {
+        "hidden": (options.n_layers, 2, options.projection_dim),
+        "memory": (options.n_layers, 2, options.lstm_dim),
+    }
+    state = read_state_dict(path, shapes, check_values)
+    return state["hidden"], state["memory"]
 
 
 def read_network(directory: Path) -> ManyLangsNetwork:
@@ -355,11 +551,16 @@ def read_network(directory: Path) -> ManyLangsNetwork:
         raise ElmoFileError(f"{config_file}: no \"config_path\" naming the network config")
     name = os.path.basename(config_path)
     tried = [directory / config_path, directory / name]
+    network: Optional[ManyLangsNetwork] = None
     for path in tried:
         if path.is_file():
-            return ManyLangsNetwork.from_dict(_read_json(path), f"ELMoForManyLangs network config {path}")
-    if name in PACKAGE_CONFIGS:
-        return ManyLangsNetwork.from_dict(copy.deepcopy(PACKAGE_CONFIGS[name]), f"elmoformanylangs/configs/{name}")
+            network = ManyLangsNetwork.from_dict(_read_json(path), f"ELMoForManyLangs network config {path}")
+            break
+    if network is None and name in PACKAGE_CONFIGS:
+        network = ManyLangsNetwork.from_dict(copy.deepcopy(PACKAGE_CONFIGS[name]), f"elmoformanylangs/configs/{name}")
+    if network is not None:
+        network.name = name
+        return network
     raise ElmoFileError(
         f"{config_file} names the network config {config_path!r}, which is neither at {tried[0]}, nor at "
         f"{tried[1]}, nor one that elmoformanylangs ships ({', '.join(PACKAGE_CONFIGS)}): put it beside config.json"
@@ -377,15 +578,23 @@ def read_dictionary(path: Path) -> Dict[str, int]:
         raise ElmoFileError(f"ELMoForManyLangs dictionary {path} is not readable UTF-8 text: {err}") from err
     entries: Dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), 1):  # every Unicode line break, as codecs' readline
-        fields = line.strip().split("\t")
-        if len(fields) == 1:
-            fields.insert(0, "\u3000")  # the reference's reading of a whitespace token, stripped away
-        try:
-            token, index = fields
-            entries[token] = int(index)
-        except ValueError:
-            raise ElmoFileError(f"{path}, line {number}: expected TOKEN<TAB>ID, got {line!r}") from None
+        entry = _dictionary_entry(line)
+        if entry is None:
+            raise ElmoFileError(f"{path}, line {number}: expected TOKEN<TAB>ID, got {line!r}")
+        entries[entry[0]] = entry[1]
     return entries
+
+
+def _dictionary_entry(line: str) -> Optional[Tuple[str, int]]:
+    """(token, id) of one dictionary line as the reference reads it, or None where it fails."""
+    fields = line.strip().split("\t")
+    if len(fields) == 1:
+        fields.insert(0, "\u3000")  # the reference's reading of a whitespace token, stripped away
+    try:
+        token, index = fields
+        return token, int(index)
+    except ValueError:
+        return None
 
 
 def _check_ids(entries: Dict[str, int], rows: int, path: Path) -> None:
@@ -453,6 +662,12 @@ def _tf_gate_order(t: Tensor) -> Tensor:
     """Gate blocks (along dim 0) from AllenNLP's i, f, g, o to TensorFlow's i, g (j), f, o."""
     i, f, g, o = t.chunk(4, dim=0)
     return torch.cat([i, g, f, o])
+
+
+def _allennlp_gate_order(t: Tensor) -> Tensor:
+    """Gate blocks (along dim 0) from TensorFlow's i, g (j), f, o back to AllenNLP's i, f, g, o."""
+    i, g, f, o = t.chunk(4, dim=0)
+    return torch.cat([i, f, g, o])
 
 
 def _load_token_encoder(encoder: ManyLangsTokenEncoder, state: Dict[str, Tensor]) -> None:
@@ -541,3 +756,8 @@ def _key(section: Dict[str, Any], key: str, source: str, name: str) -> Any:
 def _clip(value: Any) -> float:
     """A clip value: the reference clips only where it is truthy (not 0, not null)."""
     return float(value) if value else math.inf
+
+
+def _clip_value(clip: float) -> float:
+    """The inverse of :func:`_clip`: infinity (no clipping) is 0."""
+    return 0 if math.isinf(clip) else clip

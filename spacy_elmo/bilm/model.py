@@ -185,14 +185,16 @@ class BiLM(nn.Module):
     @classmethod
     def from_pretrained(cls, name_or_url_or_dir: str, **settings: Any) -> "BiLM":
         """Load a published biLM by registry name (``"original-5.5b"``; ``spacy-elmo models`` lists
-        them), an http(s) URL of a directory holding ``options.json`` and ``weights.hdf5``, or a
-        local directory. A name or URL is downloaded into the cache once, then read from there
-        with no network access (see :mod:`spacy_elmo.pretrained.cache`).
+        them), an http(s) URL of a directory holding ``options.json`` and ``weights.hdf5`` or of an
+        archive (zip, tar.gz, tar.bz2) holding a model, or a local directory. A name or URL is
+        downloaded into the cache once (an archive extracted there), then read from there with no
+        network access (see :mod:`spacy_elmo.pretrained.cache`).
 
         ``settings``: keyword arguments of the constructor (see :class:`BiLMSettings`).
 
         A local directory in ELMoForManyLangs' layout (``config.json``, ``char.dic``, ``word.dic``,
-        ``token_embedder.pkl``, ``encoder.pkl``) is read as such (see :mod:`.manylangs`).
+        ``token_embedder.pkl``, ``encoder.pkl``) is read as such (see :mod:`.manylangs`), and so is
+        such a model extracted from an archive (the ``manylangs-*`` names).
 
         The weights are read once, straight into the parameters (:func:`.files.load_files`): on
         a download, the load that checks the new files is the model returned; from the cache,
@@ -212,6 +214,10 @@ class BiLM(nn.Module):
             lambda options_file, weight_file, check_values: load_files(
                 cls, options_file, weight_file, check_values, **settings
             ),
+            # a name or URL of an archive holding an ELMoForManyLangs model, extracted in the cache
+            load_directory=lambda model_dir, check_values: load_manylangs(
+                cls, model_dir, check_values=check_values, **settings
+            ),
         )
 
     def to_files(self, options_file: PathLike, weight_file: PathLike) -> None:
@@ -220,7 +226,8 @@ class BiLM(nn.Module):
             raise ValueError(
                 "elmo: this biLM's token encoder (an ELMoForManyLangs model's character vocabulary and word "
                 "embedding) does not fit the standard options.json + weights.hdf5 layout, so it cannot be "
-                "written there; load it from its own directory instead"
+                "written there; write it in its own layout with spacy_elmo.bilm.manylangs.write_manylangs(bilm, "
+                "directory) (nlp.to_disk does so), which BiLM.from_pretrained(directory) reads back"
             )
         write_files(self, options_file, weight_file)
 

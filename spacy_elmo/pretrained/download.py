@@ -102,6 +102,9 @@ def _attempt(url: str, part: Path, offset: int, expected_bytes: Optional[int], b
     try:
         response = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_SECONDS)
     except urllib.error.HTTPError as err:
+        if err.code == 416 and offset and err.headers.get("Content-Range", "").strip() == f"bytes */{offset}":
+            err.close()  # the part file already holds the whole file (an earlier run stopped after the transfer)
+            return
         _raise_for_status(url, err, offset, part)
     except urllib.error.URLError as err:
         if isinstance(err.reason, ssl.SSLCertVerificationError):  # the same answer however often asked

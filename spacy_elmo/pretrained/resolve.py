@@ -1,45 +1,62 @@
 """One way to name a biLM everywhere: a registry NAME, a URL, or a local DIRECTORY.
 
-- NAME: an entry of :mod:`.registry` (``original-5.5b``, ``pubmed``, the bundled ``en`` ...):
-  downloaded once into the cache (:mod:`.cache`), or read from the package for a bundled one.
+- NAME: an entry of :mod:`.registry` (``original-5.5b``, ``pubmed``, ``manylangs-de``, the bundled
+  ``en`` ...): downloaded once into the cache (:mod:`.cache`), two files or an archive extracted
+  there, or read from the package for a bundled one. An entry whose URL is not established is a
+  clear error saying how to add it (:func:`.registry.unconfirmed_message`).
 - URL (``https://``, ``http://``): a directory on a web server holding ``options.json`` and
-  ``weights.hdf5`` (a mirror, a private host), cached like a name. ``file://`` is a local path.
+  ``weights.hdf5`` (a mirror, a private host), or an archive (``.zip``, ``.tar.gz``, ``.tgz``,
+  ``.tar.bz2``) holding a model, cached like a name. ``file://`` is a local path.
 - DIRECTORY: ``options.json`` + ``weights.hdf5``, or one ``*options*.json`` and one
-  ``*weights*.hdf5`` as AllenNLP names them; or an ELMoForManyLangs model (``config.json``,
+  ``*weights*.hdf5`` (or only one ``*.hdf5``) as AllenNLP and the NLPL repository name them; or an ELMoForManyLangs model (``config.json``,
   ``char.dic``, ``word.dic``, ``token_embedder.pkl``, ``encoder.pkl``: :func:`manylangs_directory`,
   loaded by ``BiLM.from_pretrained``). A registry name wins over a directory of the same
   name: write ``./small`` for the directory.
 
 Separate ``options_file`` / ``weight_file`` may each be a path or a URL (:func:`resolve_files`).
 ``check`` loads a downloaded pair before it is kept (``BiLM.from_files``: see :mod:`.cache`);
-:func:`load_pretrained` returns that load rather than reading the weights a second time.
+:func:`load_pretrained` returns that load rather than reading the weights a second time. An
+archive's model is checked the same way when it is in the standard layout, and with
+``check_directory`` / ``load_directory`` (an ELMoForManyLangs directory's loader, which this
+package, below :mod:`spacy_elmo.bilm`, cannot import) when it is in ELMoForManyLangs' layout.
 """
 
+import contextlib
 import hashlib
 import re
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple, TypeVar
+from typing import Callable, Iterator, List, Optional, Tuple, TypeVar, Union
 
 from . import PRETRAINED, pretrained_files
 from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, standard_files
-from .cache import Check, Source, cache_root, fetch
-from .registry import PublishedModel, find_model, registered_models
+from .cache import ArchiveSource, Check, OfflineError, Source, cache_root, fetch, fetch_archive
+from .download import DownloadError
+from .layout import STANDARD, is_manylangs_directory, standard_pair
+from .registry import PublishedModel, find_model, registered_models, unconfirmed_message
 
 REMOTE_SCHEMES = ("http", "https")
-
-# An ELMoForManyLangs model's directory (HIT-SCIR's layout, read by spacy_elmo.bilm.manylangs): its
-# config.json names the network config; char.dic, word.dic and the two PyTorch state dicts.
-MANYLANGS_FILES = ("config.json", "char.dic", "word.dic", "token_embedder.pkl", "encoder.pkl")
+# What a URL of an archive ends with (anything else is a directory of two files).
+ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".tar")
 
 Loaded = TypeVar("Loaded")
 # Loads (options.json, weights.hdf5); the flag says whether to check the weights' values (NaN,
 # infinities): False for a cached pair unchanged since its check.
 Load = Callable[[Path, Path, bool], Loaded]
+# Loads an ELMoForManyLangs model directory, with the same flag.
+LoadDirectory = Callable[[Path, bool], Loaded]
+# Checks an ELMoForManyLangs model directory (loads it, or raises ValueError).
+CheckDirectory = Callable[[Path], object]
 
 
-def load_pretrained(spec: str, load: "Load[Loaded]", progress: bool = True) -> Loaded:
+class UnconfirmedError(ValueError):
+    """A registry entry whose download URL is not established: the message says how to add it."""
+
+
+def load_pretrained(
+    spec: str, load: "Load[Loaded]", progress: bool = True, load_directory: "Optional[LoadDirectory[Loaded]]" = None
+) -> Loaded:
     """``load(options, weights, check_values)`` of the biLM that ``spec`` (NAME, URL or DIRECTORY)
     names, its weights read once.
 
@@ -53,21 +70,43 @@ def load_pretrained(spec: str, load: "Load[Loaded]", progress: bool = True) -> L
     if source is None:
         return load(*(pretrained_files(spec) if spec in PRETRAINED else directory_files(spec)), True)
     checked: List[Loaded] = []
+    if isinstance(source, ArchiveSource):
+
+        def check_model(directory: Path, kind: str) -> Loaded:
+            checked.append(_load_model_directory(directory, kind, load, load_directory, True))
+            return checked[-1]
+
+        with _noted(spec):
+            directory, kind = fetch_archive(source, check_model, progress=progress)
+        return checked[-1] if checked else _load_model_directory(directory, kind, load, load_directory, False)
 
     def check(options_file: Path, weight_file: Path) -> Loaded:
         checked.append(load(options_file, weight_file, True))
         return checked[-1]
 
-    files = fetch(source, check, progress=progress)
+    with _noted(spec):
+        files = fetch(source, check, progress=progress)
     return checked[-1] if checked else load(*files, False)
 
 
-def resolve_pretrained(spec: str, check: Check, progress: bool = True) -> Tuple[Path, Path]:
+def resolve_pretrained(
+    spec: str, check: Check, progress: bool = True, check_directory: Optional[CheckDirectory] = None
+) -> Tuple[Path, Path]:
     """``(options.json, weights.hdf5)`` of the biLM that ``spec`` (NAME, URL or DIRECTORY) names,
-    downloading it into the cache the first time."""
+    downloading it into the cache the first time. An archive holding an ELMoForManyLangs model
+    (which has no such files) is an error, once cached where ``check_directory`` is given."""
     source = source_for(spec)
+    if isinstance(source, ArchiveSource):
+        with _noted(spec):
+            directory, kind = fetch_archive(source, _model_check(check, check_directory), progress=progress)
+        if kind != STANDARD:
+            raise ValueError(_no_standard_files(spec, directory))
+        pair = standard_pair(directory)
+        assert pair is not None  # found so at extraction
+        return pair
     if source is not None:
-        return fetch(source, check, progress=progress)
+        with _noted(spec):
+            return fetch(source, check, progress=progress)
     if spec in PRETRAINED:
         return pretrained_files(spec)
     return directory_files(spec)
@@ -88,27 +127,95 @@ def resolve_files(options_file: str, weight_file: str, check: Check, progress: b
 
 
 def download_pretrained(
-    spec: str, check: Check, force: bool = False, progress: bool = True, verify: bool = False
-) -> Tuple[Path, Path]:
+    spec: str, check: Check, force: bool = False, progress: bool = True, verify: bool = False,
+    check_directory: Optional[CheckDirectory] = None,
+) -> Tuple[Path, ...]:
     """Fetch NAME or URL into the cache ahead of use (``force``: again, whatever is cached;
-    ``verify``: check a cached copy's sha256 against its record, reading both files)."""
+    ``verify``: check a cached copy's sha256 against its record, reading every file). Returns
+    ``(options.json, weights.hdf5)``, or ``(model directory,)`` for an archive."""
     source = source_for(spec)
     if source is None:
         where = "ships inside the package" if spec in PRETRAINED else "is not a registry name or an http(s) URL"
         raise ValueError(f"nothing to download: {spec!r} {where}. `spacy-elmo models` lists the names")
-    return fetch(source, check, force=force, progress=progress, verify=verify)
+    with _noted(spec):
+        if isinstance(source, ArchiveSource):
+            check_model = _model_check(check, check_directory)
+            return (fetch_archive(source, check_model, force=force, progress=progress, verify=verify)[0],)
+        return fetch(source, check, force=force, progress=progress, verify=verify)
 
 
-def source_for(spec: str) -> Optional[Source]:
-    """Where NAME or URL is downloaded from and cached; None for a bundled biLM or a directory."""
+@contextlib.contextmanager
+def _noted(spec: str) -> Iterator[None]:
+    """A download error of a registry entry that has a ``note`` (what is not established about
+    it, e.g. an inferred URL) ends with that note."""
+    try:
+        yield
+    except OfflineError:
+        raise
+    except DownloadError as err:
+        model = find_model(spec)
+        if model is None or not model.note:
+            raise
+        raise DownloadError(f"{err}. Note on {spec!r}: {model.note}") from err
+
+
+def _model_check(check: Check, check_directory: Optional[CheckDirectory]) -> Callable[[Path, str], object]:
+    """The check of an archive's model directory: ``check`` of its pair, or ``check_directory``."""
+
+    def check_model(directory: Path, kind: str) -> object:
+        if kind == STANDARD:
+            pair = standard_pair(directory)
+            assert pair is not None
+            return check(*pair)
+        if check_directory is None:
+            raise ValueError(_no_standard_files(str(directory), directory))
+        return check_directory(directory)
+
+    return check_model
+
+
+def _load_model_directory(
+    directory: Path, kind: str, load: "Load[Loaded]", load_directory: "Optional[LoadDirectory[Loaded]]",
+    check_values: bool,
+) -> Loaded:
+    if kind == STANDARD:
+        pair = standard_pair(directory)
+        if pair is None:
+            raise ValueError(f"elmo: {directory} no longer holds options.json + weights.hdf5")
+        return load(*pair, check_values)
+    if load_directory is None:
+        raise ValueError(_no_standard_files(str(directory), directory))
+    return load_directory(directory, check_values)
+
+
+def _no_standard_files(spec: str, directory: Path) -> str:
+    return (
+        f"elmo: {spec} is an ELMoForManyLangs model ({directory}), which has no options.json + weights.hdf5: "
+        "load it with BiLM.from_pretrained or pretrained = NAME in the elmo component; commands that need "
+        "the two standard files (pretrain --init-from-model, embed --model) cannot use it"
+    )
+
+
+def source_for(spec: str) -> Optional[Union[Source, ArchiveSource]]:
+    """Where NAME or URL is downloaded from and cached; None for a bundled biLM or a directory.
+
+    Raises :class:`UnconfirmedError` for a registry entry whose URL is not established.
+    """
     model = find_model(spec)
+    if model is not None and model.unconfirmed:
+        raise UnconfirmedError(f"elmo: {unconfirmed_message(model)}")
     if model is not None and not model.bundled:
         return named_source(model)
     if model is None and is_remote(spec):
-        if re.search(r"\.(json|hdf5|h5)$", urllib.parse.urlsplit(spec).path):
+        path = urllib.parse.urlsplit(spec).path
+        if path.lower().endswith(ARCHIVE_SUFFIXES):
+            directory = _url_directory(spec)
+            return ArchiveSource(spec, spec, directory, f"run `spacy-elmo download {spec} --force`")
+        if re.search(r"\.(json|hdf5|h5)$", path):
             raise ValueError(
                 f"pretrained = {spec!r} names one file; a URL there is a directory holding options.json and "
-                "weights.hdf5. For two files elsewhere, set options_file and weight_file to their URLs"
+                "weights.hdf5, or an archive (.zip, .tar.gz, .tar.bz2). For two files elsewhere, set options_file "
+                "and weight_file to their URLs"
             )
         base = spec.rstrip("/")
         directory = _url_directory(base)
@@ -116,19 +223,19 @@ def source_for(spec: str) -> Optional[Source]:
     return None
 
 
-def named_source(model: PublishedModel) -> Source:
-    """The download of a registry entry, cached under its name."""
-    assert model.options_url is not None and model.weights_url is not None
+def named_source(model: PublishedModel) -> Union[Source, ArchiveSource]:
+    """The download of a registry entry (an archive, or two files), cached under its name."""
+    fix = f"run `spacy-elmo download {model.name} --force`"
+    if model.archive_url is not None:
+        return ArchiveSource(
+            model.name, model.archive_url, cache_root() / model.name, fix, model.archive_bytes, model.archive_sha256
+        )
+    assert model.options_url is not None and model.weights_url is not None, model.name
     return Source(
-        model.name, model.options_url, model.weights_url, cache_root() / model.name,
-        f"run `spacy-elmo download {model.name} --force`", model.weights_bytes, model.weights_sha256,
+        model.name, model.options_url, model.weights_url, cache_root() / model.name, fix, model.weights_bytes,
+        model.weights_sha256, model.alternate_options_url, model.alternate_weights_url, model.options_md5,
+        model.weights_md5, model.weights_sha1,
     )
-
-
-def is_manylangs_directory(directory: Path) -> bool:
-    """Whether ``directory`` holds an ELMoForManyLangs model: two of its files at least (one
-    ``config.json`` is any tool's); the load then names each one that is missing."""
-    return sum((directory / name).is_file() for name in MANYLANGS_FILES) >= 2
 
 
 def manylangs_directory(spec: str) -> Optional[Path]:
@@ -151,12 +258,10 @@ def directory_files(spec: str) -> Tuple[Path, Path]:
             f"elmo: no biLM {spec!r}: it is not a registered name ({names}), an http(s):// or file:// URL, or "
             "a directory holding options.json and weights.hdf5. `spacy-elmo models` lists the names"
         )
-    standard = standard_files(directory)
-    if all(path.is_file() for path in standard):
-        return standard
-    options, weights = sorted(directory.glob("*options*.json")), sorted(directory.glob("*weights*.hdf5"))
-    if len(options) == 1 and len(weights) == 1:
-        return options[0], weights[0]
+    pair = standard_pair(directory)
+    if pair is not None:
+        return pair
+    options, weights = sorted(directory.glob("*options*.json")), sorted(directory.glob("*.hdf5"))
     if is_manylangs_directory(directory):
         raise ValueError(
             f"elmo: {directory} holds an ELMoForManyLangs model, which has no options.json + weights.hdf5: "

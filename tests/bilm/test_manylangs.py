@@ -7,26 +7,36 @@ starts from zero as ours does. Tests that need no reference build the directory 
 state-dict layout alone.
 """
 
+import copy
 import json
 import logging
 import math
+import shutil
 from pathlib import Path
 
 import numpy
 import pytest
+import srsly
 import torch
 
 from spacy_elmo import BiLM, ElmoFileError
 from spacy_elmo.bilm.manylangs import (
     PACKAGE_CONFIGS,
+    WARM_NAME,
+    ManyLangsNetwork,
     ManyLangsTokenEncoder,
     Vocabulary,
+    dictionary_text,
+    is_manylangs,
     read_dictionary,
     read_network,
+    write_manylangs,
 )
 from spacy_elmo.bilm.model import SENTENCE_END, SENTENCE_START
+from spacy_elmo.bilm.serialize import bilm_from_bytes, bilm_from_directory, bilm_to_bytes, bilm_to_directory
 from spacy_elmo.pretrained.resolve import directory_files, manylangs_directory
 
+from ..helpers import write_bilm_files
 from .helpers import SENTENCES, network, options_of, write_random_model, write_reference_model
 
 TOLERANCE = 1e-5
@@ -296,3 +306,138 @@ def test_a_dictionary_without_a_special_entry_is_refused(tmp_path) -> None:
     (directory / "char.dic").write_text("".join(line for line in lines if not line.startswith("<bos>")), encoding="utf8")
     with pytest.raises(ElmoFileError, match="char.dic has no entry '<bos>'"):
         BiLM.from_pretrained(str(directory))
+
+
+# ---------------------------------------------------------------- writing the native layout
+def assert_same_layers(ours, theirs, tolerance: float = 1e-6) -> None:
+    assert len(ours) == len(theirs)
+    for mine, other in zip(ours, theirs):
+        numpy.testing.assert_allclose(mine, other, rtol=0, atol=tolerance)
+
+
+@pytest.mark.parametrize("name", ["full", "plain"])
+def test_the_reference_reads_the_directory_we_write(reference, tmp_path, name) -> None:
+    """write_manylangs writes the reference's own format: its Embedder, given only our directory
+    (the original is gone), gives our layers on a first batch, as it does for its own files."""
+    original = write_reference_model(tmp_path / "original", name, seed=5)
+    bilm = BiLM.from_pretrained(str(original))
+    ours = bilm.embed_sentences(SENTENCES)
+    written = write_manylangs(bilm, tmp_path / "written")
+    shutil.rmtree(original)
+    assert_layers_equal(ours, reference_layers(reference, written, SENTENCES))
+
+
+def test_the_reference_reads_a_directory_with_a_warm_start(reference, tmp_path) -> None:
+    """The warm start is a file of spacy-elmo's own, beside the reference's, which ignores it."""
+    bilm = BiLM.from_pretrained(str(write_reference_model(tmp_path / "original", "full")))
+    bilm.warm_up([["the", "中文"], ["любовь"]])
+    written = write_manylangs(bilm, tmp_path / "written")
+    assert (written / WARM_NAME).is_file()
+    bilm.state_mode = "zero"
+    assert_layers_equal(bilm.embed_sentences(SENTENCES[:3]), reference_layers(reference, written, SENTENCES[:3]))
+
+
+@pytest.mark.parametrize("name", ["full", "plain"])
+def test_written_directory_reads_back_the_same(tmp_path, name) -> None:
+    """Every file read back as it was read: dictionaries, network config, config.json's other keys,
+    the token embedder's tensors exactly, the LSTM's up to the rounding of the forget bias's 1.0."""
+    original = write_random_model(tmp_path / "original", name)
+    config = json.loads((original / "config.json").read_text())
+    config["config_path"] = "/home/authors/models/net.json"  # as the published models name it
+    (original / "config.json").write_text(json.dumps(config))
+    bilm = BiLM.from_pretrained(str(original))
+    written = write_manylangs(bilm, tmp_path / "written")
+    expected = {"config.json", "net.json", "char.dic", "token_embedder.pkl", "encoder.pkl"}
+    assert {p.name for p in written.iterdir()} == expected | ({"word.dic"} if name == "full" else set())
+    assert json.loads((written / "config.json").read_text()) == {**config, "config_path": "net.json"}
+    assert json.loads((written / "net.json").read_text()) == network(name)
+    for dictionary in ("char.dic", "word.dic")[: 2 if name == "full" else 1]:
+        assert read_dictionary(written / dictionary) == read_dictionary(original / dictionary)
+    for file, exact in (("token_embedder.pkl", True), ("encoder.pkl", False)):
+        before = torch.load(original / file, weights_only=True)
+        after = torch.load(written / file, weights_only=True)
+        assert list(after) == list(before) if exact else set(after) == set(before)
+        for key, tensor in before.items():
+            assert after[key].dtype == torch.float32 and after[key].shape == tensor.shape
+            assert after[key].untyped_storage().nbytes() == tensor.numel() * 4  # no other tensor's storage
+            if exact:
+                assert torch.equal(after[key], tensor), key
+            else:
+                torch.testing.assert_close(after[key], tensor, rtol=0, atol=1e-6)
+    shutil.rmtree(original)  # the written directory needs nothing else
+    again = BiLM.from_pretrained(str(written))
+    assert_same_layers(again.embed_sentences(SENTENCES), bilm.embed_sentences(SENTENCES))
+
+
+def test_a_warm_start_is_written_and_read(tmp_path) -> None:
+    bilm = BiLM.from_pretrained(str(write_random_model(tmp_path / "original")), state="warm")
+    bilm.warm_up([["the", "中文"], ["любовь", "x"]])
+    written = write_manylangs(bilm, tmp_path / "written")
+    again = BiLM.from_pretrained(str(written), state="warm")
+    assert torch.equal(again.warm_hidden, bilm.warm_hidden) and torch.equal(again.warm_memory, bilm.warm_memory)
+    assert_same_layers(again.embed_sentences(SENTENCES), bilm.embed_sentences(SENTENCES))
+    bilm.warm_hidden = bilm.warm_memory = None
+    write_manylangs(bilm, written)  # rewritten without one: the old warm start goes
+    assert not (written / WARM_NAME).exists()
+    assert BiLM.from_pretrained(str(written)).warm_hidden is None
+
+
+def test_the_network_config_gets_a_name_of_its_own_where_it_must() -> None:
+    net = ManyLangsNetwork.from_dict(network("full"), "test")
+    for name, written in [(None, "network.json"), ("cnn_50_100_512_4096_sample.json", "cnn_50_100_512_4096_sample.json"),
+                          ("options.json", "network.json"), ("char.dic", "network.json"), ("a\\b.json", "network.json"),
+                          (".hidden.json", "network.json")]:
+        net.name = name
+        assert net.file_name() == written
+    # Without the config as read (a network made from sizes), one in the reference's format is made.
+    made = ManyLangsNetwork(options_of("plain"), 0).to_dict()
+    assert ManyLangsNetwork.from_dict(made, "made").options == options_of("plain")
+    assert made["encoder"]["cell_clip"] == 0 and made["dropout"] == PACKAGE_CONFIGS["cnn_50_100_512_4096_sample.json"]["dropout"]
+
+
+def test_a_token_that_would_not_read_back_is_refused(tmp_path) -> None:
+    entries = {"<pad>": 0, "\u3000": 1, "中": 2, "😀": 3}  # U+3000: the reference's reading of a whitespace token
+    (tmp_path / "char.dic").write_text(dictionary_text(entries, "char.dic"), encoding="utf8")
+    assert read_dictionary(tmp_path / "char.dic") == entries
+    for token in ["a\tb", "a\nb", "a\u2028b", " a", ""]:  # "b " is fine: the tab follows it
+        with pytest.raises(ValueError, match="does not read back"):
+            dictionary_text({"<pad>": 0, token: 1}, "word.dic")
+
+
+def test_only_a_manylangs_bilm_is_written_so(tmp_path, bilm_files) -> None:
+    with pytest.raises(ValueError, match="BiLM.to_files"):
+        write_manylangs(BiLM.from_files(*bilm_files), tmp_path / "written")
+
+
+@pytest.mark.parametrize("how", ["bytes", "deepcopy", "directory"])
+def test_serialized_and_copied_it_gives_the_same_layers(tmp_path, bilm_files, how) -> None:
+    """bilm_to_bytes (what thinc's shim and nlp.to_bytes use), a deep copy, and a saved pipeline's
+    bilm/ folder (bilm_to_directory); the settings and the warm start go too."""
+    bilm = BiLM.from_pretrained(str(write_random_model(tmp_path / "original")), cache_size=7, max_batch_tokens=9)
+    bilm.warm_up([["the"]])
+    if how == "bytes":
+        data = bilm_to_bytes(bilm)
+        assert srsly.msgpack_loads(data)["format"] == "elmoformanylangs"
+        shutil.rmtree(tmp_path / "original")
+        copied = bilm_from_bytes(data)
+    elif how == "deepcopy":
+        copied = copy.deepcopy(bilm)
+    else:
+        standard = write_bilm_files(tmp_path / "bilm")  # what an earlier save of a standard biLM left there
+        bilm_to_directory(bilm, tmp_path / "bilm")
+        assert not any(path.exists() for path in standard)
+        shutil.rmtree(tmp_path / "original")
+        copied = bilm_from_directory(tmp_path / "bilm", bilm.settings.to_dict())
+    assert is_manylangs(copied) and copied.settings == bilm.settings
+    assert torch.equal(copied.warm_hidden, bilm.warm_hidden)
+    assert_same_layers(copied.embed_sentences(SENTENCES), bilm.embed_sentences(SENTENCES))
+    if how == "directory":  # a standard biLM saved over it: the files of the other layout go
+        bilm_to_directory(BiLM.from_files(*bilm_files), tmp_path / "bilm")
+        assert {path.name for path in (tmp_path / "bilm").iterdir()} == {"options.json", "weights.hdf5"}
+        assert not is_manylangs(bilm_from_directory(tmp_path / "bilm"))
+
+
+def test_bytes_of_a_standard_bilm_keep_their_layout(bilm_files) -> None:
+    """Bytes written before (options + weights) still load: a standard biLM is written as it was."""
+    msg = srsly.msgpack_loads(bilm_to_bytes(BiLM.from_files(*bilm_files)))
+    assert set(msg) == {"options", "weights", "settings"}

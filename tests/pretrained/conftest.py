@@ -69,6 +69,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         body = HTML if fault == "html_body" else host.files[self.path]
         start = int(self.headers["Range"][len("bytes="):].rstrip("-")) if self.headers.get("Range") else 0
+        if start and start >= len(body):  # as real hosts answer a range past the end
+            self._send(416, b"", {"Content-Range": f"bytes */{len(body)}"})
+            return
         headers = {"Content-Type": "application/octet-stream"}
         if start:
             headers["Content-Range"] = f"bytes {start}-{len(body) - 1}/{len(body)}"

@@ -29,8 +29,9 @@ def test_models_lists_the_published_biLMs_and_what_is_cached(registry, host, cac
 
 
 def test_the_builtin_registry_names_no_unverified_checksum():
-    assert all(model.weights_sha256 is None for model in BUILTIN.values())
-    assert all(model.options_url and model.weights_url for name, model in BUILTIN.items() if name != "en")
+    assert all(model.weights_sha256 is None and model.archive_sha256 is None for model in BUILTIN.values())
+    for name, model in BUILTIN.items():  # each entry: two files, an archive, or a page and a note saying what is missing
+        assert name == "en" or (model.options_url and model.weights_url) or model.archive_url or (model.page and model.note)
 
 
 def test_download_fetches_ahead_and_force_fetches_again(registry, host, cache):
