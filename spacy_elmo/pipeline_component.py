@@ -27,6 +27,7 @@ from thinc.types import Floats1d, Floats3d
 from . import architectures  # noqa: F401  (registers the architectures named in DEFAULT_MODEL)
 from .layers import ElmoBiLMSettings, ElmoListener, get_bilm, set_bilm
 from .layers.arrays import no_backprop
+from .layers.language import choose_pretrained
 from .bilm.serialize import bilm_from_bytes, bilm_from_directory, bilm_to_bytes, bilm_to_directory
 from .layers.listener import FEATURES_ATTR, UNREAD_ATTR
 from .threads import Threads, check_threads, torch_threads
@@ -89,7 +90,14 @@ def make_elmo(
     leaves other busy processes their cores (see :mod:`spacy_elmo.threads`).
     ``features``: a store written by ``spacy-elmo embed`` (Parquet directory or .hdf5 file) of the
     same biLM; biLM inputs found there take their layers from it, the others are computed.
+
+    ``model.pretrained = "default"`` is the biLM bundled for ``nlp.lang`` (see
+    :mod:`spacy_elmo.layers.language`): an error for a language with none bundled.
     """
+    if "pretrained" in model.attrs:  # the ElmoBiLM layer (another architecture may stand in its place)
+        model.attrs["pretrained"] = choose_pretrained(
+            model.attrs["pretrained"], model.attrs["options_file"] is not None, nlp.lang
+        )
     return Elmo(
         nlp.vocab,
         model,

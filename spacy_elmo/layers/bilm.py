@@ -5,14 +5,6 @@ thinc's current ops and applies the mixed-precision and grad-scaler settings. Th
 made lazily, in ``model.initialize()`` (from standard files, or fresh of the configured sizes) or
 when weights are deserialized, so a config that names weight files reads them exactly once and
 a saved pipeline never goes back to them.
-
-The language check: a biLM loaded in ``initialize`` whose language is known (a registry name:
-the bundled ``en`` is English) is compared once with the pipeline's language, and a biLM of
-another language gives one :class:`UserWarning` naming both and the models published for the
-pipeline's (a German pipeline silently given the English default was the case to catch). The
-pipeline's language is the ``pipeline_lang`` attr when the component sets it before
-``initialize``, else that of the first docs the layer sees; multi-language (``xx``) pipelines,
-biLMs of unknown language (files, directories, URLs) and loaded pipelines are not checked.
 """
 
 import copy
@@ -28,12 +20,12 @@ from thinc.api import (
 from thinc.types import Floats3d, FloatsXd
 
 from ..bilm import BiLM, ElmoOptions
-from ..pretrained.registry import find_model, language_name, models_for_language, same_language
 from ..pretrained.resolve import resolve_files
 from .arrays import no_backprop, split_by_lengths
 from ..bilm.serialize import bilm_from_bytes, bilm_to_bytes
 from .bilm_settings import ElmoBiLMSettings
 from .feature_cache import FeatureCache
+from .language import BUNDLED, DEFAULT_PRETRAINED
 from .segmentation import SKIPPED, SegmentPlan, plan_segments
 
 
@@ -54,70 +46,6 @@ UNTRAINED_WARNING = (
     "with nlp.add_pipe('elmo', config={'model': {'pretrained': NAME_URL_OR_DIRECTORY}}) (names: "
     "`spacy-elmo models`) or the same key under [components.elmo.model] in config.cfg."
 )
-
-
-# The attr the component may set to the pipeline's language (nlp.lang) before initialize, so that
-# the language check runs there rather than on the first docs.
-PIPELINE_LANG_ATTR = "pipeline_lang"
-LANGUAGE_CHECK_ATTR = "language_check"
-MULTI_LANGUAGE = "xx"
-
-
-class LanguageCheck:
-    """The language of the biLM that ``initialize`` loaded, compared once with the pipeline's.
-
-    Not serialized (thinc skips an attr that msgpack cannot write), so a loaded pipeline, which
-    was checked when it was made, is not checked again.
-    """
-
-    def __init__(self, spec: str, language: str) -> None:
-        self.spec = spec
-        self.language = language
-        self.pending = True
-
-    def run(self, pipeline_lang: str) -> None:
-        """Warn, the first time only, when ``pipeline_lang`` is not the biLM's language."""
-        if not self.pending or not pipeline_lang:
-            return
-        self.pending = False
-        if pipeline_lang == MULTI_LANGUAGE or same_language(pipeline_lang, self.language):
-            return
-        warnings.warn(language_warning(pipeline_lang, self.spec, self.language), UserWarning, stacklevel=4)
-
-
-def language_warning(pipeline_lang: str, spec: str, bilm_lang: str) -> str:
-    """The warning for a biLM of language ``bilm_lang`` in a pipeline of ``pipeline_lang``."""
-    names = list(models_for_language(pipeline_lang))
-    if names:
-        shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
-        choice = f"the biLMs published for it are {shown} (`spacy-elmo models --lang {pipeline_lang}`)"
-    else:
-        choice = (
-            f"none is published (`spacy-elmo models --lang {pipeline_lang}` lists none): train one on your "
-            "text with `spacy-elmo pretrain`, or give your own files"
-        )
-    return (
-        f"spacy_elmo: the 'elmo' component of this {language_name(pipeline_lang)} pipeline uses the biLM {spec!r}, "
-        f"which is {language_name(bilm_lang)}: its vectors describe {language_name(bilm_lang)} text. For "
-        f"{language_name(pipeline_lang)}, {choice}; set one with nlp.add_pipe('elmo', config={{'model': "
-        "{'pretrained': NAME}}) or pretrained = NAME under [components.elmo.model]. A multi-language "
-        "pipeline (spacy.blank('xx')) is not checked."
-    )
-
-
-def check_language(model: Model, pipeline_lang: str) -> None:
-    """Run the layer's pending language check against ``pipeline_lang`` (see the module's docstring)."""
-    check = model.attrs.get(LANGUAGE_CHECK_ATTR)
-    if isinstance(check, LanguageCheck):
-        check.run(pipeline_lang)
-
-
-def bilm_language(pretrained: Optional[str]) -> Optional[str]:
-    """The language of the biLM ``pretrained`` names, where the registry says it; else None."""
-    if pretrained is None:
-        return None
-    entry = find_model(pretrained)
-    return entry.language or None if entry is not None else None
 
 
 class BiLMShim(PyTorchShim):
@@ -193,7 +121,6 @@ def ElmoBiLMLayer(settings: ElmoBiLMSettings) -> Model[List[Doc], List[Floats3d]
             "feature_cache": FeatureCache(int(settings.feature_cache_mb * 2**20)),
             "replace_listener": lambda copied_model: copied_model,
             "replace_listener_cfg": replace_listener_cfg,
-            LANGUAGE_CHECK_ATTR: None,
         },
     )
 
@@ -235,18 +162,15 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[object] = None
         bilm = BiLM.from_files(*files, **settings)
         check_sizes(sizes, bilm.options, str(files[0]))
     elif model.attrs["pretrained"] is not None:  # downloaded if need be, its weights read once
-        bilm = BiLM.from_pretrained(model.attrs["pretrained"], **settings)
-        check_sizes(sizes, bilm.options, model.attrs["pretrained"])
-        language = bilm_language(model.attrs["pretrained"])
-        if language is not None:
-            model.attrs[LANGUAGE_CHECK_ATTR] = LanguageCheck(model.attrs["pretrained"], language)
+        # "default" is resolved by the elmo component for its pipeline's language; a layer built
+        # on its own knows no language and takes the bundled English biLM
+        spec = BUNDLED["en"] if model.attrs["pretrained"] == DEFAULT_PRETRAINED else model.attrs["pretrained"]
+        bilm = BiLM.from_pretrained(spec, **settings)
+        check_sizes(sizes, bilm.options, spec)
     else:
         warnings.warn(UNTRAINED_WARNING, UserWarning, stacklevel=2)
         bilm = BiLM(ElmoOptions(**sizes), **settings)
     set_bilm(model, bilm)
-    pipeline_lang = model.attrs.get(PIPELINE_LANG_ATTR) or (getattr(X[0], "lang_", None) if X else None)
-    if pipeline_lang:
-        check_language(model, pipeline_lang)
 
 
 def check_sizes(sizes: Dict[str, Any], options: ElmoOptions, options_file: str) -> None:
@@ -261,8 +185,6 @@ def check_sizes(sizes: Dict[str, Any], options: ElmoOptions, options_file: str) 
 
 
 def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
-    if docs and model.attrs.get(LANGUAGE_CHECK_ATTR) is not None:
-        check_language(model, docs[0].lang_)
     plan = plan_segments(docs, model.attrs["window"], model.attrs["overlap"])
     if not is_train or model.attrs["freeze"]:
         cache = model.attrs["feature_cache"]

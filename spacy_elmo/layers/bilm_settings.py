@@ -19,6 +19,7 @@ from thinc.api import PyTorchGradScaler
 from ..bilm.model import BiLMSettings, StateMode
 from ..bilm.precision import Precision, check_precision
 from .segmentation import check_window
+from .language import DEFAULT_PRETRAINED
 
 # ElmoOptions' sizes: null in a config means "as the files say" (or the Small model's, fresh).
 SIZE_KEYS = ("lstm_dim", "projection_dim", "n_layers", "char_embedding_dim", "filters", "n_highway")
@@ -33,8 +34,9 @@ class ElmoBiLMSettings:
 
     Where the weights come from: ``options_file`` and ``weight_file`` (standard bilm-tf / AllenNLP
     files, paths or URLs) when given, else ``pretrained`` (a registry name, URL or directory, see
-    :mod:`spacy_elmo.pretrained.resolve`; default the bundled ``"en"``); with ``pretrained =
-    null`` and no files a fresh, untrained biLM is built. The sizes (``lstm_dim`` ... ``n_highway``)
+    :mod:`spacy_elmo.pretrained.resolve`; default ``"default"``: the biLM bundled for the pipeline's
+    language, English's ``"en"``, see :mod:`.language`); with ``pretrained = null`` and no files a
+    fresh, untrained biLM is built. The sizes (``lstm_dim`` ... ``n_highway``)
     are null when the files decide them; a size that is set must agree with the files, and
     shapes a fresh biLM (unset sizes there take the published Small model's, see
     :class:`~spacy_elmo.bilm.ElmoOptions`).
@@ -53,7 +55,7 @@ class ElmoBiLMSettings:
     both act on GPU only, and thinc's autocast does not reach inside the biLM.
     """
 
-    pretrained: Optional[str] = "en"
+    pretrained: Optional[str] = DEFAULT_PRETRAINED
     options_file: Optional[Path] = None
     weight_file: Optional[Path] = None
     lstm_dim: Optional[int] = None
