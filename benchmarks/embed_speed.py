@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import List, Tuple
 
 from spacy_elmo import BiLM
-from spacy_elmo.pretrained.resolve import resolve_pretrained
+from spacy_elmo.published.resolve import resolve_pretrained
 from spacy_elmo.embed import EmbedSettings, run_embed
 
 WORDS = [w.strip() for w in "the of and to a in is was for that on with as by it at from his an were are which be this has".split()]

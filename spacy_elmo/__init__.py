@@ -8,7 +8,7 @@ from importlib import import_module
 from typing import Any
 
 from .bilm import BiLM, ElmoFileError, ElmoOptions
-from .pretrained import pretrained_files
+from .published import pretrained_files
 
 __version__ = "0.1.0"
 

@@ -183,7 +183,7 @@ def copy_pretrained(
 ) -> None:
     """Copy a biLM bundled with spacy-elmo, as standard files: for configs that name files, other
     ELMo implementations, or `pretrain --init-from` to fine-tune it on your domain."""
-    from .pretrained import pretrained_files
+    from .published import pretrained_files
 
     try:
         files = pretrained_files(name)
@@ -252,7 +252,7 @@ def embed(
     """ELMo layers of every sentence of INPUT, stored in OUTPUT; rerun the same command to resume."""
     from .bilm import BiLM, ElmoFileError
     from .embed import OutputError, parse_layers, run_embed
-    from .pretrained.resolve import resolve_pretrained
+    from .published.resolve import resolve_pretrained
 
     try:
         given = dict(settings or {})
@@ -285,8 +285,8 @@ def models(
     """The published biLMs that `pretrained = NAME` and `download NAME` know, and which are cached."""
     import json
 
-    from .pretrained.registry import language_name, models_for_language, registered_models
-    from .pretrained.resolve import named_source
+    from .published.registry import language_name, models_for_language, registered_models
+    from .published.resolve import named_source
 
     try:
         registry = registered_models()
@@ -403,7 +403,7 @@ def _bench_model(model: Optional[str], size: Optional[str]) -> Tuple["BiLM", str
     import torch
 
     from .bilm import BiLM, ElmoOptions
-    from .pretrained import pretrained_files
+    from .published import pretrained_files
 
     sizes = {"original": ElmoOptions(lstm_dim=4096, projection_dim=512, n_layers=2, n_highway=2), "small": ElmoOptions()}
     if model is not None and size is not None:
@@ -434,7 +434,7 @@ def download(
     from .bilm import BiLM, ElmoFileError
     from .bilm.files import load_files
     from .bilm.manylangs import load_manylangs
-    from .pretrained.resolve import download_pretrained
+    from .published.resolve import download_pretrained
 
     try:
         check = functools.partial(load_files, BiLM)  # as from_files, without drawing random weights first
@@ -450,7 +450,7 @@ def download(
 def _init_files(init_from: Optional[Tuple[str, str]], init_from_model: Optional[str]) -> Optional[Tuple[Path, Path]]:
     """The files `pretrain` starts from: a pair, or a biLM named as everywhere else (downloaded if need be)."""
     from .bilm import BiLM
-    from .pretrained.resolve import resolve_files, resolve_pretrained
+    from .published.resolve import resolve_files, resolve_pretrained
 
     if init_from is not None and init_from_model is not None:
         raise ValueError("give --init-from or --init-from-model, not both")

@@ -63,7 +63,7 @@ def test_release_files_and_a_packaged_pipeline_install_in_a_fresh_environment(tm
     wheel = next(dist.glob("spacy_elmo-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert {"spacy_elmo/configs/ner_elmo.cfg", "spacy_elmo/configs/textcat_elmo.cfg"} <= set(names)
-    assert any(name.startswith("spacy_elmo/pretrained/") and name.endswith("weights.hdf5") for name in names)
+    assert any(name.startswith("spacy_elmo/published/") and name.endswith("weights.hdf5") for name in names)
 
     nlp = trained_pipeline(tmp_path)
     nlp.meta.update({"name": "elmo_demo", "version": "0.0.1"})

@@ -21,7 +21,7 @@ import typer
 from spacy.tokens import Doc, DocBin
 
 from spacy_elmo.bilm import BiLM
-from spacy_elmo.pretrained import pretrained_files
+from spacy_elmo.published import pretrained_files
 
 C_GRID = (0.01, 0.1, 1.0)
 

@@ -10,7 +10,7 @@ that batch (mean per-token cosine of at least :data:`MIN_MEAN_COSINE` in every l
 to two seconds at the Original size, a fraction of that below.
 
 The decision is kept in memory for the process and in ``precision.json`` under the model cache
-(``SPACY_ELMO_CACHE``, see :mod:`spacy_elmo.pretrained.cache`), keyed by what it depends on: the
+(``SPACY_ELMO_CACHE``, see :mod:`spacy_elmo.published.cache`), keyed by what it depends on: the
 CPU's name and flags, torch's thread count, the torch version and quantized engine, and the
 model's shapes (:func:`decision_fields`). Later loads read it without timing; an unreadable
 file is ignored and rewritten. Processes that start together (``n_process`` workers) wait for
@@ -40,7 +40,7 @@ import torch
 from filelock import FileLock
 
 from ..fileio import atomic_path
-from ..pretrained.cache import CACHE_ENV, cache_root
+from ..published.cache import CACHE_ENV, cache_root
 from .int8 import int8_available
 from .options import ElmoOptions
 from .precision import PRECISION_ENV, check_precision

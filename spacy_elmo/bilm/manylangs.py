@@ -62,7 +62,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, PathLike, atomic_path
-from ..pretrained.layout import MANYLANGS_FILES
+from ..published.layout import MANYLANGS_FILES
 from .char_cnn import linear
 from .errors import ElmoFileError
 from .files import skip_random_init

@@ -188,7 +188,7 @@ class BiLM(nn.Module):
         them), an http(s) URL of a directory holding ``options.json`` and ``weights.hdf5`` or of an
         archive (zip, tar.gz, tar.bz2) holding a model, or a local directory. A name or URL is
         downloaded into the cache once (an archive extracted there), then read from there with no
-        network access (see :mod:`spacy_elmo.pretrained.cache`).
+        network access (see :mod:`spacy_elmo.published.cache`).
 
         ``settings``: keyword arguments of the constructor (see :class:`BiLMSettings`).
 
@@ -200,7 +200,7 @@ class BiLM(nn.Module):
         a download, the load that checks the new files is the model returned; from the cache,
         files unchanged since that check are neither hashed nor checked for NaN again.
         """
-        from ..pretrained.resolve import load_pretrained, manylangs_directory
+        from ..published.resolve import load_pretrained, manylangs_directory
         from .files import skip_random_init
         from .manylangs import load_manylangs
 

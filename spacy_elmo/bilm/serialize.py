@@ -14,7 +14,7 @@ import srsly
 import torch
 
 from ..fileio import PathLike, standard_files
-from ..pretrained.layout import is_manylangs_directory
+from ..published.layout import is_manylangs_directory
 from .manylangs import is_manylangs, load_manylangs, model_files, write_manylangs
 from .model import BiLM, BiLMSettings
 from .options import ElmoOptions

@@ -18,7 +18,7 @@ import torch
 
 from ..bilm import BiLM
 from ..fileio import PathLike, atomic_path
-from ..pretrained import pretrained_files
+from ..published import pretrained_files
 from .manifest import shard_name
 from .parquet import ShardWriter
 from .reader import Sentence, SentenceSource, ShardSpec

@@ -20,7 +20,7 @@ from thinc.api import (
 from thinc.types import Floats3d, FloatsXd
 
 from ..bilm import BiLM, ElmoOptions
-from ..pretrained.resolve import resolve_files
+from ..published.resolve import resolve_files
 from .arrays import no_backprop, split_by_lengths
 from ..bilm.serialize import bilm_from_bytes, bilm_to_bytes
 from .bilm_settings import ElmoBiLMSettings

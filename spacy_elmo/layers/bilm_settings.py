@@ -34,7 +34,7 @@ class ElmoBiLMSettings:
 
     Where the weights come from: ``options_file`` and ``weight_file`` (standard bilm-tf / AllenNLP
     files, paths or URLs) when given, else ``pretrained`` (a registry name, URL or directory, see
-    :mod:`spacy_elmo.pretrained.resolve`; default ``"default"``: the biLM bundled for the pipeline's
+    :mod:`spacy_elmo.published.resolve`; default ``"default"``: the biLM bundled for the pipeline's
     language, English's ``"en"``, see :mod:`.language`); with ``pretrained = null`` and no files a
     fresh, untrained biLM is built. The sizes (``lstm_dim`` ... ``n_highway``)
     are null when the files decide them; a size that is set must agree with the files, and

@@ -12,7 +12,7 @@ checked.
 import warnings
 from typing import Optional
 
-from ..pretrained.registry import find_model, language_name, models_for_language, same_language
+from ..published.registry import find_model, language_name, models_for_language, same_language
 
 DEFAULT_PRETRAINED = "default"
 BUNDLED = {"en": "en"}  # pipeline language -> the biLM bundled for it

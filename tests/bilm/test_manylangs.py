@@ -34,7 +34,7 @@ from spacy_elmo.bilm.manylangs import (
 )
 from spacy_elmo.bilm.model import SENTENCE_END, SENTENCE_START
 from spacy_elmo.bilm.serialize import bilm_from_bytes, bilm_from_directory, bilm_to_bytes, bilm_to_directory
-from spacy_elmo.pretrained.resolve import directory_files, manylangs_directory
+from spacy_elmo.published.resolve import directory_files, manylangs_directory
 
 from ..helpers import write_bilm_files
 from .helpers import SENTENCES, network, options_of, write_random_model, write_reference_model

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest
+import urllib3.util.connection
 
-from spacy_elmo.pretrained import download
+from spacy_elmo.published import download
 
 from .helpers import tiny_entry, write_registry
 
@@ -45,7 +46,7 @@ class FakeHost:
 
 class Handler(BaseHTTPRequestHandler):
     """GET with ``Range: bytes=N-``; faults: ``drop_once``, ``drop_always``, ``html``, ``html_body``, ``slow``,
-    ``unavailable_twice`` (503), ``stall_twice`` (silent for a second)."""
+    ``unavailable_twice`` and ``unavailable_always`` (503), ``stall_twice`` (silent for a second)."""
 
     server: "HostServer"
 
@@ -59,7 +60,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_error(404, "Not Found")
             return
         first_tries = len(host.gets(self.path)) <= 2
-        if fault == "unavailable_twice" and first_tries:
+        if fault == "unavailable_always" or (fault == "unavailable_twice" and first_tries):
             self.send_error(503, "Service Unavailable")
             return
         if fault == "stall_twice" and first_tries:
@@ -111,14 +112,17 @@ class HostServer(ThreadingHTTPServer):
 @pytest.fixture(autouse=True)
 def no_internet(monkeypatch) -> None:
     """Refuse any connection but to this machine, so that a wrong URL fails here, not on a real host."""
-    connect = socket.create_connection
+    for module in (socket, urllib3.util.connection):  # the standard library's and requests' (urllib3's)
+        monkeypatch.setattr(module, "create_connection", _local_only(module.create_connection))
 
+
+def _local_only(connect):
     def local_only(address: Tuple[str, int], *args, **kwargs):
         if address[0] not in ("127.0.0.1", "localhost"):
             raise AssertionError(f"a test tried to reach {address}")
         return connect(address, *args, **kwargs)
 
-    monkeypatch.setattr(socket, "create_connection", local_only)
+    return local_only
 
 
 @pytest.fixture(autouse=True)

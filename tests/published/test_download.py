@@ -2,18 +2,20 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
 
 from spacy_elmo import BiLM
-from spacy_elmo.pretrained import download
-from spacy_elmo.pretrained.cache import CacheIntegrityError, OfflineError
-from spacy_elmo.pretrained.download import ATTEMPTS, DownloadError
-from spacy_elmo.pretrained import resolve as resolution
+from spacy_elmo.published import download
+from spacy_elmo.published.cache import CacheIntegrityError, OfflineError
+from spacy_elmo.published.download import ATTEMPTS, RETRIES, DownloadError
+from spacy_elmo.published import resolve as resolution
 
 from .helpers import tiny_entry, write_registry
 
@@ -76,6 +78,49 @@ def test_5xx_answers_and_timeouts_are_retried(registry, host, cache, bilm_files,
     resolve_pretrained("tiny", progress=False)
     assert len(host.gets(WEIGHTS)) == 3
     assert (cache / "tiny" / "weights.hdf5").read_bytes() == bilm_files[1].read_bytes()
+
+
+def test_a_refused_connection_fails_at_once_naming_the_url(cache, tmp_path, monkeypatch):
+    """A stopped server (nothing listens on the port) is not asked again and again: with the real
+    backoff, the error comes in well under a second (it took about 19 s of retries with urllib)."""
+    monkeypatch.setattr(download, "BACKOFF_SECONDS", 1.0)
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens on it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/tiny/weights.hdf5"
+    start = time.monotonic()
+    with pytest.raises(DownloadError, match=rf"downloading {url} failed \(the connection was refused: .*nothing listens"):
+        download.download(url, tmp_path / "weights.part", progress=False)
+    assert time.monotonic() - start < 2.0
+    assert not (tmp_path / "weights.part").exists()
+
+
+def test_a_host_that_answers_503_twice_then_the_file_is_retried_by_the_transport(host, tmp_path, bilm_files):
+    host.faults[WEIGHTS] = "unavailable_twice"
+    part = tmp_path / "weights.part"
+    digest = download.download(f"{host.url}{WEIGHTS}", part, progress=False)
+    assert part.read_bytes() == bilm_files[1].read_bytes()
+    import hashlib
+
+    assert digest == hashlib.sha256(bilm_files[1].read_bytes()).hexdigest()
+    assert [r.range for r in host.gets(WEIGHTS)] == [None, None, None]
+
+
+def test_a_host_that_keeps_answering_503_gives_up_after_the_transports_retries(host, tmp_path):
+    host.faults[WEIGHTS] = "unavailable_always"
+    url = f"{host.url}{WEIGHTS}"
+    with pytest.raises(DownloadError, match=rf"downloading {url} failed \(HTTP 503 Service Unavailable, {RETRIES + 1} times\)"):
+        download.download(url, tmp_path / "weights.part", progress=False)
+    assert len(host.gets(WEIGHTS)) == RETRIES + 1  # the transport's retries only: no second loop around them
+
+
+def test_a_dropped_connection_continues_with_a_range_request_on_the_same_session(host, tmp_path, bilm_files):
+    host.faults[WEIGHTS] = "drop_once"
+    size = len(host.files[WEIGHTS])
+    part = tmp_path / "weights.part"
+    download.download(f"{host.url}{WEIGHTS}", part, progress=False)
+    assert [r.range for r in host.gets(WEIGHTS)] == [None, f"bytes={size // 2}-"]
+    assert part.read_bytes() == bilm_files[1].read_bytes() and host.sent[WEIGHTS] == size
 
 
 def test_a_host_that_keeps_dropping_gives_up_keeps_the_bytes_and_a_later_run_continues(registry, host, cache, bilm_files):
@@ -196,7 +241,7 @@ def test_two_processes_asking_at_once_make_one_transfer(registry, host, cache, t
         import sys, time
         from pathlib import Path
         from spacy_elmo import BiLM
-        from spacy_elmo.pretrained.resolve import resolve_pretrained
+        from spacy_elmo.published.resolve import resolve_pretrained
         barrier = Path(sys.argv[1])
         (barrier / sys.argv[2]).touch()
         while len(list(barrier.iterdir())) < 2:
@@ -258,3 +303,36 @@ def test_force_offline_is_refused_and_keeps_the_cached_biLM(registry, host, cach
     with pytest.raises(OfflineError):
         download_pretrained("tiny", force=True)
     assert resolve_pretrained("tiny")[1] == cache / "tiny" / "weights.hdf5"
+
+
+def test_the_cache_is_the_users_cache_directory_that_platformdirs_gives(monkeypatch, tmp_path):
+    import platformdirs
+
+    from spacy_elmo.published import cache as caching
+
+    asked = []
+
+    def user_cache_dir(appname=None, appauthor=None, *args, **kwargs):
+        asked.append((appname, appauthor))
+        return str(tmp_path / "platform-cache" / appname)
+
+    monkeypatch.delenv("SPACY_ELMO_CACHE", raising=False)
+    monkeypatch.setattr(platformdirs, "user_cache_dir", user_cache_dir)
+    assert caching.cache_root() == tmp_path / "platform-cache" / "spacy-elmo"
+    assert asked == [("spacy-elmo", False)]
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "mine"))  # the variable still wins
+    assert caching.cache_root() == tmp_path / "mine"
+
+
+def test_on_linux_the_cache_stays_where_it_was(monkeypatch, tmp_path):
+    """``~/.cache/spacy-elmo``, or under ``XDG_CACHE_HOME``: caches made before platformdirs are still found."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("Linux's cache directory")
+    from spacy_elmo.published.cache import cache_root
+
+    monkeypatch.delenv("SPACY_ELMO_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root() == tmp_path / "xdg" / "spacy-elmo"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_root() == tmp_path / "home" / ".cache" / "spacy-elmo"

@@ -1,4 +1,4 @@
-"""Registry files and archives for the pretrained tests (tests/pretrained/conftest.py serves what they name)."""
+"""Registry files and archives for the tests of spacy_elmo.published (tests/published/conftest.py serves what they name)."""
 
 import io
 import json

@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
-from spacy_elmo.pretrained import archive as archives
-from spacy_elmo.pretrained import cache as caching
-from spacy_elmo.pretrained import resolve as resolution
-from spacy_elmo.pretrained.cache import CacheIntegrityError, OfflineError
-from spacy_elmo.pretrained.download import DownloadError
+from spacy_elmo.published import archive as archives
+from spacy_elmo.published import cache as caching
+from spacy_elmo.published import resolve as resolution
+from spacy_elmo.published.cache import CacheIntegrityError, OfflineError
+from spacy_elmo.published.download import DownloadError
 
 from ..bilm.helpers import write_random_model
 from .helpers import (
@@ -303,7 +303,7 @@ def _umask() -> int:
 
 
 def test_a_manylangs_check_is_required_for_such_an_archive(registry, host, cache, manylangs_dir, monkeypatch):
-    """Without a loader of ELMoForManyLangs directories (the pretrained package cannot import one),
+    """Without a loader of ELMoForManyLangs directories (the published package cannot import one),
     such an archive is refused rather than kept unchecked."""
     serve(host, "/zhs.zip", zip_bytes(directory_members(manylangs_dir)))
     register(registry, host, zhs=archive_entry(host, "/zhs.zip"))

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM
 from spacy_elmo.bilm import files as bilm_files_module
 from spacy_elmo.cli import app
-from spacy_elmo.pretrained import cache as cache_module
-from spacy_elmo.pretrained.cache import CacheIntegrityError
+from spacy_elmo.published import cache as cache_module
+from spacy_elmo.published.cache import CacheIntegrityError
 
 WEIGHTS = "/tiny/weights.hdf5"
 

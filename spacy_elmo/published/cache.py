@@ -1,9 +1,11 @@
 """The download cache: a biLM's two files fetched once, checked, and trusted only while unchanged.
 
-Layout, under ``SPACY_ELMO_CACHE`` (default ``$XDG_CACHE_HOME/spacy-elmo``, else
-``~/.cache/spacy-elmo``): ``NAME/`` for a registry name, ``urls/HOST/PATH/`` for a URL, each
-holding ``options.json``, ``weights.hdf5`` and ``source.json`` (the URLs, and the size, sha256 and
-modification time of each file recorded when it was kept). So a person can tell what is there,
+Layout, under ``SPACY_ELMO_CACHE``, else the user's cache directory as :mod:`platformdirs` gives
+it (:func:`cache_root`: ``$XDG_CACHE_HOME/spacy-elmo`` or ``~/.cache/spacy-elmo`` on Linux,
+``~/Library/Caches/spacy-elmo`` on macOS, ``%LOCALAPPDATA%\\spacy-elmo\\Cache`` on Windows):
+``NAME/`` for a registry name, ``urls/HOST/PATH/`` for a URL, each holding ``options.json``,
+``weights.hdf5`` and ``source.json`` (the URLs, and the size, sha256 and modification time of
+each file recorded when it was kept). So a person can tell what is there,
 and can place the two files by hand on a machine without network (they are checked and recorded
 at first use).
 
@@ -54,6 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import platformdirs
 from filelock import FileLock, Timeout
 
 from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, atomic_path
@@ -62,6 +65,7 @@ from .download import DownloadError, download
 from .layout import find_model_directory
 
 CACHE_ENV = "SPACY_ELMO_CACHE"
+APP_NAME = "spacy-elmo"  # the cache's directory name under the user's cache directory
 OFFLINE_ENV = "SPACY_ELMO_OFFLINE"
 RECORD_NAME = "source.json"
 _HASH_CHUNK = 1 << 22
@@ -150,12 +154,13 @@ class ArchiveSource:
 
 
 def cache_root() -> Path:
-    """Where downloaded biLMs are kept: ``SPACY_ELMO_CACHE``, else the user's cache directory."""
+    """Where downloaded biLMs are kept: ``SPACY_ELMO_CACHE``, else the user's cache directory for
+    spacy-elmo as :func:`platformdirs.user_cache_dir` gives it for this system (on Linux
+    ``$XDG_CACHE_HOME/spacy-elmo``, else ``~/.cache/spacy-elmo``)."""
     configured = os.environ.get(CACHE_ENV)
     if configured:
         return Path(configured).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "spacy-elmo"
+    return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
 
 
 def offline() -> bool:

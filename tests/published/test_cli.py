@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
-from spacy_elmo.pretrained.registry import BUILTIN
+from spacy_elmo.published.registry import BUILTIN
 
 from ..pretraining.helpers import write_corpus
 from .helpers import write_registry

@@ -9,12 +9,12 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
-from spacy_elmo.pretrained import resolve as resolution
-from spacy_elmo.pretrained.download import DownloadError
-from spacy_elmo.pretrained.registry import (
+from spacy_elmo.published import resolve as resolution
+from spacy_elmo.published.download import DownloadError
+from spacy_elmo.published.registry import (
     BUILTIN, LANGUAGE_NAMES, MANYLANGS, models_for_language, registered_models, same_language,
 )
-from spacy_elmo.pretrained.resolve import UnconfirmedError
+from spacy_elmo.published.resolve import UnconfirmedError
 
 from .helpers import tiny_entry, write_registry
 

@@ -221,7 +221,7 @@ BUILTIN: Dict[str, PublishedModel] = {
         PublishedModel(
             "en", width=256, params_millions=7.0, language="en", license="MIT (spacy-elmo)",
             training_text="3.95 M tokens: speeches, Brown corpus, Moby Dick, news, reviews, tweets (bundled)",
-            citation="spacy-elmo's bundled biLM (spacy_elmo/pretrained/en/README.md)",
+            citation="spacy-elmo's bundled biLM (spacy_elmo/published/en/README.md)",
         ),
         _allennlp(
             "small", "2x1024_128_2048cnn_1xhighway/", "elmo_2x1024_128_2048cnn_1xhighway_options.json",
