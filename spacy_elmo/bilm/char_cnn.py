@@ -4,7 +4,7 @@ Peters et al. (2018), section 3.4, after Kim et al. (2016): every token becomes 
 computed from its characters alone. It is layer 0 of the biLM output.
 """
 
-from typing import List
+from typing import List, Sequence, Tuple
 
 import numpy
 import torch
@@ -83,28 +83,39 @@ class CharCNN(nn.Module):
         return linear(x, self.projection, dtype, self.low_precision, "projection")
 
     def _filter_maxima(self, index: int, chars: Tensor) -> Tensor:
-        """Convolution ``index``'s maximum per filter over positions.
-
-        Shape: (n_tokens, char_dim, positions) -> (n_tokens, count), float32.
-
-        In bf16 the bias is added after the maximum, in float32 (max(x + b) = max(x) + b), and
-        only the (n_tokens, count) maxima are converted to float32, not every position: the
-        maximum is the same before or after the conversion, which keeps order.
-        """
-        conv = self.convolutions[index]
-        if chars.dtype == torch.float32:
-            return conv(chars).amax(dim=-1)
-        weight = self.low_precision.get(f"conv{index}", chars.dtype, [conv.weight], lambda: conv.weight)
-        return F.conv1d(chars, weight).amax(dim=-1).float() + conv.bias
+        """Convolution ``index``'s maximum per filter over positions (see :func:`filter_maxima`)."""
+        return filter_maxima(self.convolutions[index], chars, self.low_precision, f"conv{index}")
 
     def positions_needed(self, char_ids: numpy.ndarray) -> int:
-        """How many leading character positions give the same maxima as all of them.
+        """How many leading character positions give the same maxima as all of them (see
+        :func:`positions_needed`). Shape: (n_tokens, max_characters)."""
+        return positions_needed(char_ids, CHAR_PADDING, self.options.filters)
 
-        Every window that lies wholly in the padding after the longest token gives one and the
-        same value per filter, so keeping one such window for the widest filter is exact; short
-        tokens then cost a fraction of the 50 positions. Shape: (n_tokens, max_characters).
-        """
-        written = numpy.flatnonzero((char_ids != CHAR_PADDING).any(axis=0))
-        longest = int(written[-1]) + 1 if len(written) else 0
-        widest = max(width for width, _ in self.options.filters)
-        return min(char_ids.shape[1], longest + widest)
+
+def filter_maxima(conv: nn.Conv1d, chars: Tensor, copies: LowPrecisionWeights, name: str) -> Tensor:
+    """``conv``'s maximum per filter over positions.
+
+    Shape: (n_tokens, char_dim, positions) -> (n_tokens, count), float32.
+
+    In bf16 the bias is added after the maximum, in float32 (max(x + b) = max(x) + b), and
+    only the (n_tokens, count) maxima are converted to float32, not every position: the
+    maximum is the same before or after the conversion, which keeps order. ``copies`` keeps the
+    bf16 weight under ``name``.
+    """
+    if chars.dtype == torch.float32:
+        return conv(chars).amax(dim=-1)
+    weight = copies.get(name, chars.dtype, [conv.weight], lambda: conv.weight)
+    return F.conv1d(chars, weight).amax(dim=-1).float() + conv.bias
+
+
+def positions_needed(char_ids: numpy.ndarray, padding: int, filters: Sequence[Tuple[int, int]]) -> int:
+    """How many leading character positions give the same maxima as all of them.
+
+    Every window that lies wholly in the padding (id ``padding``) after the longest token gives one
+    and the same value per filter, so keeping one such window for the widest filter is exact;
+    short tokens then cost a fraction of the positions. Shape: (n_tokens, max_characters).
+    """
+    written = numpy.flatnonzero((char_ids != padding).any(axis=0))
+    longest = int(written[-1]) + 1 if len(written) else 0
+    widest = max(width for width, _ in filters)
+    return min(char_ids.shape[1], longest + widest)

@@ -59,11 +59,10 @@ from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tupl
 import numpy
 import torch
 from torch import Tensor, nn
-from torch.nn import functional as F
 
 from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, PathLike, atomic_path
 from ..published.layout import MANYLANGS_FILES
-from .char_cnn import linear
+from .char_cnn import filter_maxima, linear, positions_needed
 from .errors import ElmoFileError
 from .files import skip_random_init
 from .options import ElmoOptions
@@ -345,23 +344,13 @@ class ManyLangsTokenEncoder(nn.Module):
         return linear(x, self.projection, dtype, self.low_precision, "projection")
 
     def _filter_maxima(self, index: int, chars: Tensor) -> Tensor:
-        """Convolution ``index``'s maximum per filter over positions, float32; in lower precision
-        the bias is added after the maximum, in float32 (as :class:`.CharCNN` does)."""
-        conv = self.convolutions[index]
-        if chars.dtype == torch.float32:
-            return conv(chars).amax(dim=-1)
-        weight = self.low_precision.get(f"conv{index}", chars.dtype, [conv.weight], lambda: conv.weight)
-        return F.conv1d(chars, weight).amax(dim=-1).float() + conv.bias
+        """Convolution ``index``'s maximum per filter over positions, as :class:`.CharCNN`'s."""
+        return filter_maxima(self.convolutions[index], chars, self.low_precision, f"conv{index}")
 
     def positions_needed(self, char_ids: numpy.ndarray) -> int:
-        """How many leading positions give the maxima of all of them: up to one window of the
-        widest filter past the longest token, as the padding's windows all give the same value
-        (the ``<pad>`` vector is not zero, but it is the same everywhere)."""
-        written = numpy.flatnonzero((char_ids != self.vocabulary.chars[PAD]).any(axis=0))
-        longest = int(written[-1]) + 1 if len(written) else 0
-        widest = max(width for width, _ in self.options.filters)
-        return min(char_ids.shape[1], longest + widest)
-
+        """How many leading positions give the maxima of all of them (the ``<pad>`` vector is not
+        zero, but it is the same everywhere: see :func:`.char_cnn.positions_needed`)."""
+        return positions_needed(char_ids, self.vocabulary.chars[PAD], self.options.filters)
 
 def load_manylangs(
     model_class: Callable[..., Model], directory: PathLike, check_values: bool = True, **settings: Any
