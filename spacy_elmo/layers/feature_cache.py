@@ -1,18 +1,25 @@
-"""A bounded LRU cache of frozen biLM outputs, keyed by the biLM input sentence.
+"""A bounded cache of frozen biLM outputs, keyed by the biLM input sentence.
 
 With the biLM frozen, a training sentence's layers are the same in every epoch, so computing
 them once is enough. Once training has used the cache, prediction uses it too: ``spacy train``
 scores the same dev sentences at every evaluation. A pipeline that only predicts (loaded, never
 trained in this process) never fills it, so serving costs no cache memory. Outputs of the ``"zero"`` and ``"warm"`` state modes depend on nothing but
 the sentence itself, which makes the token strings a complete key.
+
+Once full, the cache keeps what it holds and stores nothing new. Training reads every sentence
+once an epoch, in a new order each time, and kept entries serve the cache's share of every later
+epoch. Evicting the least recently used entry, the policy before, drops many sentences just before
+their next use once an epoch outgrows the cache: in a simulation of shuffled epochs it served 67%
+of an epoch 10% larger than the cache and 16% of one twice its size, where keeping serves 90% and
+50% (at the Original size, 512 MB hold 44,000 tokens, less than WNUT-16's training set).
 """
 
-from collections import OrderedDict
 from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
 
 
 class FeatureCache:
-    """Maps sentence keys to arrays of shape (n_layers + 1, n_tokens, width), up to ``max_bytes``.
+    """Maps sentence keys to arrays of shape (n_layers + 1, n_tokens, width), up to ``max_bytes``,
+    the first stored kept (see the module's docstring).
 
     Arrays stay on the device they were made on. A copy of the cache (thinc copies models, e.g.
     in ``nlp.replace_listeners``) starts empty, as does a cache whose weights ``fingerprint``
@@ -24,7 +31,7 @@ class FeatureCache:
             raise ValueError(f"feature cache size must be 0 or more bytes, got {max_bytes}")
         self.max_bytes = max_bytes
         self.n_bytes = 0
-        self._entries: "OrderedDict[Hashable, Any]" = OrderedDict()
+        self._entries: Dict[Hashable, Any] = {}
         self._fingerprint: Tuple = ()
         self.used_in_training = False  # set when training first uses the cache; prediction then does too
 
@@ -43,21 +50,12 @@ class FeatureCache:
         if fingerprint != self._fingerprint:
             self.clear()
             self._fingerprint = fingerprint
-        found = []
-        for key in keys:
-            value = self._entries.get(key)
-            if value is not None:
-                self._entries.move_to_end(key)
-            found.append(value)
-        return found
+        return [self._entries.get(key) for key in keys]
 
     def put(self, key: Hashable, value: Any) -> None:
-        """Store ``value`` unless it alone exceeds the budget; evicts least recently used keys."""
+        """Store ``value`` where the budget has room for it; a full cache keeps what it holds."""
         size = int(value.nbytes)
-        if size > self.max_bytes or key in self._entries:
+        if self.n_bytes + size > self.max_bytes or key in self._entries:
             return
-        while self.n_bytes + size > self.max_bytes:
-            _, evicted = self._entries.popitem(last=False)
-            self.n_bytes -= int(evicted.nbytes)
         self._entries[key] = value
         self.n_bytes += size
