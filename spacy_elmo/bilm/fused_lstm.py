@@ -8,10 +8,10 @@ GPU's time, and the launches as much host time again (benchmarks/gpu_profile.py)
 four kernels:
 
 1. the recurrent product ``hidden @ W_h`` (cuBLAS, in the product dtype);
-2. :func:`_cell_kernel`: the input product of the step + bias + the recurrent product, the four
+2. :func:`.triton_kernels._cell_kernel`: the input product of the step + bias + the recurrent product, the four
    gates, the clipped memory (updated in place) and the cell output, in one pass;
 3. the projection product (cuBLAS);
-4. :func:`_project_kernel`: the clipped projection, written into the layer's output at this step
+4. :func:`.triton_kernels._project_kernel`: the clipped projection, written into the layer's output at this step
    (float32) and into the next step's product input (product dtype).
 
 The arithmetic is the eager path's, in the same order and roundings: in bf16 each product is
@@ -32,8 +32,8 @@ from typing import Sequence, Tuple
 import torch
 from torch import Tensor
 
-# Positions (steps x rows) whose input products are computed in one product on a GPU: 1 GB of
-# bf16 gates at the Original size. A GPU gains from fewer, larger products; a CPU from windows
+# Positions (steps x rows) whose input products are computed in one product on a GPU: 0.5 GB of
+# bf16 gates at the Original size (1 GB in float32). A GPU gains from fewer, larger products; a CPU from windows
 # that stay in its cache (lstm.WINDOW_GATES_BYTES).
 GPU_PRECOMPUTED_POSITIONS = 8192
 
