@@ -466,19 +466,7 @@ def manylangs_state_dicts(bilm: nn.Module) -> Tuple[Dict[str, Tensor], Dict[str,
     tensor of :func:`token_embedder_shapes` and :func:`encoder_shapes`, float32 on the CPU, each with
     storage of its own. The LSTM weights are :func:`lstm_weights` undone: AllenNLP's gate order and
     the forget gate's 1.0 back in the bias."""
-    encoder: ManyLangsTokenEncoder = bilm.char_cnn
-    embedder: Dict[str, Tensor] = {}
-    if encoder.word_embedding is not None:
-        embedder["word_emb_layer.embedding.weight"] = _saved(encoder.word_embedding.weight)
-    embedder["char_emb_layer.embedding.weight"] = _saved(encoder.char_embedding.weight)
-    for i, conv in enumerate(encoder.convolutions):
-        embedder[f"convolutions.{i}.weight"] = _saved(conv.weight)
-        embedder[f"convolutions.{i}.bias"] = _saved(conv.bias)
-    for k, highway in enumerate(encoder.highways):
-        embedder[f"highways._layers.{k}.weight"] = _saved(highway.linear.weight)
-        embedder[f"highways._layers.{k}.bias"] = _saved(highway.linear.bias)
-    embedder["projection.weight"] = _saved(encoder.projection.weight)
-    embedder["projection.bias"] = _saved(encoder.projection.bias)
+    embedder = {name: _saved(param) for name, param in _token_encoder_parameters(bilm.char_cnn).items()}
     lstm: Dict[str, Tensor] = {}
     for index, layer in enumerate(bilm.lstm.layers):
         for direction, name in enumerate(("forward", "backward")):
@@ -659,18 +647,26 @@ def _allennlp_gate_order(t: Tensor) -> Tensor:
     return torch.cat([i, f, g, o])
 
 
-def _load_token_encoder(encoder: ManyLangsTokenEncoder, state: Dict[str, Tensor]) -> None:
-    encoder.char_embedding.weight.copy_(state["char_emb_layer.embedding.weight"])
+def _token_encoder_parameters(encoder: ManyLangsTokenEncoder) -> Dict[str, Tensor]:
+    """The token encoder's parameters under their names in the reference's ``token_embedder.pkl``."""
+    params: Dict[str, Tensor] = {}
     if encoder.word_embedding is not None:
-        encoder.word_embedding.weight.copy_(state["word_emb_layer.embedding.weight"])
+        params["word_emb_layer.embedding.weight"] = encoder.word_embedding.weight
+    params["char_emb_layer.embedding.weight"] = encoder.char_embedding.weight
     for i, conv in enumerate(encoder.convolutions):
-        conv.weight.copy_(state[f"convolutions.{i}.weight"])
-        conv.bias.copy_(state[f"convolutions.{i}.bias"])
+        params[f"convolutions.{i}.weight"] = conv.weight
+        params[f"convolutions.{i}.bias"] = conv.bias
     for k, highway in enumerate(encoder.highways):
-        highway.linear.weight.copy_(state[f"highways._layers.{k}.weight"])
-        highway.linear.bias.copy_(state[f"highways._layers.{k}.bias"])
-    encoder.projection.weight.copy_(state["projection.weight"])
-    encoder.projection.bias.copy_(state["projection.bias"])
+        params[f"highways._layers.{k}.weight"] = highway.linear.weight
+        params[f"highways._layers.{k}.bias"] = highway.linear.bias
+    params["projection.weight"] = encoder.projection.weight
+    params["projection.bias"] = encoder.projection.bias
+    return params
+
+
+def _load_token_encoder(encoder: ManyLangsTokenEncoder, state: Dict[str, Tensor]) -> None:
+    for name, param in _token_encoder_parameters(encoder).items():
+        param.copy_(state[name])
 
 
 def read_state_dict(path: Path, shapes: Dict[str, Tuple[int, ...]], check_values: bool = True) -> Dict[str, Tensor]:
