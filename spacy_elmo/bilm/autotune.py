@@ -72,7 +72,8 @@ CLEAR_WIN = 1.10
 # The version of the biLM's CPU computation that decisions were measured with: raise it when a
 # change makes one precision's pass faster or slower than another's, so that caches measure again.
 # 2: the LSTM's gates windows bounded in bytes, int8 products written per direction.
-KERNELS = 2
+# 3: one sigmoid for the four gates, bf16 LSTM weights laid out (out, in), int8's char CNN in bf16.
+KERNELS = 3
 
 # One forward pass of the timed batch with the products in a precision; returns its layers.
 Run = Callable[[str], torch.Tensor]

@@ -110,10 +110,13 @@ class ProjectedLSTM(nn.Module):
             for offset in range(window.shape[0]):
                 running = active[start + offset]
                 gates = _add_recurrent(pre_gates[:, offset, :running], hidden[:, :running], weights.hidden, in_place)
-                cell = self._cell_in_place if in_place else self._cell
-                new_hidden, new_memory = cell(gates, memory[:, :running], weights.projection)
-                hidden = _update_rows(hidden, new_hidden, in_place)
-                memory = _update_rows(memory, new_memory, in_place)
+                if in_place:  # the running rows of ``memory`` are overwritten by the cell
+                    new_hidden = self._cell_in_place(gates, memory[:, :running], weights.projection)
+                    hidden[:, :running] = new_hidden
+                else:
+                    new_hidden, new_memory = self._cell(gates, memory[:, :running], weights.projection)
+                    hidden = _update_rows(hidden, new_hidden)
+                    memory = _update_rows(memory, new_memory)
                 outputs.append(F.pad(new_hidden, (0, 0, 0, batch - running)))
         return torch.stack(outputs), hidden, memory
 
@@ -131,17 +134,28 @@ class ProjectedLSTM(nn.Module):
             # 1: cheaper than broadcasting it into the gates before the product.
             bias = (self.bias + self.forget_bias).unsqueeze(1)
             return LSTMWeights(torch.cat([self.input_weight, bias], dim=1), self.hidden_weight, self.projection)
-        return self._product_weights(dtype)
+        return self._product_weights(dtype, out_major=self.input_weight.device.type == "cpu")
 
-    def _product_weights(self, dtype: torch.dtype) -> "LSTMWeights":
-        """The three product weights as stored, in ``dtype`` (float32 or bf16), without the bias."""
+    def _product_weights(self, dtype: torch.dtype, out_major: bool = False) -> "LSTMWeights":
+        """The three product weights as stored, (2, in, out), in ``dtype`` (float32 or bf16), without the bias.
+
+        ``out_major``: each low-precision copy is laid out (2, out, in) in memory and returned as
+        its transposed view, the layout oneDNN's bf16 kernels on a CPU read fastest (1.2-1.4x at the
+        LSTM's shapes: ``benchmarks/lstm_layout.py``). The GPU's fused loop takes them as stored.
+        """
         if dtype == torch.float32:
             return LSTMWeights(self.input_weight, self.hidden_weight, self.projection)
-        copies = self.low_precision
+
+        def copy(name: str, weight: Tensor) -> Tensor:
+            if not out_major:
+                return self.low_precision.get(name, dtype, [weight], lambda: weight)
+            laid_out = self.low_precision.get(f"{name}.T", dtype, [weight], lambda: weight.transpose(1, 2).contiguous())
+            return laid_out.transpose(1, 2)
+
         return LSTMWeights(
-            copies.get("input_weight", dtype, [self.input_weight], lambda: self.input_weight),
-            copies.get("hidden_weight", dtype, [self.hidden_weight], lambda: self.hidden_weight),
-            copies.get("projection", dtype, [self.projection], lambda: self.projection),
+            copy("input_weight", self.input_weight),
+            copy("hidden_weight", self.hidden_weight),
+            copy("projection", self.projection),
         )
 
     def fused_forward(
@@ -190,17 +204,23 @@ class ProjectedLSTM(nn.Module):
         new_hidden = _project(cell_output, projection).clamp(-self.proj_clip, self.proj_clip)
         return new_hidden, new_memory
 
-    def _cell_in_place(self, gates: Tensor, memory: Tensor, projection: Weight) -> Tuple[Tensor, Tensor]:
-        """:meth:`_cell` computed in the storage of ``gates``, with the same roundings.
+    def _cell_in_place(self, gates: Tensor, memory: Tensor, projection: Weight) -> Tensor:
+        """:meth:`_cell` computed in the storage of ``gates``, the new memory written over ``memory``;
+        returns the new output (2, rows, projection_dim).
 
-        The returned memory is a view of ``gates``, to be copied out before the next window.
+        Each tanh is computed as ``2 sigmoid(2x) - 1`` (as the GPU's fused kernels do), so that
+        the four gates go through one sigmoid over contiguous memory: torch's CPU tanh runs about
+        7x slower than its sigmoid (``benchmarks/lstm_layout.py`` times both cells). The results
+        differ from :meth:`_cell`'s by float32 roundings (a few 1e-7).
         """
         in_gate, cell_input, forget_gate, out_gate = gates.chunk(4, dim=-1)
-        in_gate.sigmoid_().mul_(cell_input.tanh_())
-        new_memory = forget_gate.sigmoid_().mul_(memory).add_(in_gate).clamp_(-self.cell_clip, self.cell_clip)
-        cell_output = out_gate.sigmoid_().mul_(torch.tanh(new_memory, out=cell_input))
-        new_hidden = _project(cell_output, projection).clamp_(-self.proj_clip, self.proj_clip)
-        return new_hidden, new_memory
+        cell_input.mul_(2.0)
+        gates.sigmoid_()
+        cell_input.mul_(2.0).sub_(1.0)  # tanh of the cell input
+        memory.mul_(forget_gate).addcmul_(in_gate, cell_input).clamp_(-self.cell_clip, self.cell_clip)
+        squashed = torch.mul(memory, 2.0, out=cell_input).sigmoid_().mul_(2.0).sub_(1.0)  # tanh(memory)
+        cell_output = out_gate.mul_(squashed)
+        return _project(cell_output, projection).clamp_(-self.proj_clip, self.proj_clip)
 
 
 class LSTMWeights(NamedTuple):
@@ -365,15 +385,10 @@ def _active_rows(sorted_lengths: Sequence[int], n_steps: int) -> List[int]:
     return active
 
 
-def _update_rows(state: Tensor, new_rows: Tensor, in_place: bool) -> Tensor:
-    """``state`` (2, batch, width) with its first ``new_rows.shape[1]`` rows replaced.
-
-    In place without autograd; otherwise a new tensor, as autograd still needs the old state.
-    """
+def _update_rows(state: Tensor, new_rows: Tensor) -> Tensor:
+    """``state`` (2, batch, width) with its first ``new_rows.shape[1]`` rows replaced, as a new
+    tensor: autograd still needs the old state."""
     running = new_rows.shape[1]
-    if in_place:
-        state[:, :running] = new_rows
-        return state
     if running == state.shape[1]:
         return new_rows
     return torch.cat([new_rows, state[:, running:]], dim=1)

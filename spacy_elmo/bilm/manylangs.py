@@ -66,7 +66,7 @@ from .char_cnn import filter_maxima, linear, positions_needed
 from .errors import ElmoFileError
 from .files import skip_random_init
 from .options import ElmoOptions
-from .precision import INT8, LowPrecisionWeights
+from .precision import LowPrecisionWeights
 
 CONFIG_NAME, CHARS_NAME, WORDS_NAME, TOKEN_EMBEDDER_NAME, ENCODER_NAME = MANYLANGS_FILES
 
@@ -307,7 +307,8 @@ class ManyLangsTokenEncoder(nn.Module):
 
     def encode(self, tokens: Sequence[Hashable], dtype: torch.dtype, boundaries: Tuple[Hashable, Hashable]) -> Tensor:
         """The vectors of ``tokens`` (strings, or the biLM's sentence-start and sentence-end keys
-        ``boundaries``), products in ``dtype`` (int8: float32, as the biLM's own char CNN).
+        ``boundaries``), products in ``dtype`` (float32 or bf16: the biLM chooses it, see
+        :func:`.precision.token_encoder_dtype`).
 
         Tokens go through shortest first, in chunks cut at their padding (see
         :meth:`positions_needed`). Shape: (len(tokens), projection_dim).
@@ -315,7 +316,6 @@ class ManyLangsTokenEncoder(nn.Module):
         device = self.projection.weight.device
         if not len(tokens):
             return self.projection.weight.new_zeros((0, self.options.projection_dim))
-        dtype = torch.float32 if dtype == INT8 else dtype
         char_ids, word_ids = self.vocabulary.token_ids(tokens, self.options.max_characters_per_token, boundaries)
         pad = self.vocabulary.chars[PAD]
         order = numpy.argsort((char_ids != pad).sum(axis=1), kind="stable")

@@ -19,7 +19,15 @@ from .files import load_files, read_weights, write_files
 from .lstm import BiLSTMStack, LSTMState
 from .options import ElmoOptions
 from .int8 import check_no_gradient
-from .precision import INT8, Precision, check_precision, own_precision, resolve_precision, tensor_versions
+from .precision import (
+    INT8,
+    Precision,
+    check_precision,
+    own_precision,
+    resolve_precision,
+    tensor_versions,
+    token_encoder_dtype,
+)
 from .token_cache import TokenCache
 
 StateMode = Literal["zero", "warm", "carry"]
@@ -402,16 +410,16 @@ class BiLM(nn.Module):
 
         Tokens go through shortest first, so that each chunk's padding is cut short
         (see :meth:`CharCNN.positions_needed`). Shape: (len(positions), projection_dim).
-        In int8 the char CNN runs in float32 (see :mod:`.int8`).
+        In int8 the char CNN runs in bf16 or float32 (:func:`.precision.token_encoder_dtype`).
         """
+        cnn_dtype = token_encoder_dtype(dtype)
         if not isinstance(self.char_cnn, CharCNN):  # a token encoder of its own (see .manylangs)
-            return self.char_cnn.encode([tokens[p] for p in positions], dtype, (SENTENCE_START, SENTENCE_END))
+            return self.char_cnn.encode([tokens[p] for p in positions], cnn_dtype, (SENTENCE_START, SENTENCE_END))
         if not len(positions):
             return self.char_cnn.projection.weight.new_zeros((0, self.options.projection_dim))
         char_ids = self.char_ids([tokens[p] for p in positions])
         order = numpy.argsort((char_ids != CHAR_PADDING).sum(axis=1), kind="stable")
         sorted_ids = char_ids[order]
-        cnn_dtype = torch.float32 if dtype == INT8 else dtype
         encoded = []
         for begin in range(0, len(sorted_ids), CHAR_CNN_CHUNK):
             chunk = sorted_ids[begin : begin + CHAR_CNN_CHUNK]

@@ -82,6 +82,28 @@ def cpu_has_amx_bf16() -> bool:
     return bool(torch.cpu.get_capabilities().get(FAST_BF16_FEATURE, False))
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 in hardware: AVX512-BF16 dot products or AMX tiles.
+
+    Without either, torch emulates bf16 products, several times slower than float32.
+    """
+    capabilities = torch.cpu.get_capabilities()
+    return bool(capabilities.get("avx512_bf16", False) or capabilities.get(FAST_BF16_FEATURE, False))
+
+
+def token_encoder_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the token encoder's products (char CNN, highways, projection) when the
+    LSTM's are ``dtype``: the same, except in int8.
+
+    int8 highways lose too much (see :mod:`.int8`), so in int8 the encoder runs in bf16 where this
+    CPU multiplies bf16 in hardware (:func:`cpu_has_native_bf16`; its large highway products reach
+    several times float32's rate there, at bf16's accuracy), and in float32 elsewhere.
+    """
+    if dtype != INT8:
+        return dtype
+    return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+
+
 def gpu_has_native_bf16(capability: Tuple[int, int]) -> bool:
     """Whether a GPU of this compute capability, ``(major, minor)``, multiplies bf16 natively.
 

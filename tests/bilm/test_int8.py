@@ -13,15 +13,28 @@ from ..helpers import MIN_MEAN_COSINE, REAL_TEXT, mean_cosines, random_bilm
 pytestmark = pytest.mark.skipif(not int8.int8_available(), reason="this torch build has no int8 kernels for this CPU")
 
 
-def test_int8_layers_keep_the_accuracy_contract_on_the_bundled_bilm():
-    """The contract: mean per-token cosine to float32 of at least 0.999 in every layer (bundled ``en``)."""
+@pytest.mark.parametrize("native_bf16", [True, False], ids=["bf16-cpu", "fp32-cpu"])
+def test_int8_layers_keep_the_accuracy_contract_on_the_bundled_bilm(monkeypatch, native_bf16):
+    """The contract: mean per-token cosine to float32 of at least 0.999 in every layer (bundled
+    ``en``), with the char CNN in bf16 (a CPU that multiplies bf16 in hardware) or float32."""
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native_bf16)
     files = pretrained_files("en")
+    encoder = "bf16" if native_bf16 else "fp32"
     expected = numpy.concatenate(BiLM.from_files(*files, precision="fp32").embed_sentences(REAL_TEXT), axis=1)
+    same_encoder = numpy.concatenate(BiLM.from_files(*files, precision=encoder).embed_sentences(REAL_TEXT), axis=1)
     found = numpy.concatenate(BiLM.from_files(*files, precision="int8").embed_sentences(REAL_TEXT), axis=1)
-    numpy.testing.assert_array_equal(found[0], expected[0])  # the char CNN stays float32
-    assert numpy.abs(found[1:] - expected[1:]).max() > 1e-3  # the LSTM products did run in int8
+    numpy.testing.assert_array_equal(found[0], same_encoder[0])  # the char CNN in the encoder's dtype
+    assert numpy.abs(found[1:] - same_encoder[1:]).max() > 1e-3  # the LSTM products did run in int8
     cosines = mean_cosines(found, expected)
     assert (cosines >= MIN_MEAN_COSINE).all(), cosines
+
+
+def test_the_token_encoder_runs_int8_in_bf16_only_where_the_cpu_multiplies_bf16(monkeypatch):
+    for native in (True, False):
+        monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
+        assert precision.token_encoder_dtype(precision.INT8) == (torch.bfloat16 if native else torch.float32)
+        for dtype in (torch.float32, torch.bfloat16):
+            assert precision.token_encoder_dtype(dtype) == dtype
 
 
 def test_int8_refuses_gradients_and_says_what_to_set():

@@ -127,6 +127,17 @@ def test_bf16_weight_copies_follow_changed_weights():
     numpy.testing.assert_array_equal(changed, reference.embed_sentences(REAL_TEXT[:1])[0])
 
 
+def test_bf16_lstm_copies_on_a_cpu_are_laid_out_output_major():
+    """oneDNN's bf16 kernels read an (out, in) weight fastest: the copies are stored so, and
+    served as (in, out) views of the same values."""
+    layer = random_bilm().lstm.layers[0]
+    with torch.no_grad():
+        weights = layer._weights(torch.bfloat16)
+    for weight, parameter in zip(weights, (layer.input_weight, layer.hidden_weight, layer.projection)):
+        assert weight.dtype == torch.bfloat16 and weight.transpose(1, 2).is_contiguous()
+        assert torch.equal(weight, parameter.to(torch.bfloat16))
+
+
 @needs_bf16
 def test_an_autocast_around_the_bilm_does_not_change_its_precision():
     """The failure of issue 11: autocast around embed_sentences broke the in-place products."""
