@@ -55,6 +55,8 @@ class TunedModel(Protocol):
 
     def layers_at(self, sentences: Sequence[Sequence[str]], precision: str) -> torch.Tensor: ...
 
+    def release_product_copies(self) -> None: ...
+
 
 logger = logging.getLogger("spacy_elmo")
 
@@ -130,6 +132,7 @@ def remeasure(model: TunedModel, record: bool = True, run: Optional[Run] = None,
     accuracy says nothing of a trained model's), it is only returned."""
     if not record:
         trials = measure(run or _timed_run(model), candidates(), BATCH_ROWS * BATCH_WORDS, clock)
+        model.release_product_copies()
         return Decision(choose(trials), trials, "measured")
     with _lock:
         decision = _decided[(model.options, torch.get_num_threads())] = _decide_once(
@@ -152,6 +155,7 @@ def _decide_once(model: TunedModel, run: Run, clock: Clock, force: bool) -> Deci
         if recorded is not None:
             return Decision(recorded["choice"], {p: Trial(**t) for p, t in recorded["trials"].items()}, "cache")
         trials = measure(run, candidates(), BATCH_ROWS * BATCH_WORDS, clock)
+        model.release_product_copies()  # each candidate's weight copies: the chosen one remakes its own
         decision = Decision(choose(trials), trials, "measured")
         if usable:
             entry = {"choice": decision.choice, "trials": {p: asdict(t) for p, t in trials.items()},

@@ -88,6 +88,13 @@ class Int8Weights:
     def __init__(self) -> None:
         self._packs: Dict[str, Tuple[Tuple, Tuple[Packed, ...]]] = {}
 
+    def __len__(self) -> int:
+        return len(self._packs)
+
+    def clear(self) -> None:
+        """Forget everything made; the next :meth:`get` makes it again."""
+        self._packs.clear()
+
     def __deepcopy__(self, memo: Dict) -> "Int8Weights":
         return Int8Weights()  # packs are cheap to remake, and were made from the old storage
 

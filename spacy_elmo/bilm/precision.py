@@ -267,6 +267,13 @@ class LowPrecisionWeights:
     def __init__(self) -> None:
         self._copies: Dict[str, Tuple[Tuple, Tensor]] = {}
 
+    def __len__(self) -> int:
+        return len(self._copies)
+
+    def clear(self) -> None:
+        """Forget everything made; the next :meth:`get` makes it again."""
+        self._copies.clear()
+
     def __deepcopy__(self, memo: Dict) -> "LowPrecisionWeights":
         return LowPrecisionWeights()  # copies are cheap to remake, and would point at old storage
 

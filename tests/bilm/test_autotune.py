@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM
 from spacy_elmo.bilm import autotune
 from spacy_elmo.bilm.autotune import Trial
-from spacy_elmo.bilm.int8 import int8_available
+from spacy_elmo.bilm.precision import LowPrecisionWeights
+from spacy_elmo.bilm.int8 import Int8Weights, int8_available
 from spacy_elmo.cli import app
 
 from ..helpers import random_bilm, tiny_options, write_bilm_files
@@ -233,3 +234,37 @@ def test_the_timed_pass_is_the_models_own_in_each_precision():
         torch.testing.assert_close(model.layers_at(sentences, precision), expected, rtol=0, atol=0)
     assert (model.precision, model.state_mode, model.training, len(model.token_cache)) == ("auto", "carry", True, 0)
     assert model.lstm.dropout.training
+
+
+def held_copies(model: BiLM) -> int:
+    """How many low-precision weight copies and int8 packs the model holds."""
+    return sum(
+        len(cache)
+        for module in model.modules()
+        for cache in vars(module).values()
+        if isinstance(cache, (LowPrecisionWeights, Int8Weights))
+    )
+
+
+@pytest.mark.skipif(not int8_available(), reason="this torch build has no int8 kernels for this CPU")
+def test_measuring_leaves_no_candidates_copies_behind():
+    """Each candidate's bf16 copies and int8 packs are dropped once timed; inference then makes only
+    the chosen precision's."""
+    model = BiLM(measured_options(), precision="auto")
+    with torch.no_grad():
+        model.layers_at([["warm", "copies"]], "bf16")
+        model.layers_at([["warm", "copies"]], "int8")
+    assert held_copies(model) > 0
+    decision = autotune.decide(model)
+    assert decision.source == "measured" and held_copies(model) == 0
+    with torch.no_grad():
+        model([["now", "infer"]])
+    assert held_copies(model) == (0 if decision.choice == "fp32" else held_copies(after_one_pass(decision.choice)))
+
+
+def after_one_pass(precision: str) -> BiLM:
+    """A model of the same shapes after one pass in ``precision``."""
+    model = BiLM(measured_options(), precision=precision)
+    with torch.no_grad():
+        model([["now", "infer"]])
+    return model
