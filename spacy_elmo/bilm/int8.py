@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from .offload import offload
 from .precision import tensor_versions
 
 # What `torch.backends.quantized.engine` must be for prepacked int8 linears: fbgemm on x86 (the
@@ -82,7 +83,8 @@ class Int8Weights:
 
     Keyed as :class:`~.precision.LowPrecisionWeights` keys its copies: on the sources'
     :func:`~.precision.tensor_versions` (and the quantized engine, which the packing is for), so a
-    write to a weight (loading, an optimizer step, ``weights_written``) is never served stale.
+    write to a weight (loading, an optimizer step, ``weights_written``) is never served stale; the
+    large float32 sources then move to disk (:mod:`.offload`).
     """
 
     def __init__(self) -> None:
@@ -112,5 +114,6 @@ class Int8Weights:
         if cached is not None and cached[0] == key:
             return cached[1]
         packs = make()
-        self._packs[name] = (key, packs)
+        offload(sources)  # the packs do the work now: the float32 sources go to disk
+        self._packs[name] = ((torch.backends.quantized.engine, tensor_versions(sources)), packs)
         return packs

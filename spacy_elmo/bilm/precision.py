@@ -44,6 +44,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Seque
 import torch
 from torch import Tensor
 
+from .offload import offload
+
 Precision = Literal["fp32", "bf16", "int8", "auto"]
 PRECISIONS: Tuple[str, ...] = ("fp32", "bf16", "int8", "auto")
 # The product dtype each precision passes through the layers; torch.qint8 stands for "dynamic int8
@@ -260,7 +262,8 @@ class LowPrecisionWeights:
     """Copies of weights in a product dtype, made once and kept while their sources are unchanged.
 
     Without gradients (inference, held-out evaluation), a copy is keyed on the dtype and on the
-    sources' :func:`tensor_versions`, so a stale copy is never served. With gradients, every call
+    sources' :func:`tensor_versions`, so a stale copy is never served, and its large float32
+    sources move to disk (:mod:`.offload`). With gradients, every call
     casts afresh, so that autograd carries the gradient back to the float32 parameters.
     """
 
@@ -286,5 +289,8 @@ class LowPrecisionWeights:
         if cached is not None and cached[0] == key:
             return cached[1]
         copy = make().to(dtype)
+        if copy.dtype != torch.float32:  # the copy does the work now: the float32 sources go to disk
+            offload(sources)
+            key = (dtype, tensor_versions(sources))
         self._copies[name] = (key, copy)
         return copy

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from ..bilm import BiLM, ElmoOptions
 from ..bilm.model import STATE_MODES
+from ..bilm.offload import keep_in_memory
 from ..bilm.precision import training_precision
 from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, PathLike, standard_files
 from .checkpoint import CHECKPOINT_NAME, Interrupted, load_checkpoint, prepare_output_dir, seed_everything, stop_requests
@@ -133,6 +134,9 @@ class Trainer(Checkpointed):
         # Training keeps its own decision, the hardware rule: the inference one is measured at other
         # shapes without a backward pass, and may be int8, which has no gradient.
         bilm.precision = training_precision(config.precision, env.device)
+        # The new softmax's initial values come from the seed alone, not from where making the biLM
+        # left the generator (read from files, it draws nothing): a run from files and a fresh run start alike.
+        torch.manual_seed(config.seed)
         self.loss = BiLMLoss(bilm, len(self.vocab), config.n_negatives, config.dropout)
         if continuation is not None:
             load_softmax(self.loss.softmax, continuation)
@@ -144,6 +148,7 @@ class Trainer(Checkpointed):
         fits = init_tokens_from is not None and checkpoint is None and env.is_main  # a new biLM's encoder, once
         fitted_cosines = fit_token_encoder(bilm, init_tokens, config, self.progress) if fits and init_tokens is not None else []
         self.objective = Objective(self.loss, init_tokens if config.init_tokens_weight > 0 else None)
+        keep_in_memory(self.objective.parameters())  # trained: its evaluations must not write it out
         self.model = data_parallel(self.objective) if env.enabled else self.objective
         self.optimizer = build_optimizer(config, self.objective.parameters())
         self.rows = config.batch_size // env.world
