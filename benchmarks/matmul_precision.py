@@ -14,7 +14,7 @@ from typing import Tuple
 import torch
 import typer
 
-from spacy_elmo.bilm.precision import resolve_precision
+from spacy_elmo.bilm.precision import Products
 
 # Small enough that one emulated bf16 product takes seconds, not minutes.
 SHAPES: Tuple[Tuple[int, int, int], ...] = (
@@ -45,7 +45,7 @@ def main(threads: int = typer.Option(0, help="torch threads (0: torch's default)
         torch.set_num_threads(threads)
     typer.echo(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability "
                f"{torch.backends.cpu.get_cpu_capability()}; training's precision 'auto' resolves to "
-        f"{resolve_precision('auto', torch.device('cpu'))}")
+        f"{Products.resolve('auto', torch.device('cpu'), training=True).dtype}")
     typer.echo("| m x k x n | float32 GFLOP/s | bfloat16 GFLOP/s | bf16 / fp32 |\n|---|---|---|---|")
     for m, k, n in SHAPES:
         fp32 = gflops(m, k, n, torch.float32, seconds)

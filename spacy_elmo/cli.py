@@ -432,14 +432,13 @@ def download(
 ) -> None:
     """Fetch a biLM into the cache ahead of use (Docker images, machines without network)."""
     from .bilm import BiLM, ElmoFileError
-    from .bilm.files import load_files
     from .bilm.manylangs import load_manylangs
     from .published.resolve import download_pretrained
 
     try:
-        check = functools.partial(load_files, BiLM)  # as from_files, without drawing random weights first
         paths = download_pretrained(
-            name, check=check, force=force, verify=verify, check_directory=functools.partial(load_manylangs, BiLM)
+            name, check=BiLM.from_files, force=force, verify=verify,
+            check_directory=functools.partial(load_manylangs, BiLM),
         )
     except (ValueError, OSError, ElmoFileError) as err:
         typer.secho(f"Error: {err}", fg=typer.colors.RED, err=True)

@@ -13,7 +13,7 @@ import torch
 
 from spacy_elmo import BiLM
 from spacy_elmo.bilm import model as model_module
-from spacy_elmo.bilm.precision import PRECISION_ENV, resolve_precision
+from spacy_elmo.bilm.precision import PRECISION_ENV, Products
 from spacy_elmo.embed import EmbedSettings, ray_engine, run_embed
 from spacy_elmo.embed.store import FeatureStore
 
@@ -28,7 +28,7 @@ def amx_cpu(monkeypatch) -> None:
     capabilities = {**torch.cpu.get_capabilities(), "amx_bf16": True, "amx_tile": True, "avx512_bf16": True}
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: capabilities)
     monkeypatch.delenv(PRECISION_ENV)  # the suite's fp32 (tests/conftest.py) would pin the rule too
-    assert resolve_precision("auto", CPU) == torch.bfloat16
+    assert Products.resolve("auto", CPU, training=True).precision == "bf16"
 
 
 @pytest.mark.parametrize("inference_auto", ["fp32", "bf16"])

@@ -1,13 +1,13 @@
 """``precision = "auto"`` on a CPU: the fastest precision for this model on this machine, measured.
 
-Whether bf16 or int8 beats float32 depends on the CPU and on the model's shapes: on a 2-core AMD
-EPYC with AVX512-BF16, bf16 runs Original-size inference 1.7x faster than float32, while on a
-Xeon with AVX512-BF16 it was slower at the Small size. No CPU flag predicts it, so at the first
-use of a model's shapes on a machine the biLM times its own inference (:meth:`BiLM.layers_at`)
-on a fixed batch of made-up words in each precision the CPU can run (:func:`candidates`),
-interleaved, and takes the fastest whose layers keep the accuracy contract against float32 on
-that batch (mean per-token cosine of at least :data:`MIN_MEAN_COSINE` in every layer). About one
-to two seconds at the Original size, a fraction of that below.
+Whether bf16 or int8 beats float32 depends on the CPU and on the model's shapes: with the same
+AVX512-BF16, bf16 is faster than float32 on one CPU and slower on another (docs/bilm.md has the
+figures). No CPU flag predicts it, so at the first use of a model's shapes on a machine the biLM
+times its own inference (:meth:`BiLM.layers_at`) on a fixed batch of made-up words in each
+precision the CPU can run (:func:`candidates`), interleaved, and takes the fastest whose layers
+keep the accuracy contract against float32 on that batch (mean per-token cosine of at least
+:data:`MIN_MEAN_COSINE` in every layer). That takes seconds at the Original size, a fraction of
+that below. This is what :class:`~.precision.Products` takes for ``auto`` in a CPU's inference.
 
 The decision is kept in memory for the process and in ``precision.json`` under the model cache
 (``SPACY_ELMO_CACHE``, see :mod:`spacy_elmo.published.cache`), keyed by what it depends on: the

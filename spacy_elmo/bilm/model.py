@@ -15,20 +15,11 @@ from torch import Tensor, nn
 from ..fileio import PathLike
 from .char_cnn import CharCNN
 from .chars import CHAR_PADDING, boundary_char_ids, tokens_char_ids
-from .files import load_files, read_weights, write_files
+from .files import load_files, write_files
 from .lstm import BiLSTMStack, LSTMState
 from .options import ElmoOptions
 from .int8 import Int8Weights, check_no_gradient
-from .precision import (
-    INT8,
-    LowPrecisionWeights,
-    Precision,
-    check_precision,
-    own_precision,
-    resolve_precision,
-    tensor_versions,
-    token_encoder_dtype,
-)
+from .precision import LowPrecisionWeights, Precision, Products, check_precision, own_precision, tensor_versions
 from .token_cache import TokenCache
 
 StateMode = Literal["zero", "warm", "carry"]
@@ -149,7 +140,7 @@ class BiLM(nn.Module):
 
     @property
     def precision(self) -> Precision:
-        """``"fp32"``, ``"bf16"``, ``"int8"`` or ``"auto"``: the setting, as given (see :attr:`compute_dtype`)."""
+        """``"fp32"``, ``"bf16"``, ``"int8"`` or ``"auto"``: the setting, as given (see :attr:`products`)."""
         return self._precision
 
     @precision.setter
@@ -158,21 +149,22 @@ class BiLM(nn.Module):
         self._precision = precision
 
     @property
-    def compute_dtype(self) -> torch.dtype:
-        """The dtype of the matrix products: ``precision`` resolved on the model's device.
+    def products(self) -> Products:
+        """What a call now runs its matrix products in: :meth:`products_for` training while
+        gradients reach the parameters, else inference."""
+        return self.products_for(training=torch.is_grad_enabled() and self.char_cnn.projection.weight.requires_grad)
 
-        ``"auto"`` for inference on a CPU is the measured decision (:func:`.autotune.cpu_auto_precision`:
-        timed once per machine and model shapes, then read from the cache); with gradients on
-        the parameters (training) it is the hardware rule of :func:`.precision.resolve_precision`.
-        """
-        if self.precision == "auto" and self.device.type == "cpu" and not self._needs_gradient():
-            from .autotune import cpu_auto_precision
+    def products_for(self, training: bool) -> Products:
+        """:attr:`precision` resolved on the model's device for training or for inference, whatever
+        the gradient mode now (an ``embed`` manifest records inference's): see
+        :class:`.precision.Products`. ``"auto"`` for inference on a CPU is this model's measured
+        decision, made once per machine and shapes."""
+        return Products.resolve(self.precision, self.device, training, measured=self._measured_auto)
 
-            return resolve_precision(cpu_auto_precision(self), self.device)
-        return resolve_precision(self.precision, self.device)
+    def _measured_auto(self) -> str:
+        from .autotune import cpu_auto_precision
 
-    def _needs_gradient(self) -> bool:
-        return torch.is_grad_enabled() and self.char_cnn.projection.weight.requires_grad
+        return cpu_auto_precision(self)
 
     @property
     def settings(self) -> BiLMSettings:
@@ -183,13 +175,13 @@ class BiLM(nn.Module):
 
     @classmethod
     def from_files(cls, options_file: PathLike, weight_file: PathLike, **settings: Any) -> "BiLM":
-        """Load a standard ELMo dump (bilm-tf / AllenNLP layout) of any size.
+        """Load a standard ELMo dump (bilm-tf / AllenNLP layout) of any size, at file speed: no
+        random initial values drawn first, the weights read straight into the parameters
+        (:func:`.files.load_files`; a saved pipeline's biLM loads so).
 
         ``settings``: keyword arguments of the constructor (see :class:`BiLMSettings`).
         """
-        model = cls(ElmoOptions.from_file(options_file), **settings)
-        read_weights(model, weight_file)
-        return model
+        return load_files(cls, options_file, weight_file, **settings)
 
     @classmethod
     def from_pretrained(cls, name_or_url_or_dir: str, **settings: Any) -> "BiLM":
@@ -251,25 +243,26 @@ class BiLM(nn.Module):
         """
         if len(sentences) == 0:
             raise ValueError("BiLM.forward needs at least one sentence (an empty one is fine)")
-        dtype = self.compute_dtype
-        if dtype == INT8:
+        products = self.products
+        if products.precision == "int8":
             check_no_gradient(list(self.parameters()))
-        with own_precision(self.device, dtype):
+        with own_precision(self.device, products.dtype):
             table, index = self.token_table([(SENTENCE_START, *sentence, SENTENCE_END) for sentence in sentences])
-            return self._forward(sentences, table, index, state, dtype)
+            return self._forward(sentences, table, index, state, products.dtype)
 
     def layers_at(self, sentences: Sequence[Sequence[str]], precision: Precision) -> Tensor:
         """:attr:`BiLMOutput.layers` of one zero-state pass with the products in ``precision``
         (explicit), without the token cache and without gradients: what ``"auto"`` times
         (:mod:`.autotune`). The model's own settings are left as they are."""
-        dtype = resolve_precision(precision, self.device)
+        products = Products.resolve(precision, self.device, training=False)
         distinct, index = _token_index([(SENTENCE_START, *sentence, SENTENCE_END) for sentence in sentences])
         dropout_on = self.lstm.dropout.training
         self.lstm.dropout.eval()  # a model in training mode: the passes must be comparable
         try:
-            with torch.no_grad(), own_precision(self.device, dtype):
-                table = self._encode(distinct, range(len(distinct)), dtype)
-                return self._forward(sentences, table, index, self.initial_state(len(sentences), "zero"), dtype).layers
+            with torch.no_grad(), own_precision(self.device, products.dtype):
+                table = self._encode(distinct, range(len(distinct)), products)
+                zero = self.initial_state(len(sentences), "zero")
+                return self._forward(sentences, table, index, zero, products.dtype).layers
         finally:
             self.lstm.dropout.train(dropout_on)
 
@@ -313,10 +306,10 @@ class BiLM(nn.Module):
 
         When no gradient is recorded, vectors come from :attr:`token_cache` where present.
         """
-        dtype = self.compute_dtype
+        products = self.products
         if torch.is_grad_enabled():
-            return self._encode(tokens, range(len(tokens)), dtype)
-        return self.token_cache.lookup(tokens, self.fingerprint(), lambda todo: self._encode(tokens, todo, dtype))
+            return self._encode(tokens, range(len(tokens)), products)
+        return self.token_cache.lookup(tokens, self.fingerprint(), lambda todo: self._encode(tokens, todo, products))
 
     def token_table(self, sequences: Sequence[Sequence[Hashable]]) -> Tuple[Tensor, Tensor]:
         """The distinct tokens' vectors, each encoded once, and where each position takes its vector.
@@ -335,7 +328,7 @@ class BiLM(nn.Module):
         computed in one precision, or from older weights, is never served. Writes that torch does
         not track must be reported with :meth:`weights_written`.
         """
-        return (self.compute_dtype, tensor_versions(itertools.chain(self.parameters(), self.buffers())))
+        return (self.products.dtype, tensor_versions(itertools.chain(self.parameters(), self.buffers())))
 
     def weights_written(self) -> None:
         """Report that the parameters were written outside torch (thinc's optimizer writes them
@@ -416,14 +409,14 @@ class BiLM(nn.Module):
         self._carried = LSTMState(hidden, memory)
 
     # ------------------------------------------------------------------ helpers
-    def _encode(self, tokens: Sequence[Hashable], positions: Sequence[int], dtype: torch.dtype) -> Tensor:
-        """Run the char CNN over ``tokens[p] for p in positions``, in bounded chunks, products in ``dtype``.
+    def _encode(self, tokens: Sequence[Hashable], positions: Sequence[int], products: Products) -> Tensor:
+        """Run the char CNN over ``tokens[p] for p in positions``, in bounded chunks, products in
+        the token encoder's dtype of ``products`` (:attr:`.precision.Products.token_encoder_dtype`).
 
         Tokens go through shortest first, so that each chunk's padding is cut short
         (see :meth:`CharCNN.positions_needed`). Shape: (len(positions), projection_dim).
-        In int8 the char CNN runs in bf16 or float32 (:func:`.precision.token_encoder_dtype`).
         """
-        cnn_dtype = token_encoder_dtype(dtype)
+        cnn_dtype = products.token_encoder_dtype
         if not isinstance(self.char_cnn, CharCNN):  # a token encoder of its own (see .manylangs)
             return self.char_cnn.encode([tokens[p] for p in positions], cnn_dtype, (SENTENCE_START, SENTENCE_END))
         if not len(positions):

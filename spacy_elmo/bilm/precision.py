@@ -28,18 +28,15 @@ under the process's own settings: set both to ``"ieee"`` yourself to train in st
 ``"int8"`` (inference on a CPU only) runs the LSTM's products on dynamic int8 kernels; see
 :mod:`.int8`.
 
-``"auto"`` is bf16 on a GPU only where the model's GPU multiplies bf16 natively: compute
-capability 8.0 (Ampere) and up (:func:`gpu_has_native_bf16`). Older GPUs (V100, T4) have no bf16
-tensor cores and emulate it, although ``torch.cuda.is_bf16_supported()`` answers yes for them.
-On a CPU, whether bf16 or int8 pays depends on the CPU and on the model's shapes, so a biLM's
-inference measures it (:mod:`.autotune`); training, and callers without a model, use the
-hardware rule of :func:`resolve_precision`.
+Which of these a setting (``"auto"`` included) runs in, on a device, in training or inference, is
+decided in one place: :class:`Products`.
 """
 
 import contextlib
 import os
 import threading
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -48,21 +45,21 @@ from .offload import offload
 
 Precision = Literal["fp32", "bf16", "int8", "auto"]
 PRECISIONS: Tuple[str, ...] = ("fp32", "bf16", "int8", "auto")
-# The product dtype each precision passes through the layers; torch.qint8 stands for "dynamic int8
-# products" (weights int8, activations quantized per call, float32 out: see .int8).
+# A setting decided: what the products run in (see Products).
+Explicit = Literal["fp32", "bf16", "int8"]
+# The product dtype each explicit precision passes through the layers; torch.qint8 stands for
+# "dynamic int8 products" (weights int8, activations quantized per call, float32 out: see .int8).
 INT8 = torch.qint8
-DTYPES: Dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": INT8}
+_DTYPES: Dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": INT8}
 
 # The CPU feature by which the hardware rule (training's "auto") takes bf16, as
 # torch.cpu.get_capabilities() names it: AMX's bf16 tiles. AVX512-BF16 alone (dot-product
-# instructions, no tiles) can go either way: on a 2-core Xeon with it and without AMX, 304 against
-# 495 tokens/s of inference at the Small size and 1,373 against 2,035 tokens/s of `base`
-# pretraining (benchmarks/bilm_speed.py, pretrain_speed.py); on a 2-core AMD EPYC, 1.4-1.8x
-# float32's inference speed. Inference measures instead (.autotune).
+# instructions, no tiles) is faster than float32 on some CPUs and slower on others (docs/bilm.md,
+# docs/pretraining.md), so inference measures instead (.autotune).
 FAST_BF16_FEATURE = "amx_bf16"
 
 # Decides what "auto" means on a CPU, for inference (.autotune) and, where it names fp32 or bf16,
-# for training too (resolve_precision).
+# for training too (Products.resolve).
 PRECISION_ENV = "SPACY_ELMO_PRECISION"
 
 # The compute capability from which NVIDIA GPUs have bf16 tensor cores (Ampere, sm_80).
@@ -78,8 +75,8 @@ def check_precision(precision: str) -> None:
 def cpu_has_amx_bf16() -> bool:
     """Whether this CPU has AMX bf16 tiles, as torch detects them: where bf16 beats float32.
 
-    Without AMX torch runs bf16 products on AVX512-BF16 dot-product instructions or emulates them,
-    slower than float32 in both cases.
+    Without AMX torch runs bf16 products on AVX512-BF16 dot-product instructions, faster than
+    float32 on some CPUs and slower on others, or emulates them, much slower.
     """
     return bool(torch.cpu.get_capabilities().get(FAST_BF16_FEATURE, False))
 
@@ -91,19 +88,6 @@ def cpu_has_native_bf16() -> bool:
     """
     capabilities = torch.cpu.get_capabilities()
     return bool(capabilities.get("avx512_bf16", False) or capabilities.get(FAST_BF16_FEATURE, False))
-
-
-def token_encoder_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype of the token encoder's products (char CNN, highways, projection) when the
-    LSTM's are ``dtype``: the same, except in int8.
-
-    int8 highways lose too much (see :mod:`.int8`), so in int8 the encoder runs in bf16 where this
-    CPU multiplies bf16 in hardware (:func:`cpu_has_native_bf16`; its large highway products reach
-    several times float32's rate there, at bf16's accuracy), and in float32 elsewhere.
-    """
-    if dtype != INT8:
-        return dtype
-    return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
 
 
 def gpu_has_native_bf16(capability: Tuple[int, int]) -> bool:
@@ -124,43 +108,109 @@ def cuda_has_native_bf16(device: torch.device) -> bool:
     return gpu_has_native_bf16(torch.cuda.get_device_capability(device))
 
 
-def resolve_precision(precision: Precision, device: torch.device) -> torch.dtype:
-    """The dtype of the products for ``precision`` on ``device``; cheap, and pure for explicit settings.
+@dataclass(frozen=True)
+class Products:
+    """What the biLM's matrix products run in: a precision setting decided, ``precision`` being
+    ``"fp32"``, ``"bf16"`` or ``"int8"``. :meth:`resolve` is where a setting becomes it:
 
-    ``"auto"`` here is the hardware rule: bf16 only on a CPU with AMX (:func:`cpu_has_amx_bf16`)
-    or a GPU with native bf16 (:func:`cuda_has_native_bf16`); float32 elsewhere. On a CPU,
-    ``SPACY_ELMO_PRECISION=fp32`` or ``bf16`` decides instead (``int8``, which has no gradient,
-    leaves the rule in place), so that one setting pins training and inference alike. A biLM's
-    inference on a CPU measures instead (``BiLM.compute_dtype``, :mod:`.autotune`); training
-    keeps this rule (its backward pass and shapes differ, and int8 has no gradient).
-    ``"int8"`` runs on a CPU only.
+    - An explicit setting is what it says, in training and inference and on every device, except
+      that ``"int8"`` runs on a CPU only (PyTorch's dynamic int8 kernels): elsewhere it is an error.
+      It has no gradient either: a call with gradients refuses it (:func:`.int8.check_no_gradient`).
+    - ``"auto"`` on a GPU is bf16 where that GPU (the model's, not the current one) multiplies bf16
+      natively: compute capability 8.0 (Ampere) and up (:func:`cuda_has_native_bf16`); fp32 on
+      older ones, which emulate bf16, and on other devices.
+    - ``"auto"`` for inference on a CPU is ``measured``: whether bf16 or int8 beats fp32 there
+      depends on the CPU and on the model's shapes, and no CPU flag predicts it, so a biLM times
+      its own inference once per machine and shapes, or takes ``SPACY_ELMO_PRECISION`` instead
+      (:func:`.autotune.cpu_auto_precision`).
+    - ``"auto"`` for training on a CPU, and for callers without a model to measure, is the
+      hardware rule: bf16 on a CPU with AMX bf16 tiles (:func:`cpu_has_amx_bf16`), fp32 elsewhere.
+      Training does not measure: its backward pass and shapes differ from the timed inference,
+      and int8 has no gradient. ``SPACY_ELMO_PRECISION=fp32`` or ``bf16`` decides the rule
+      instead, so that one setting pins training and inference alike (``int8`` leaves it).
+
+    A pretraining run resolves its setting once and keeps it, held-out evaluation included; an
+    ``embed`` run records its products in the manifest by dtype name (:attr:`recorded`), and such
+    stored layers stand in for what a biLM computes by :meth:`serves`.
     """
-    check_precision(precision)
-    if precision == "int8" and device.type != "cpu":
-        raise ValueError(
-            f"precision 'int8' runs on a CPU only (PyTorch's dynamic int8 kernels), and this biLM is on {device}: "
-            "use \"auto\" or \"bf16\" there, or move the biLM to the CPU"
-        )
-    if precision != "auto":
-        return DTYPES[precision]
-    if device.type == "cpu":
+
+    precision: Explicit
+
+    def __post_init__(self) -> None:
+        if self.precision not in _DTYPES:
+            raise ValueError(f"products run in fp32, bf16 or int8, not {self.precision!r}")
+
+    @classmethod
+    def resolve(
+        cls, setting: Precision, device: torch.device, training: bool, measured: Optional[Callable[[], str]] = None
+    ) -> "Products":
+        """``setting`` decided on ``device``, for training or inference (see the class docstring).
+
+        ``measured``: the measured choice for inference on a CPU, called only where that decides.
+        """
+        check_precision(setting)
+        if setting == "int8" and device.type != "cpu":
+            raise ValueError(
+                f"precision 'int8' runs on a CPU only (PyTorch's dynamic int8 kernels), and this biLM is on {device}: "
+                "use \"auto\" or \"bf16\" there, or move the biLM to the CPU"
+            )
+        if setting != "auto":
+            return cls(setting)
+        if device.type == "cpu":
+            return cls(measured()) if measured is not None and not training else cls._cpu_rule()  # type: ignore[arg-type]
+        native = device.type == "cuda" and cuda_has_native_bf16(device)
+        return cls("bf16" if native else "fp32")
+
+    @classmethod
+    def _cpu_rule(cls) -> "Products":
+        """The hardware rule on this CPU, unless ``SPACY_ELMO_PRECISION`` names fp32 or bf16."""
         override = os.environ.get(PRECISION_ENV, "").strip()
         if override in ("fp32", "bf16"):
-            return DTYPES[override]
-        native = cpu_has_amx_bf16()
-    elif device.type == "cuda":
-        native = cuda_has_native_bf16(device)
-    else:
-        native = False
-    return torch.bfloat16 if native else torch.float32
+            return cls(override)  # type: ignore[arg-type]
+        return cls("bf16" if cpu_has_amx_bf16() else "fp32")
 
+    @classmethod
+    def from_recorded(cls, name: str) -> "Products":
+        """The products an ``embed`` manifest records as ``name`` (:attr:`recorded`)."""
+        for precision in _DTYPES:
+            if cls(precision).recorded == name:  # type: ignore[arg-type]
+                return cls(precision)  # type: ignore[arg-type]
+        raise ValueError(f"unknown matrix products {name!r}: a manifest records float32, bfloat16 or qint8")
 
-def training_precision(precision: Precision, device: torch.device) -> Precision:
-    """The explicit precision a training run on ``device`` uses for ``precision``: ``"auto"``
-    decided by the hardware rule (:func:`resolve_precision`), which the run keeps, also when it
-    evaluates without gradients."""
-    dtype = resolve_precision(precision, device)
-    return next(name for name, value in DTYPES.items() if value == dtype)  # type: ignore[return-value]
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the LSTM's products and the pretraining softmax's: :data:`INT8` in int8."""
+        return _DTYPES[self.precision]
+
+    @property
+    def token_encoder_dtype(self) -> torch.dtype:
+        """The dtype of the token encoder's products (char CNN, highways, projection): :attr:`dtype`,
+        except in int8.
+
+        int8 highways lose too much (see :mod:`.int8`), so in int8 the encoder runs in bf16 where
+        this CPU multiplies bf16 in hardware (:func:`cpu_has_native_bf16`: its large highway
+        products run much faster there, at bf16's accuracy), and in float32 elsewhere.
+        """
+        if self.precision != "int8":
+            return self.dtype
+        return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+
+    @property
+    def recorded(self) -> str:
+        """The name an ``embed`` manifest records: ``"float32"``, ``"bfloat16"`` or ``"qint8"``."""
+        return str(self.dtype).replace("torch.", "")
+
+    def serves(self, setting: Precision) -> bool:
+        """Whether layers computed with these products may stand in for a biLM set to ``setting``
+        (a feature store, :mod:`spacy_elmo.embed.store`).
+
+        float32 products serve every setting: a store written on a CPU feeds a GPU pipeline whose
+        ``auto`` is bf16 there, with values more precise than its own. bf16 and int8 products serve
+        their own setting and ``auto``, a setting that accepts them wherever the hardware makes
+        them fast, even where it resolves to float32 here. They serve no other: a pipeline that
+        asks for float32 (or bf16) must not be fed bf16 (or int8) values silently.
+        """
+        return self.precision == "fp32" or setting in ("auto", self.precision)
 
 
 def _cuda_fp32_settings() -> List[Tuple[Any, str, Any]]:
@@ -230,7 +280,7 @@ def ieee_float32() -> Iterator[None]:
 
 @contextlib.contextmanager
 def own_precision(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
-    """Run the block at the biLM's precision, ``dtype`` (its :attr:`~spacy_elmo.BiLM.compute_dtype`).
+    """Run the block at the biLM's precision, ``dtype`` (its products' :attr:`Products.dtype`).
 
     Any autocast set up around it is off: the biLM casts its products itself. On CUDA in float32,
     TF32 is off too (:func:`ieee_float32`), so that ``"fp32"`` means float32.

@@ -14,7 +14,7 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-from ..bilm.precision import DTYPES, Precision, resolve_precision
+from ..bilm.precision import Explicit, Precision, Products
 
 _SPEC = re.compile(r"auto|cpu|cuda(?::(\d+))?")
 
@@ -116,33 +116,23 @@ def worker_device(spec: str, gpus_per_worker: float) -> str:
 
 
 def worker_precision(
-    precision: Precision, device_kind: str, cuda_devices: int, cpu_auto: Optional[Callable[[], Precision]] = None
-) -> Precision:
-    """An explicit precision: ``precision`` decided once, on the driver, for workers on ``device_kind``.
+    precision: Precision, device_kind: str, cuda_devices: int, cpu_auto: Optional[Callable[[], str]] = None
+) -> Explicit:
+    """An explicit precision: ``precision`` decided once, on the driver, for workers on ``device_kind``
+    (:class:`~spacy_elmo.bilm.precision.Products`, for inference).
 
     Every worker must compute the products the manifest records, or one store would mix bf16
     and fp32 values. Left to each worker, ``auto`` would follow each one's hardware; decided
     here, it follows this machine's (its CPU for CPU workers, its first GPU for GPU workers).
-    For CPU workers ``auto`` is ``cpu_auto()`` where given: what ``auto`` is for the run's biLM's
-    inference on this CPU (measured, or ``SPACY_ELMO_PRECISION``; see :mod:`spacy_elmo.bilm.autotune`),
-    so that the Ray engine computes what the local engine computes here; without it, the hardware
-    rule of :func:`~spacy_elmo.bilm.precision.resolve_precision`. On GPUs ``auto`` is the
-    hardware rule. A driver without a GPU cannot decide it for GPU workers: that is an error
-    naming the choice.
+    ``cpu_auto``: the run's biLM's measured choice on this CPU, so that CPU workers compute what
+    the local engine computes here. A driver without a GPU cannot decide ``auto`` for GPU
+    workers: that is an error naming the choice.
     """
-    if precision != "auto":
-        return precision
-    if device_kind == "cpu":
-        if cpu_auto is not None:
-            return cpu_auto()
-        device = torch.device("cpu")
-    elif cuda_devices:
-        device = torch.device("cuda", 0)
-    else:
+    if precision == "auto" and device_kind == "cuda" and not cuda_devices:
         raise ValueError(
             "--precision auto with --gpus-per-worker: auto is decided once, on this machine, so that every "
             "worker computes the products the manifest records, and this machine sees no GPU to decide it "
             "on. Give --precision bf16 (GPUs of compute capability 8.0 and up: A100, L4, H100, ...) or fp32"
         )
-    dtype = resolve_precision("auto", device)
-    return next(name for name, value in DTYPES.items() if value == dtype)  # type: ignore[return-value]
+    device = torch.device("cuda", 0) if device_kind == "cuda" else torch.device("cpu")
+    return Products.resolve(precision, device, training=False, measured=cpu_auto).precision

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List
 
+from ..bilm.precision import Products
 from ..fileio import OutputError, atomic_path
-from .settings import identity_differences, products_precision, resume_identity
+from .settings import identity_differences, resume_identity
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "spacy-elmo embed"
@@ -84,7 +85,7 @@ class Manifest:
             raise OutputError(
                 f"{output} holds layers computed with {stored} matrix products, and this run would compute "
                 f"{computed} ones (--precision {other.settings['precision']} on this device). Finish it with "
-                f"--precision {products_precision(stored)}, or write to a new OUTPUT (or delete this one)."
+                f"--precision {Products.from_recorded(stored).precision}, or write to a new OUTPUT (or delete this one)."
             )
         for what, mine, theirs in (
             ("model", self.model, other.model),

@@ -15,7 +15,7 @@ from .engine import Summary, load_bilm, sentence_source
 from .hdf5 import assemble, finished_manifest, parts_directory
 from .local import embed_locally
 from .manifest import Manifest, open_output, shard_name
-from .settings import EmbedSettings, inference_products, model_identity, products_precision
+from .settings import EmbedSettings, model_identity
 
 Format = Literal["hdf5", "parquet"]
 Engine = Literal["local", "ray"]
@@ -76,7 +76,7 @@ def run_embed(
         bilm = load_bilm(options_file, weight_file, settings)
 
         def cpu_auto() -> str:  # what the local engine computes with on this CPU: inference's auto for this biLM
-            return products_precision(inference_products(bilm))
+            return bilm.products_for(training=False).precision
 
         workers_settings = dataclasses.replace(
             settings, precision=worker_precision(settings.precision, workers_on, torch.cuda.device_count(), cpu_auto)

@@ -16,7 +16,7 @@ import torch
 
 from ..bilm import BiLM, ElmoOptions
 from ..bilm.model import STATE_MODES, StateMode
-from ..bilm.precision import DTYPES, Precision, check_precision
+from ..bilm.precision import Precision, check_precision
 from ..option_fields import setting
 
 LAYER_CHOICES = ("all", "top", "average", "mix")
@@ -115,7 +115,8 @@ def parse_layers(text: str) -> Tuple[str, Optional[Tuple[float, ...]]]:
 
 def model_identity(bilm: BiLM) -> Dict[str, Any]:
     """The biLM's options, a SHA-256 of its weights (names, dtypes, shapes and values) and the
-    dtype of its matrix products (bf16 products give other values than fp32 ones).
+    products it computes layers with (bf16 products give other values than fp32 ones): inference's,
+    as ``embed`` and a frozen component run it, whatever the gradient mode now.
 
     Unlike :meth:`BiLM.fingerprint`, which only tells in-process changes apart, this names the
     same weights the same way in every process and on every machine, however they were loaded.
@@ -125,26 +126,8 @@ def model_identity(bilm: BiLM) -> Dict[str, Any]:
         array = tensor.detach().cpu().contiguous()
         digest.update(f"{name}:{array.dtype}:{tuple(array.shape)};".encode("utf8"))
         digest.update(array.view(-1).view(torch.uint8).numpy().tobytes() if array.numel() else b"")
-    return {"fingerprint": digest.hexdigest(), "products": inference_products(bilm), "options": bilm.options.to_dict()}
-
-
-def inference_products(bilm: BiLM) -> str:
-    """The dtype name of the products ``bilm`` computes layers with when it runs without gradients,
-    as ``embed`` and a frozen component run it: its precision setting resolved as inference resolves it.
-
-    Read without gradients: while the parameters require them, :attr:`BiLM.compute_dtype` gives
-    training's resolution of ``"auto"`` on a CPU (the hardware rule: bf16 wherever the CPU has AMX),
-    not inference's (the measured decision, or ``SPACY_ELMO_PRECISION``), which is what the
-    layers are computed with.
-    """
-    with torch.no_grad():
-        return str(bilm.compute_dtype).replace("torch.", "")
-
-
-def products_precision(products: str) -> str:
-    """The ``--precision`` (and component ``precision``) that computes ``products``, a dtype name
-    as :func:`model_identity` records it: ``"float32"`` -> ``"fp32"``, ``"bfloat16"`` -> ``"bf16"``."""
-    return next(name for name, dtype in DTYPES.items() if str(dtype).replace("torch.", "") == products)
+    products = bilm.products_for(training=False).recorded
+    return {"fingerprint": digest.hexdigest(), "products": products, "options": bilm.options.to_dict()}
 
 
 def resume_identity(settings: Dict[str, Any]) -> Dict[str, Any]:

@@ -6,7 +6,8 @@ looks up each biLM input (a doc, a sentence of it, or a window; see
 runs over the same corpus pay for the biLM once. A stored value stands for what the biLM would
 compute only if it is the same biLM (weights, checked by the fingerprint in the manifest) in the
 same state mode, with products at least as precise as the biLM's setting asks
-(:func:`store_serves`); all are checked before the first lookup, and a mismatch is an error.
+(:meth:`~spacy_elmo.bilm.precision.Products.serves`); all are checked before the first lookup, and
+a mismatch is an error.
 
 The store is opened on first use: only the tokens are read then (an index held in memory); the
 layers are read on demand, one Parquet row group (or HDF5 dataset) at a time, the most recently
@@ -22,28 +23,14 @@ from typing import Dict, Hashable, List, Optional, Sequence, Tuple
 import numpy
 
 from ..bilm import BiLM, ElmoOptions
-from ..bilm.precision import Precision
+from ..bilm.precision import Products
 from ..fileio import PathLike
 from .hdf5 import SENTENCE_TO_INDEX, finished_manifest
 from .manifest import MANIFEST_NAME, Manifest
-from .settings import EmbedSettings, model_identity, output_tail_shape, products_precision
+from .settings import EmbedSettings, model_identity, output_tail_shape
 
 Location = Tuple[str, int, int]  # (shard file, row group, row) or (dataset name, -1, -1) in HDF5
 CACHED_ROW_GROUPS = 64
-
-
-def store_serves(stored_products: str, precision: Precision) -> bool:
-    """Whether layers computed with ``stored_products`` (``"float32"``, ``"bfloat16"`` or ``"qint8"``)
-    may stand in for a biLM whose ``precision`` setting is ``precision``.
-
-    float32 products serve every setting: a store written on a CPU feeds a GPU pipeline whose
-    ``auto`` resolves to bf16 there, with values more precise than its own. bf16 and int8 products
-    serve their own setting and ``auto``, a setting that accepts them wherever the hardware makes
-    them fast (the same pipeline on a bf16 GPU, or a CPU where int8 wins, computes them), even
-    where it resolves to float32. They serve no other: a pipeline that asks for float32 (or bf16)
-    must not be fed bf16 (or int8) values silently.
-    """
-    return stored_products == "float32" or precision in ("auto", products_precision(stored_products))
 
 
 class FeatureStore:
@@ -129,14 +116,15 @@ class FeatureStore:
                 f"pipeline's is {current[:12]}). Recompute it with `spacy-elmo embed` and this pipeline's "
                 "biLM (--options-file/--weight-file), or set [components.elmo] features = null."
             )
-        stored_products = self._manifest.model["products"]
-        if not store_serves(stored_products, bilm.precision):
+        held = Products.from_recorded(self._manifest.model["products"])
+        asked = Products.from_recorded(identity["products"])
+        if not held.serves(bilm.precision):
             raise ValueError(
-                f"elmo features: {self.path} holds layers computed with {stored_products} matrix products, and "
-                f"this pipeline's biLM asks for {identity['products']} ([components.elmo.model] precision = "
+                f"elmo features: {self.path} holds layers computed with {held.recorded} matrix products, and "
+                f"this pipeline's biLM asks for {asked.recorded} ([components.elmo.model] precision = "
                 f"\"{bilm.precision}\"). Either accept the store's: set [components.elmo.model] precision = \"auto\" "
-                f"(bf16 or int8 where the hardware is fast at it) or \"{products_precision(stored_products)}\"; or recompute "
-                f"the store: spacy-elmo embed ... --precision {products_precision(identity['products'])}"
+                f"(bf16 or int8 where the hardware is fast at it) or \"{held.precision}\"; or recompute "
+                f"the store: spacy-elmo embed ... --precision {asked.precision}"
             )
         if bilm.state_mode != self._settings.state:
             raise ValueError(

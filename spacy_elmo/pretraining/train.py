@@ -25,7 +25,7 @@ from tqdm import tqdm
 from ..bilm import BiLM, ElmoOptions
 from ..bilm.model import STATE_MODES
 from ..bilm.offload import keep_in_memory
-from ..bilm.precision import training_precision
+from ..bilm.precision import Products
 from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, PathLike, standard_files
 from .checkpoint import CHECKPOINT_NAME, Interrupted, load_checkpoint, prepare_output_dir, seed_everything, stop_requests
 from .config import TrainingConfig, build_optimizer, with_training_keys
@@ -131,12 +131,8 @@ class Trainer(Checkpointed):
         bilm = BiLM.from_files(*init_from) if init_from and checkpoint is None else BiLM(options)
         bilm.warm_hidden = bilm.warm_memory = None  # a warm start is recomputed at export
         bilm.dropout = config.dropout
-        # Training keeps its own decision, the hardware rule: the inference one is measured at other
-        # shapes without a backward pass, and may be int8, which has no gradient.
-        bilm.precision = training_precision(config.precision, env.device)
-        # The new softmax's initial values come from the seed alone, not from where making the biLM
-        # left the generator (read from files, it draws nothing): a run from files and a fresh run start alike.
-        torch.manual_seed(config.seed)
+        # Decided once, for training, and kept: held-out evaluation runs without gradients, in the same products.
+        bilm.precision = Products.resolve(config.precision, env.device, training=True).precision
         self.loss = BiLMLoss(bilm, len(self.vocab), config.n_negatives, config.dropout)
         if continuation is not None:
             load_softmax(self.loss.softmax, continuation)

@@ -172,9 +172,10 @@ def test_inference_resolves_auto_by_the_decision_and_training_by_the_hardware_ru
     monkeypatch.setattr("spacy_elmo.bilm.precision.cpu_has_amx_bf16", lambda: False)
     model = BiLM(measured_options(), precision="auto")
     with torch.no_grad():
-        assert model.compute_dtype == torch.qint8
-        assert model.compute_dtype == torch.qint8
-    assert model.compute_dtype == torch.float32  # gradients on: training's rule, never int8
+        assert model.products.dtype == torch.qint8
+        assert model.products.dtype == torch.qint8
+    assert model.products.dtype == torch.float32  # gradients on: training's rule, never int8
+    assert model.products_for(training=False).precision == "int8"  # inference's, whatever the gradient mode
     assert len(calls) == 1
 
 

@@ -32,9 +32,9 @@ def test_int8_layers_keep_the_accuracy_contract_on_the_bundled_bilm(monkeypatch,
 def test_the_token_encoder_runs_int8_in_bf16_only_where_the_cpu_multiplies_bf16(monkeypatch):
     for native in (True, False):
         monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
-        assert precision.token_encoder_dtype(precision.INT8) == (torch.bfloat16 if native else torch.float32)
-        for dtype in (torch.float32, torch.bfloat16):
-            assert precision.token_encoder_dtype(dtype) == dtype
+        assert precision.Products("int8").token_encoder_dtype == (torch.bfloat16 if native else torch.float32)
+        assert precision.Products("fp32").token_encoder_dtype == torch.float32
+        assert precision.Products("bf16").token_encoder_dtype == torch.bfloat16
 
 
 def test_int8_refuses_gradients_and_says_what_to_set():
@@ -52,7 +52,7 @@ def test_pretraining_refuses_int8():
 
 def test_int8_runs_on_a_cpu_only():
     with pytest.raises(ValueError, match="'int8' runs on a CPU only.*cuda:0"):
-        precision.resolve_precision("int8", torch.device("cuda", 0))
+        precision.Products.resolve("int8", torch.device("cuda", 0), training=False)
 
 
 def test_int8_packs_follow_changed_weights():
@@ -84,14 +84,12 @@ def test_a_pack_is_made_once_while_the_weights_are_unchanged(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "stored, precision, serves",
+    "stored, setting, serves",
     [("qint8", "int8", True), ("qint8", "auto", True), ("qint8", "bf16", False), ("qint8", "fp32", False),
      ("bfloat16", "int8", False), ("float32", "int8", True)],
 )
-def test_a_feature_store_of_int8_products_serves_int8_and_auto_only(stored, precision, serves):
-    from spacy_elmo.embed.store import store_serves
-
-    assert store_serves(stored, precision) is serves
+def test_a_feature_store_of_int8_products_serves_int8_and_auto_only(stored, setting, serves):
+    assert precision.Products.from_recorded(stored).serves(setting) is serves
 
 
 def test_copies_and_pickles_of_a_model_leave_the_packs_behind():

@@ -35,6 +35,8 @@ def _can_multiply_bf16() -> bool:
     return True
 
 
+CPU = torch.device("cpu")
+
 needs_bf16 = pytest.mark.skipif(not _can_multiply_bf16(), reason="this torch build cannot multiply bfloat16 on CPU")
 
 
@@ -52,15 +54,96 @@ def test_an_unknown_precision_names_the_allowed_ones():
     assert model.precision == "fp32"
 
 
+# Each setting decided on each device for training and inference, on hardware faked in the test:
+# a CPU with AMX (the hardware rule's bf16), a measurement that picks int8 (what no rule picks), a
+# GPU that multiplies bf16 natively; "mps" stands for any other device.
+DECISIONS = [
+    ("fp32", "cpu", False, "fp32"),
+    ("fp32", "cpu", True, "fp32"),
+    ("bf16", "cpu", False, "bf16"),
+    ("bf16", "cpu", True, "bf16"),
+    ("int8", "cpu", False, "int8"),
+    ("int8", "cpu", True, "int8"),  # decided as set: a call with gradients refuses it (test_int8.py)
+    ("auto", "cpu", False, "int8"),  # inference: the measured choice
+    ("auto", "cpu", True, "bf16"),  # training: the hardware rule
+    ("fp32", "cuda:0", False, "fp32"),
+    ("bf16", "cuda:0", True, "bf16"),
+    ("auto", "cuda:0", False, "bf16"),
+    ("auto", "cuda:0", True, "bf16"),
+    ("fp32", "mps", False, "fp32"),
+    ("auto", "mps", False, "fp32"),
+    ("auto", "mps", True, "fp32"),
+]
+
+
+@pytest.mark.parametrize("setting, device, training, expected", DECISIONS)
+def test_products_decide_each_setting_per_device_and_use(monkeypatch, setting, device, training, expected):
+    monkeypatch.setattr(precision, "cpu_has_amx_bf16", lambda: True)
+    monkeypatch.setattr(precision, "cuda_has_native_bf16", lambda device: True)
+    monkeypatch.delenv(precision.PRECISION_ENV)  # set by tests/conftest.py; it would decide the CPU's rule
+    asked = []
+
+    def measured() -> str:
+        asked.append(1)
+        return "int8"
+
+    found = precision.Products.resolve(setting, torch.device(device), training, measured)
+    assert found == precision.Products(expected)
+    assert len(asked) == ((setting, device, training) == ("auto", "cpu", False))  # asked only where it decides
+
+
+def test_inference_on_a_cpu_without_a_measurement_takes_the_hardware_rule(monkeypatch):
+    """What a caller without a model to time gets (the Ray driver deciding for CPU workers, say)."""
+    monkeypatch.setattr(precision, "cpu_has_amx_bf16", lambda: True)
+    monkeypatch.delenv(precision.PRECISION_ENV)
+    assert precision.Products.resolve("auto", CPU, training=False) == precision.Products("bf16")
+
+
+@pytest.mark.parametrize("device", ["cuda:0", "mps"])
+@pytest.mark.parametrize("training", [False, True])
+def test_int8_is_decided_on_a_cpu_only(device, training):
+    with pytest.raises(ValueError, match=f"'int8' runs on a CPU only .*this biLM is on {device}: use"):
+        precision.Products.resolve("int8", torch.device(device), training)
+
+
+@pytest.mark.parametrize(
+    "name, recorded, dtype", [("fp32", "float32", torch.float32), ("bf16", "bfloat16", torch.bfloat16), ("int8", "qint8", torch.qint8)]
+)
+def test_products_are_recorded_by_their_dtypes_name_and_read_back(name, recorded, dtype):
+    products = precision.Products(name)
+    assert (products.recorded, products.dtype) == (recorded, dtype)
+    assert precision.Products.from_recorded(recorded) == products
+
+
+def test_products_are_decided_ones_and_a_recorded_name_must_be_known():
+    with pytest.raises(ValueError, match="products run in fp32, bf16 or int8, not 'auto'"):
+        precision.Products("auto")
+    with pytest.raises(ValueError, match="unknown matrix products 'float16'"):
+        precision.Products.from_recorded("float16")
+
+
+SERVES = {  # stored products -> the settings whose biLM they may stand in for
+    "float32": {"fp32", "bf16", "int8", "auto"},
+    "bfloat16": {"bf16", "auto"},
+    "qint8": {"int8", "auto"},
+}
+
+
+@pytest.mark.parametrize("stored", sorted(SERVES))
+def test_stored_products_serve_their_own_setting_and_auto_and_float32_serves_every_setting(stored):
+    products = precision.Products.from_recorded(stored)
+    assert {setting for setting in precision.PRECISIONS if products.serves(setting)} == SERVES[stored]
+
+
 @pytest.mark.parametrize("native, expected", [(True, torch.bfloat16), (False, torch.float32)])
 def test_the_hardware_rule_is_bf16_only_where_the_cpu_has_amx(monkeypatch, native, expected):
     """What training and callers without a model get for "auto" on a CPU (inference measures)."""
     monkeypatch.setattr(precision, "cpu_has_amx_bf16", lambda: native)
     monkeypatch.delenv(precision.PRECISION_ENV)  # set by tests/conftest.py; it would decide instead
-    assert precision.resolve_precision("auto", torch.device("cpu")) == expected
-    assert BiLM(tiny_options(), precision="fp32").compute_dtype == torch.float32
-    assert BiLM(tiny_options(), precision="bf16").compute_dtype == torch.bfloat16
-    assert BiLM(tiny_options(), precision="int8").compute_dtype == torch.qint8
+    assert precision.Products.resolve("auto", CPU, training=True).dtype == expected
+    assert BiLM(tiny_options(), precision="fp32").products.dtype == torch.float32
+    assert BiLM(tiny_options(), precision="bf16").products.dtype == torch.bfloat16
+    assert BiLM(tiny_options(), precision="int8").products.dtype == torch.qint8
 
 
 @pytest.mark.parametrize(
@@ -79,7 +162,7 @@ def test_the_probe_reads_torchs_cpu_capabilities(monkeypatch, features, native):
 
 def test_the_hardware_rule_follows_this_cpu():
     native = bool(torch.cpu.get_capabilities().get("amx_bf16"))
-    assert precision.resolve_precision("auto", torch.device("cpu")) == (torch.bfloat16 if native else torch.float32)
+    assert precision.Products.resolve("auto", CPU, training=True).dtype == (torch.bfloat16 if native else torch.float32)
 
 
 @needs_bf16
@@ -198,10 +281,10 @@ def test_auto_on_a_gpu_asks_the_models_gpu(monkeypatch, capability, expected):
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", get_device_capability)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
-    assert precision.resolve_precision("auto", torch.device("cuda", 1)) == expected
+    assert precision.Products.resolve("auto", torch.device("cuda", 1), training=False).dtype == expected
     assert asked == [torch.device("cuda", 1)]
-    assert precision.resolve_precision("fp32", torch.device("cuda", 1)) == torch.float32
-    assert precision.resolve_precision("bf16", torch.device("cuda", 1)) == torch.bfloat16
+    assert precision.Products.resolve("fp32", torch.device("cuda", 1), training=False).dtype == torch.float32
+    assert precision.Products.resolve("bf16", torch.device("cuda", 1), training=False).dtype == torch.bfloat16
     assert len(asked) == 1  # only "auto" looks at the hardware
 
 
@@ -269,6 +352,6 @@ def test_the_environment_decides_auto_for_cpu_training_too(monkeypatch, amx, ove
     """SPACY_ELMO_PRECISION pins the hardware rule (training's auto) as it pins inference's."""
     monkeypatch.setattr(precision, "cpu_has_amx_bf16", lambda: amx)
     monkeypatch.setenv(precision.PRECISION_ENV, override)
-    assert precision.resolve_precision("auto", torch.device("cpu")) == expected
+    assert precision.Products.resolve("auto", CPU, training=True).dtype == expected
     monkeypatch.setenv(precision.PRECISION_ENV, "int8")  # no gradient in int8: the rule stays
-    assert precision.resolve_precision("auto", torch.device("cpu")) == (torch.bfloat16 if amx else torch.float32)
+    assert precision.Products.resolve("auto", CPU, training=True).dtype == (torch.bfloat16 if amx else torch.float32)

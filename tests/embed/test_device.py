@@ -11,10 +11,9 @@ import torch
 from thinc.api import CupyOps, get_current_ops, set_current_ops
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm.precision import resolve_precision
+from spacy_elmo.bilm.precision import Products
 from spacy_elmo.embed import EmbedSettings, OutputError, run_embed
 from spacy_elmo.embed.device import parse_device, resolve_device, thinc_gpu, worker_device, worker_precision
-from spacy_elmo.embed.settings import inference_products, products_precision
 from spacy_elmo.embed.ray_engine import ShardEmbedder, check_local_gpus
 
 CPU, CUDA0, CUDA1 = torch.device("cpu"), torch.device("cuda", 0), torch.device("cuda", 1)
@@ -107,13 +106,14 @@ def test_worker_device_refuses_what_ray_cannot_do(spec, gpus, message):
 def test_worker_precision_is_decided_once_on_the_driver():
     assert worker_precision("bf16", "cuda", 0) == "bf16"  # given: nothing to decide
     assert worker_precision("fp32", "cpu", 0) == "fp32"
-    here = {torch.float32: "fp32", torch.bfloat16: "bf16"}[resolve_precision("auto", CPU)]
-    assert worker_precision("auto", "cpu", 0) == here
+    assert worker_precision("auto", "cpu", 0) == Products.resolve("auto", CPU, training=True).precision  # the rule
     # given, CPU workers take the local engine's decision for the run's biLM (measured, or SPACY_ELMO_PRECISION)
     assert worker_precision("auto", "cpu", 0, lambda: "int8") == "int8"
     assert worker_precision("fp32", "cpu", 0, lambda: "int8") == "fp32"
     with pytest.raises(ValueError, match="--precision auto with --gpus-per-worker.*Give --precision bf16 .* or fp32"):
         worker_precision("auto", "cuda", 0)
+    with pytest.raises(ValueError, match="'int8' runs on a CPU only.*cuda:0"):  # refused before any worker starts
+        worker_precision("int8", "cuda", 1)
 
 
 def test_a_local_ray_cannot_place_more_gpu_workers_than_it_has_gpus():
@@ -158,7 +158,7 @@ def test_the_device_is_not_part_of_the_outputs_identity(bilm_files, corpus, tmp_
 def test_a_resumed_run_must_compute_the_products_it_started_with_however_asked(bilm_files, corpus, tmp_path):
     """The precision setting may differ (auto on a bf16 GPU, bf16 to finish on a CPU), not the products."""
     # what embed's "auto" computes on this CPU: inference's decision for this biLM (not training's hardware rule)
-    auto_here = products_precision(inference_products(BiLM.from_files(*bilm_files, precision="auto")))
+    auto_here = BiLM.from_files(*bilm_files, precision="auto").products_for(training=False).precision
     other = "bf16" if auto_here == "fp32" else "fp32"
     started = EmbedSettings(whitespace=True, shard_size=2, precision=auto_here)
     run_embed(corpus, tmp_path / "out", started, *bilm_files, progress=False)
@@ -187,7 +187,7 @@ def test_a_ray_worker_runs_its_biLM_where_it_is_told_in_the_decided_precision(bi
     """The actor's logic, without Ray: "cuda" is the GPU Ray gave it, an error where there is none."""
     settings = EmbedSettings(whitespace=True, precision="bf16").to_dict()
     worker = ShardEmbedder(*map(str, bilm_files), str(corpus), settings, str(corpus.parent), 1, "cpu")
-    assert worker.bilm.device == CPU and worker.bilm.compute_dtype == torch.bfloat16
+    assert worker.bilm.device == CPU and worker.bilm.products.dtype == torch.bfloat16
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="--device cuda: torch sees no CUDA GPU"):
             ShardEmbedder(*map(str, bilm_files), str(corpus), settings, str(corpus.parent), 1, "cuda")
@@ -196,11 +196,12 @@ def test_a_ray_worker_runs_its_biLM_where_it_is_told_in_the_decided_precision(bi
 def test_ray_gpu_workers_get_the_precision_the_manifest_records(bilm_files, corpus, tmp_path, monkeypatch):
     """auto is decided on the driver for the workers' GPUs (a bf16 GPU, faked here), handed to
     every worker as bf16 and recorded so, though the driver's own biLM on the CPU resolves otherwise."""
-    from spacy_elmo.embed import device, ray_engine
+    from spacy_elmo.bilm import precision
+    from spacy_elmo.embed import ray_engine
 
     calls = []
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(device, "resolve_precision", lambda p, d: torch.bfloat16 if d.type == "cuda" else torch.float32)
+    monkeypatch.setattr(precision, "cuda_has_native_bf16", lambda device: True)
     monkeypatch.setattr(ray_engine, "embed_on_ray", lambda *args, **kwargs: calls.append((args[3], kwargs)))
     run_embed(corpus, tmp_path / "out", SETTINGS, *bilm_files, engine="ray", gpus_per_worker=0.5, progress=False)
     (workers_settings, options), = calls

@@ -84,20 +84,24 @@ def test_init_from_standard_files_alone_starts_a_new_softmax(trained, tmp_path):
     write_corpus(tmp_path / "other.txt", 50)
     pretrain(tmp_path / "other.txt", tmp_path / "fresh", preset.options, config, resume=False, progress=False)
     write_repetitive_corpus(tmp_path / "same.txt", 50)
-    pretrain(tmp_path / "same.txt", tmp_path / "fresh_same", preset.options, config, resume=False, progress=False)
+    # 20 steps, logged as four means of five: the new softmax must learn before it can tell the biLMs apart
+    learning = config.updated(max_steps=20, log_every=5)
+    pretrain(tmp_path / "same.txt", tmp_path / "fresh_same", preset.options, learning, resume=False, progress=False)
     pretrain(
         tmp_path / "same.txt",
         tmp_path / "tuned",
         preset.options,
-        config,
+        learning,
         resume=False,
         progress=False,
         init_from=(standard / "options.json", standard / "weights.hdf5"),
     )
-    fresh = _records(tmp_path / "fresh_same")[0]["loss"]
-    tuned = _records(tmp_path / "tuned")[0]["loss"]
-    # the softmax is new, but the LSTM states already separate the contexts: learning starts lower
-    assert tuned < fresh
+    fresh, tuned = ([r["loss"] for r in _records(tmp_path / run) if "loss" in r][-1] for run in ("fresh_same", "tuned"))
+    # The softmax is new, but the trained LSTM states already separate the contexts: learning goes faster.
+    # Over steps 16-20, tuned 1.80-2.22 against fresh 2.71-2.83 (seeds 0-7). The first steps tell nothing:
+    # a random softmax over informative states scores above the uniform ln(vocabulary) of a fresh biLM's
+    # near-zero states, by an amount that depends on its draw.
+    assert tuned < fresh - 0.25
     assert load_checkpoint(tmp_path / "tuned" / "checkpoint.pt")["softmax"]["weight"].shape[0] == len(
         (tmp_path / "tuned" / "vocab.txt").read_text().splitlines()
     )
