@@ -9,14 +9,19 @@ large float32 source moves to a temporary file (unlinked at once: nothing is lef
 back copy-on-write (``numpy.memmap`` mode ``"c"``): the parameter reads as before, its pages come
 back from the file (the page cache, usually) when something reads them, and a write (an optimizer
 step) makes private pages as any write does, the file never changes. Each parameter moves at most
-once, so a fine-tuning run that evaluates between steps does not write its weights out again.
+once; the pages a later read brings back (another copy made, ``auto``'s fp32 pass) are dropped
+again once it is done (:func:`evict`). Weights being trained never move (:func:`keep_in_memory`).
 
 ``SPACY_ELMO_OFFLOAD=0`` keeps the float32 weights in memory. A file that cannot be written (a
 full disk) keeps them in memory too, with a warning.
 """
 
+import contextlib
+import ctypes
 import logging
+import mmap
 import os
+import sys
 import tempfile
 from typing import Iterable
 
@@ -31,29 +36,54 @@ OFFLOAD_ENV = "SPACY_ELMO_OFFLOAD"
 # file per small tensor would cost more than it saves. The Original size's LSTM and highway
 # weights are 4-32 MB each.
 MIN_BYTES = 1 << 20
-_MOVED = "_spacy_elmo_on_disk"  # set on a tensor once its values moved to a file
+_MAPPING = "_spacy_elmo_mapping"  # on a moved tensor: (its mmap, the address and version it had then)
+_STAYS = "_spacy_elmo_in_memory"  # on a tensor that never moves (trained, or its file failed)
 
 
 def offload(tensors: Iterable[Tensor]) -> None:
-    """Move each large float32 CPU tensor of ``tensors`` to a file mapped copy-on-write, once."""
+    """Move each large float32 CPU tensor of ``tensors`` to a file mapped copy-on-write, once;
+    of those moved before, drop the pages that making this copy read back (:func:`evict`)."""
     if os.environ.get(OFFLOAD_ENV, "1").strip() == "0":
         return
     for tensor in tensors:
-        if _movable(tensor):
+        if on_disk(tensor):
+            evict([tensor])
+        elif _movable(tensor):
             _move_to_file(tensor)
+
+
+def evict(tensors: Iterable[Tensor]) -> None:
+    """Drop from memory the pages of moved tensors that a read brought back (a new copy, or
+    ``auto``'s fp32 pass); they come back from the file when read again. Pages a write made
+    private are never dropped: a tensor written since it moved (its address or version changed)
+    is left alone. Where Python's ``mmap`` has no ``madvise`` (Windows), pages stay until the
+    system needs them."""
+    for tensor in tensors:
+        mapping = getattr(tensor, _MAPPING, None)
+        unwritten = mapping is not None and (tensor.data_ptr(), tensor._version) == mapping[1:]
+        if unwritten and hasattr(mapping[0], "madvise"):
+            mapping[0].madvise(mmap.MADV_DONTNEED)
+
+
+def return_freed_memory() -> None:
+    """Hand memory freed to the allocator back to the system where the C library is glibc
+    (``malloc_trim``): glibc keeps freed heap memory for reuse, so releasing hundreds of MB of
+    weight copies would not lower the process's resident memory. Elsewhere a no-op."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def keep_in_memory(tensors: Iterable[Tensor]) -> None:
     """Never move ``tensors`` to a file: for weights being trained, which an optimizer rewrites
     (pretraining, fine-tuning), so that their evaluations without gradients do not write them out."""
     for tensor in tensors:
-        setattr(tensor, _MOVED, True)
+        setattr(tensor, _STAYS, True)
 
 
 def on_disk(tensor: Tensor) -> bool:
-    """Whether ``tensor``'s values were moved to a file by :func:`offload` (or are kept in memory
-    for good: :func:`keep_in_memory`)."""
-    return getattr(tensor, _MOVED, False)
+    """Whether ``tensor``'s values were moved to a file by :func:`offload`."""
+    return hasattr(tensor, _MAPPING)
 
 
 def _movable(tensor: Tensor) -> bool:
@@ -63,6 +93,7 @@ def _movable(tensor: Tensor) -> bool:
         and tensor.is_contiguous()
         and tensor.numel() * tensor.element_size() >= MIN_BYTES
         and not on_disk(tensor)
+        and not getattr(tensor, _STAYS, False)
     )
 
 
@@ -75,7 +106,7 @@ def _move_to_file(tensor: Tensor) -> None:
             mapped = numpy.memmap(handle, dtype=values.dtype, mode="c", shape=values.shape)
     except (OSError, ValueError) as err:
         logger.warning("spacy-elmo: keeping float32 weights in memory: cannot write them to a temporary file (%s)", err)
-        setattr(tensor, _MOVED, True)  # not again: each try would cost a write
+        setattr(tensor, _STAYS, True)  # not again: each try would cost a write
         return
     tensor.data = torch.from_numpy(mapped)
-    setattr(tensor, _MOVED, True)
+    setattr(tensor, _MAPPING, (mapped._mmap, tensor.data_ptr(), tensor._version))

@@ -51,15 +51,27 @@ def test_small_tensors_other_dtypes_and_opted_out_runs_stay_in_memory(monkeypatc
     small, half = torch.randn(16, 16), torch.randn(1024, 1024).bfloat16()
     kept = torch.randn(1024, 1024)
     keep_in_memory([kept])
-    offload.offload([small, half, kept])
-    assert not any(on_disk(t) for t in (small, half)) and on_disk(kept)
     address = kept.data_ptr()
-    offload.offload([kept])
+    offload.offload([small, half, kept])
     assert kept.data_ptr() == address
+    assert not any(on_disk(t) for t in (small, half, kept))
     monkeypatch.setenv(offload.OFFLOAD_ENV, "0")
     large = torch.randn(1024, 1024)
     offload.offload([large])
     assert not on_disk(large)
+
+
+def test_evicted_pages_come_back_from_the_file_and_written_ones_are_never_dropped():
+    weight = torch.randn(512, 1024)
+    values = weight.clone()
+    offload.offload([weight])
+    assert torch.equal(weight, values)  # read back
+    offload.evict([weight])
+    assert torch.equal(weight, values)  # read back again, from the file
+    weight.mul_(2.0)  # a write: private pages, the version moves
+    offload.evict([weight])
+    offload.offload([weight])
+    assert torch.equal(weight, 2.0 * values)
 
 
 def test_a_file_that_cannot_be_written_keeps_the_weights_in_memory_with_a_warning(monkeypatch, caplog):
