@@ -75,7 +75,8 @@ CLEAR_WIN = 1.10
 # change makes one precision's pass faster or slower than another's, so that caches measure again.
 # 2: the LSTM's gates windows bounded in bytes, int8 products written per direction.
 # 3: one sigmoid for the four gates, bf16 LSTM weights laid out (out, in), int8's char CNN in bf16.
-KERNELS = 3
+# 4: int8 weights packed for oneDNN on CPUs with VNNI or AMX int8.
+KERNELS = 4
 
 # One forward pass of the timed batch with the products in a precision; returns its layers.
 Run = Callable[[str], torch.Tensor]

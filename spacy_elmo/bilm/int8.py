@@ -2,8 +2,9 @@
 
 The LSTM's input, recurrent and projection products, which dominate inference from the Small
 size up, run on PyTorch's dynamic-quantization kernels (``torch.ops.quantized.linear_dynamic``:
-fbgemm on x86, with VNNI where the CPU has it). Each weight is quantized once per output
-channel to int8 (scale: the channel's largest magnitude / 127) and prepacked for the kernel;
+oneDNN's where the CPU has VNNI or AMX int8, else the current engine's, fbgemm on x86: see
+:func:`pack_engine`). Each weight is quantized once per output channel to int8 (scale: the
+channel's largest magnitude / 127) and prepacked for the kernel;
 each call quantizes its activations per tensor to uint8, accumulates in int32 and returns
 float32 with the float32 bias added. The gates, cell state, clipping, skip connections and
 outputs stay float32, as in bf16 mode.
@@ -20,8 +21,10 @@ warns), not yet the kernels; where they are missing, :func:`int8_available` says
 leaves int8 out.
 """
 
+import contextlib
+import threading
 import warnings
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -35,6 +38,12 @@ INT8_ENGINES = ("x86", "fbgemm", "onednn", "qnnpack")
 
 # A prepacked int8 weight (with its bias), as ``torch.ops.quantized.linear_prepack`` makes it.
 Packed = Any
+
+# The CPU features (as torch.cpu.get_capabilities() names them) for whose int8 dot products the
+# weights are packed for oneDNN's kernels: its dynamic int8 linear runs the LSTM's wide products
+# faster there than fbgemm's, and only it uses AMX's int8 tiles (docs/bilm.md has the figures).
+ONEDNN_FEATURES = ("avx512_vnni", "amx_int8")
+_engine_lock = threading.Lock()
 
 
 def int8_available() -> bool:
@@ -57,15 +66,41 @@ def check_no_gradient(tensors: Sequence[Tensor]) -> None:
         )
 
 
+def pack_engine() -> str:
+    """The quantized engine the weights are packed for: ``onednn`` where this CPU has int8 dot
+    products that oneDNN runs (:data:`ONEDNN_FEATURES`) and torch has the engine, else torch's
+    current engine. A pack carries its engine: :func:`linear` runs it whatever the current one."""
+    capabilities = torch.cpu.get_capabilities()
+    native = any(capabilities.get(feature, False) for feature in ONEDNN_FEATURES)
+    if native and "onednn" in torch.backends.quantized.supported_engines:
+        return "onednn"
+    return torch.backends.quantized.engine
+
+
+@contextlib.contextmanager
+def _packing_for(engine: str) -> Iterator[None]:
+    """torch's quantized engine set to ``engine`` while a pack is made (it is process-wide: other
+    threads' quantized calls meanwhile use it too), then restored."""
+    with _engine_lock:
+        current = torch.backends.quantized.engine
+        torch.backends.quantized.engine = engine
+        try:
+            yield
+        finally:
+            torch.backends.quantized.engine = current
+
+
 def pack(weight: Tensor, bias: Optional[Tensor]) -> Packed:
-    """A float32 weight (out, in) quantized per output channel to int8 and prepacked, with its bias (out,)."""
+    """A float32 weight (out, in) quantized per output channel to int8 and prepacked for
+    :func:`pack_engine`, with its bias (out,)."""
     weight = weight.detach().float().contiguous()
     scales = (weight.abs().amax(dim=1) / 127.0).clamp_min(torch.finfo(torch.float32).tiny).double()
     zero_points = torch.zeros(weight.shape[0], dtype=torch.long)
     with warnings.catch_warnings():  # the quantized tensor type is deprecated; the kernels are not
         warnings.filterwarnings("ignore", message=".*quantize_per_channel.*deprecated")
         quantized = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)
-    return torch.ops.quantized.linear_prepack(quantized, None if bias is None else bias.detach().float())
+    with _packing_for(pack_engine()):
+        return torch.ops.quantized.linear_prepack(quantized, None if bias is None else bias.detach().float())
 
 
 def linear(x: Tensor, packed: Packed) -> Tensor:
@@ -109,11 +144,11 @@ class Int8Weights:
     def get(self, name: str, sources: Sequence[Tensor], make: Callable[[], Tuple[Packed, ...]]) -> Tuple[Packed, ...]:
         """``make()``, from the cache when ``sources`` have not changed since."""
         check_no_gradient(sources)
-        key = (torch.backends.quantized.engine, tensor_versions(sources))
+        key = (pack_engine(), tensor_versions(sources))
         cached = self._packs.get(name)
         if cached is not None and cached[0] == key:
             return cached[1]
         packs = make()
         offload(sources)  # the packs do the work now: the float32 sources go to disk
-        self._packs[name] = ((torch.backends.quantized.engine, tensor_versions(sources)), packs)
+        self._packs[name] = ((pack_engine(), tensor_versions(sources)), packs)
         return packs

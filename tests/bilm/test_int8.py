@@ -101,3 +101,20 @@ def test_copies_and_pickles_of_a_model_leave_the_packs_behind():
     for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
         assert not clone.lstm.layers[0].int8._packs
         numpy.testing.assert_array_equal(clone.embed_sentences(REAL_TEXT[:1])[0], expected)
+
+
+@pytest.mark.parametrize("features, expected", [({"avx512_vnni": True}, "onednn"), ({"amx_int8": True}, "onednn"), ({}, None)])
+def test_packs_are_made_for_onednn_where_the_cpu_has_int8_dot_products(monkeypatch, features, expected):
+    """oneDNN's kernels run the packs where VNNI or AMX int8 is; elsewhere torch's engine. A pack
+    runs whatever the current engine, which packing leaves as it was."""
+    if "onednn" not in torch.backends.quantized.supported_engines:
+        pytest.skip("this torch build has no oneDNN quantized engine")
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: features)
+    current = torch.backends.quantized.engine
+    assert int8.pack_engine() == (expected or current)
+    generator = torch.Generator().manual_seed(0)
+    weight, bias, x = (torch.randn(*shape, generator=generator) for shape in ((64, 32), (64,), (5, 32)))
+    packed = int8.pack(weight, bias)
+    assert torch.backends.quantized.engine == current
+    expected = x @ weight.T + bias
+    assert (int8.linear(x, packed) - expected).norm() < 0.02 * expected.norm()  # int8's rounding only
