@@ -106,10 +106,12 @@ class ProjectedLSTM(nn.Module):
             if in_place:
                 shape = (2, flat.shape[1], 4 * self.lstm_dim)
                 out = workspace[: math.prod(shape)].view(shape)
-            pre_gates = _input_gates(flat, weights.input, bias, out).view(2, window.shape[0], rows, -1)
+            pre_gates = _by_step(_input_gates(flat, weights.input, bias, out), window.shape[0], rows)
             for offset in range(window.shape[0]):
                 running = active[start + offset]
-                gates = _add_recurrent(pre_gates[:, offset, :running], hidden[:, :running], weights.hidden, in_place)
+                step_gates = _step(pre_gates, offset, running)
+                step_out = workspace[: 2 * running * 4 * self.lstm_dim].view(2, running, -1) if in_place else None
+                gates = _add_recurrent(step_gates, hidden[:, :running], weights.hidden, step_out)
                 if in_place:  # the running rows of ``memory`` are overwritten by the cell
                     new_hidden = self._cell_in_place(gates, memory[:, :running], weights.projection)
                     hidden[:, :running] = new_hidden
@@ -233,35 +235,54 @@ class LSTMWeights(NamedTuple):
     projection: Weight
 
 
-def _input_gates(flat: Tensor, weight: Weight, bias: Optional[Tensor], out: Optional[Tensor]) -> Tensor:
-    """The input half of a window's gates, float32, into ``out`` if given.
+# A window's input gates: (2, n, 4 * lstm_dim), or in int8 without autograd each direction's
+# product as the kernel returned it, not copied into one tensor (the copy cost a pass over them).
+WindowGates = Union[Tensor, Tuple[Tensor, Tensor]]
+
+
+def _input_gates(flat: Tensor, weight: Weight, bias: Optional[Tensor], out: Optional[Tensor]) -> WindowGates:
+    """The input half of a window's gates, float32, into ``out`` if given (int8 returns each
+    direction's product as the kernel made it).
 
     Shapes: ``flat`` (2, n, input_dim) x ``weight`` (2, input_dim, 4 * lstm_dim) ->
     (2, n, 4 * lstm_dim). In lower precision the float32 ``bias`` is added in the pass that
     converts the product to float32.
     """
-    if not isinstance(weight, Tensor):
-        if out is None:
-            return int8.by_direction(flat, weight)
-        for direction in range(2):  # straight into ``out``: no stacked copy to copy again
-            out[direction].copy_(int8.linear(flat[direction], weight[direction]))
-        return out
+    if not isinstance(weight, Tensor):  # int8 runs without autograd only
+        return int8.linear(flat[0], weight[0]), int8.linear(flat[1], weight[1])
     if bias is None:
         return torch.bmm(flat, weight, out=out)
     return torch.add(torch.bmm(flat, weight), bias, out=out)
 
 
-def _add_recurrent(gates: Tensor, hidden: Tensor, weight: Weight, in_place: bool) -> Tensor:
-    """``gates + hidden @ weight`` in float32, the product in ``weight``'s dtype.
+def _by_step(gates: WindowGates, n_steps: int, rows: int) -> WindowGates:
+    """A window's gates (2, n_steps * rows, 4 * lstm_dim) as (2, n_steps, rows, 4 * lstm_dim), or per direction."""
+    if isinstance(gates, Tensor):
+        return gates.view(2, n_steps, rows, -1)
+    return gates[0].view(n_steps, rows, -1), gates[1].view(n_steps, rows, -1)
 
-    Shapes: ``gates`` (2, rows, 4 * lstm_dim), ``hidden`` (2, rows, projection_dim) float32.
+
+def _step(gates: WindowGates, offset: int, running: int) -> WindowGates:
+    """Step ``offset``'s gates of a window's first ``running`` rows: (2, running, 4 * lstm_dim), or per direction."""
+    if isinstance(gates, Tensor):
+        return gates[:, offset, :running]
+    return gates[0][offset, :running], gates[1][offset, :running]
+
+
+def _add_recurrent(gates: WindowGates, hidden: Tensor, weight: Weight, out: Optional[Tensor]) -> Tensor:
+    """``gates + hidden @ weight`` in float32, the product in ``weight``'s dtype; without autograd
+    (``out`` given: a (2, rows, 4 * lstm_dim) buffer) in the storage of ``gates``, or in int8 into
+    ``out``, each direction's sum in one pass.
+
+    Shapes: ``gates`` (2, rows, 4 * lstm_dim) or per direction, ``hidden`` (2, rows, projection_dim) float32.
     """
-    if not isinstance(weight, Tensor):
-        if not in_place:
-            return gates + int8.by_direction(hidden, weight)
-        for direction in range(2):  # each direction's product added where it goes: no stacked copy
-            gates[direction].add_(int8.linear(hidden[direction], weight[direction]))
-        return gates
+    if not isinstance(weight, Tensor):  # int8 runs without autograd only: ``out`` is given
+        assert out is not None
+        for direction in range(2):
+            torch.add(gates[direction], int8.linear(hidden[direction], weight[direction]), out=out[direction])
+        return out
+    assert isinstance(gates, Tensor)
+    in_place = out is not None
     if weight.dtype == torch.float32:
         return gates.baddbmm_(hidden, weight) if in_place else torch.baddbmm(gates, hidden, weight)
     product = torch.bmm(hidden.to(weight.dtype), weight)
