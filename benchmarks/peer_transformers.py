@@ -11,10 +11,11 @@ Configurations (``--configs``, comma-separated):
 - ``trf-bf16``: the same pipeline with ``nlp.pipe`` under ``torch.autocast("cpu",
   dtype=torch.bfloat16)``: torch runs the products (linear layers, attention matmuls) in bf16
   and keeps reductions such as softmax and layer norm in float32.
-- ``elmo-original-auto`` / ``elmo-original-fp32``: our ``elmo`` component with the biLM of the
+- ``elmo-original-auto`` / ``elmo-original-fp32`` (and, when asked for, ``elmo-original-bf16`` /
+  ``elmo-original-int8``): our ``elmo`` component with the biLM of the
   published Original size (``ElmoOptions(lstm_dim=4096, projection_dim=512, n_layers=2,
   n_highway=2)``, 93.6 M parameters, random weights written with ``to_files``),
-  ``precision = "auto"`` / ``"fp32"``.
+  ``precision = "auto"`` / ``"fp32"`` (/ ``"bf16"`` / ``"int8"``).
 - ``elmo-en``: our ``elmo`` component with the bundled English biLM (``pretrained = "en"``).
 
 Random weights cost what trained ones do. Each pipeline is built once and saved with
@@ -59,6 +60,8 @@ REPO = Path(__file__).resolve().parent.parent
 TEXT_FILE = REPO / "examples" / "word_senses.jsonl"
 WARM_UP = "Apple is looking at buying a U.K. startup for one billion dollars."  # spaCy's first English example
 CONFIGS = ["trf-fp32", "trf-bf16", "elmo-original-auto", "elmo-original-fp32", "elmo-en"]
+# Also runnable, not run by default: our Original size at an explicit low precision.
+EXTRA_CONFIGS = ["elmo-original-bf16", "elmo-original-int8"]
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
@@ -120,7 +123,7 @@ def build_pipelines(configs: List[str], tmp: Path, texts: List[str], threads: in
             elif config == "elmo-en":
                 model = {"pretrained": "en", "precision": "auto"}
             else:
-                raise SystemExit(f"unknown configuration {config!r}; choose from {', '.join(CONFIGS)}")
+                raise SystemExit(f"unknown configuration {config!r}; choose from {', '.join(CONFIGS + EXTRA_CONFIGS)}")
             nlp.add_pipe("elmo", config={"model": model, "threads": threads})
         nlp.initialize()
         paths[config] = tmp / "pipelines" / ("trf" if config.startswith("trf-") else config)
@@ -204,7 +207,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (torch.set_num_threads)")
     parser.add_argument("--batch-size", type=int, default=64, help="nlp.pipe batch_size")
-    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS)}")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS + EXTRA_CONFIGS)}")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-pipeline", help=argparse.SUPPRESS)
     parser.add_argument("--build", help=argparse.SUPPRESS)
