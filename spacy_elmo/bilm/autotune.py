@@ -83,6 +83,22 @@ Run = Callable[[str], torch.Tensor]
 Clock = Callable[[], float]
 
 
+def _nothing(*args: object) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Passes:
+    """What a measurement runs: ``run``, the timed pass in a precision; ``prepare``, untimed before
+    it, makes that precision's weight copies; ``release``, untimed after it, drops them and the
+    float32 pages the pass read back (:meth:`BiLM.release_product_copies`), so that memory holds
+    one candidate's weights at a time: the measuring process peaks no higher than a float32 one."""
+
+    run: Run
+    prepare: Callable[[str], object] = _nothing
+    release: Callable[[], None] = _nothing
+
+
 @dataclass(frozen=True)
 class Trial:
     """One precision's measurement: median speed, and its worst layer's mean per-token cosine to fp32."""
@@ -122,7 +138,7 @@ def decide(model: TunedModel, run: Optional[Run] = None, clock: Clock = time.per
     with _lock:
         if memo in _decided:
             return _decided[memo]
-        decision = _decided[memo] = _decide_once(model, run or _timed_run(model), clock, force=False)
+        decision = _decided[memo] = _decide_once(model, _passes(model, run), clock, force=False)
     logger.info("spacy-elmo: precision 'auto' on this CPU is %s for this biLM (%s)", decision.choice, describe(decision))
     return decision
 
@@ -132,17 +148,16 @@ def remeasure(model: TunedModel, record: bool = True, run: Optional[Run] = None,
     decision replaces the recorded one, as this process's too. Without (random weights, whose
     accuracy says nothing of a trained model's), it is only returned."""
     if not record:
-        trials = measure(run or _timed_run(model), candidates(), BATCH_ROWS * BATCH_WORDS, clock)
-        model.release_product_copies()
+        trials = measure(_passes(model, run), candidates(), BATCH_ROWS * BATCH_WORDS, clock)
         return Decision(choose(trials), trials, "measured")
     with _lock:
         decision = _decided[(model.options, torch.get_num_threads())] = _decide_once(
-            model, run or _timed_run(model), clock, force=True
+            model, _passes(model, run), clock, force=True
         )
     return decision
 
 
-def _decide_once(model: TunedModel, run: Run, clock: Clock, force: bool) -> Decision:
+def _decide_once(model: TunedModel, passes: Passes, clock: Clock, force: bool) -> Decision:
     """Read the decision from the cache file, or measure and record it, holding the file's lock.
 
     A cache directory that cannot be written (a read-only home) costs a measurement per process,
@@ -155,8 +170,7 @@ def _decide_once(model: TunedModel, run: Run, clock: Clock, force: bool) -> Deci
         recorded = read_decisions(path).get(key) if usable and not force else None
         if recorded is not None:
             return Decision(recorded["choice"], {p: Trial(**t) for p, t in recorded["trials"].items()}, "cache")
-        trials = measure(run, candidates(), BATCH_ROWS * BATCH_WORDS, clock)
-        model.release_product_copies()  # each candidate's weight copies: the chosen one remakes its own
+        trials = measure(passes, candidates(), BATCH_ROWS * BATCH_WORDS, clock)
         decision = Decision(choose(trials), trials, "measured")
         if usable:
             entry = {"choice": decision.choice, "trials": {p: asdict(t) for p, t in trials.items()},
@@ -194,9 +208,16 @@ def _record(path: Path, key: str, entry: Dict[str, object]) -> None:
         logger.warning("spacy-elmo: cannot write %s (%s): precision 'auto' will be measured again", path, err)
 
 
-def _timed_run(model: TunedModel) -> Run:
+def _passes(model: TunedModel, run: Optional[Run]) -> Passes:
+    """The model's own passes on :func:`timing_batch`, or ``run`` (tests' stand-in) alone."""
+    if run is not None:
+        return Passes(run)
     batch = timing_batch()
-    return lambda precision: model.layers_at(batch, precision)  # type: ignore[arg-type]
+    return Passes(
+        run=lambda precision: model.layers_at(batch, precision),  # type: ignore[arg-type]
+        prepare=lambda precision: model.layers_at(batch[:1], precision),  # type: ignore[arg-type]
+        release=model.release_product_copies,
+    )
 
 
 def _checked_override(value: str) -> str:
@@ -255,12 +276,12 @@ def candidates() -> List[str]:
     return found
 
 
-def measure(run: Run, precisions: Sequence[str], n_tokens: int, clock: Clock) -> Dict[str, Trial]:
-    """Each precision's median tokens/s over interleaved rounds of ``run``, and its accuracy to fp32.
+def measure(passes: Passes, precisions: Sequence[str], n_tokens: int, clock: Clock) -> Dict[str, Trial]:
+    """Each precision's median tokens/s over interleaved rounds of its pass, and its accuracy to fp32.
 
-    The first round also pays for kernels' first calls, bf16 copies and int8 packs: the median of
-    at least :data:`MIN_ROUNDS` leaves it out without an untimed round, which would cost a third
-    more. Rounds go on while they are cheap, up to :data:`MAX_ROUNDS` or :data:`MIN_SECONDS`.
+    Each pass's weight copies are made before it and dropped after it, untimed (:class:`Passes`).
+    The first round also pays for kernels' first calls: the median of at least :data:`MIN_ROUNDS`
+    leaves it out. Rounds go on while they are cheap, up to :data:`MAX_ROUNDS` or :data:`MIN_SECONDS`.
     """
     layers: Dict[str, torch.Tensor] = {}
     times: Dict[str, List[float]] = {precision: [] for precision in precisions}
@@ -268,9 +289,11 @@ def measure(run: Run, precisions: Sequence[str], n_tokens: int, clock: Clock) ->
     rounds = 0
     while rounds < MIN_ROUNDS or (rounds < MAX_ROUNDS and clock() - start < MIN_SECONDS):
         for precision in precisions:
+            passes.prepare(precision)
             began = clock()
-            output = run(precision)
+            output = passes.run(precision)
             times[precision].append(clock() - began)
+            passes.release()
             layers.setdefault(precision, output)  # the first round's, for the accuracy
         rounds += 1
     return {

@@ -339,10 +339,8 @@ class BiLM(nn.Module):
     def release_product_copies(self) -> None:
         """Forget every low-precision weight copy and int8 pack (the next pass remakes those of
         its precision), drop the float32 weights' pages read back from disk (:func:`.offload.evict`)
-        and hand the freed memory back to the system.
-        ``auto``'s measurement calls it: timing each candidate leaves each one's copies (bf16 and
-        int8 together 0.7x the float32 weights at the Original size) and fp32's reads of the
-        weights, of which inference then uses one precision's."""
+        and hand the freed memory back to the system. ``auto``'s measurement calls it after each
+        candidate's pass, so that memory holds one candidate's weights at a time."""
         for module in self.modules():
             for cache in vars(module).values():
                 if isinstance(cache, (LowPrecisionWeights, Int8Weights)):
