@@ -28,6 +28,7 @@ from typing import Iterable
 import numpy
 import torch
 from torch import Tensor
+from torch.utils.weak import WeakIdKeyDictionary
 
 logger = logging.getLogger("spacy_elmo")
 
@@ -36,7 +37,10 @@ OFFLOAD_ENV = "SPACY_ELMO_OFFLOAD"
 # file per small tensor would cost more than it saves. The Original size's LSTM and highway
 # weights are 4-32 MB each.
 MIN_BYTES = 1 << 20
-_MAPPING = "_spacy_elmo_mapping"  # on a moved tensor: (its mmap, the address and version it had then)
+# Each moved tensor's mmap and the address and version it had then. Kept beside the tensors, not
+# on them: a tensor's attributes travel with it when it is pickled (spawned worker processes), and
+# an mmap cannot be; the copy a pickle makes holds its values in memory, as any tensor does.
+_MAPPINGS: WeakIdKeyDictionary = WeakIdKeyDictionary()
 _STAYS = "_spacy_elmo_in_memory"  # on a tensor that never moves (trained, or its file failed)
 
 
@@ -59,7 +63,7 @@ def evict(tensors: Iterable[Tensor]) -> None:
     is left alone. Where Python's ``mmap`` has no ``madvise`` (Windows), pages stay until the
     system needs them."""
     for tensor in tensors:
-        mapping = getattr(tensor, _MAPPING, None)
+        mapping = _MAPPINGS.get(tensor)
         unwritten = mapping is not None and (tensor.data_ptr(), tensor._version) == mapping[1:]
         if unwritten and hasattr(mapping[0], "madvise"):
             mapping[0].madvise(mmap.MADV_DONTNEED)
@@ -83,7 +87,7 @@ def keep_in_memory(tensors: Iterable[Tensor]) -> None:
 
 def on_disk(tensor: Tensor) -> bool:
     """Whether ``tensor``'s values were moved to a file by :func:`offload`."""
-    return hasattr(tensor, _MAPPING)
+    return tensor in _MAPPINGS
 
 
 def _movable(tensor: Tensor) -> bool:
@@ -109,4 +113,4 @@ def _move_to_file(tensor: Tensor) -> None:
         setattr(tensor, _STAYS, True)  # not again: each try would cost a write
         return
     tensor.data = torch.from_numpy(mapped)
-    setattr(tensor, _MAPPING, (mapped._mmap, tensor.data_ptr(), tensor._version))
+    _MAPPINGS[tensor] = (mapped._mmap, tensor.data_ptr(), tensor._version)

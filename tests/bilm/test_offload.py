@@ -4,6 +4,7 @@ The tiny test models' weights are far below ``MIN_BYTES``: tests that run a biLM
 """
 
 import logging
+import pickle
 import tempfile
 
 import numpy
@@ -127,3 +128,14 @@ def test_weights_being_trained_are_kept_in_memory(every_weight_moves):
     addresses = [p.data_ptr() for p in model.parameters()]
     model.embed_sentences(REAL_TEXT[:2])
     assert [p.data_ptr() for p in model.parameters()] == addresses
+
+
+def test_a_biLM_with_moved_weights_pickles_with_its_values(every_weight_moves):
+    """Spawned worker processes get the model by pickle: the copy holds its values in memory."""
+    model = random_bilm(precision="bf16", cache_size=0)
+    expected = model.embed_sentences(REAL_TEXT[:2])
+    assert any(on_disk(p) for p in model.parameters())
+    copy = pickle.loads(pickle.dumps(model))
+    assert not any(on_disk(p) for p in copy.parameters())
+    for found, reference in zip(copy.embed_sentences(REAL_TEXT[:2]), expected):
+        numpy.testing.assert_array_equal(found, reference)
