@@ -110,6 +110,8 @@ class ProjectedLSTM(nn.Module):
             for offset in range(window.shape[0]):
                 running = active[start + offset]
                 step_gates = _step(pre_gates, offset, running)
+                # Without autograd int8 writes each step's gates here (its window gates are the kernel's
+                # own tensors, not in the workspace); the others add in place into the window's gates.
                 step_out = workspace[: 2 * running * 4 * self.lstm_dim].view(2, running, -1) if in_place else None
                 gates = _add_recurrent(step_gates, hidden[:, :running], weights.hidden, step_out)
                 if in_place:  # the running rows of ``memory`` are overwritten by the cell
