@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from .offload import offload
+from .offload import MOVING, offload
 from .precision import tensor_versions
 
 # What `torch.backends.quantized.engine` must be for prepacked int8 linears: fbgemm on x86 (the
@@ -144,11 +144,12 @@ class Int8Weights:
     def get(self, name: str, sources: Sequence[Tensor], make: Callable[[], Tuple[Packed, ...]]) -> Tuple[Packed, ...]:
         """``make()``, from the cache when ``sources`` have not changed since."""
         check_no_gradient(sources)
-        key = (pack_engine(), tensor_versions(sources))
-        cached = self._packs.get(name)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        packs = make()
-        offload(sources)  # the packs do the work now: the float32 sources go to disk
-        self._packs[name] = ((pack_engine(), tensor_versions(sources)), packs)
-        return packs
+        with MOVING:
+            key = (pack_engine(), tensor_versions(sources))
+            cached = self._packs.get(name)
+            if cached is not None and cached[0] == key:
+                return cached[1]
+            packs = make()
+            offload(sources)  # the packs do the work now: the float32 sources go to disk
+            self._packs[name] = ((pack_engine(), tensor_versions(sources)), packs)
+            return packs

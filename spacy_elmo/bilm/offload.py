@@ -23,6 +23,7 @@ import mmap
 import os
 import sys
 import tempfile
+import threading
 from typing import Iterable
 
 import numpy
@@ -42,6 +43,10 @@ MIN_BYTES = 1 << 20
 # an mmap cannot be; the copy a pickle makes holds its values in memory, as any tensor does.
 _MAPPINGS: WeakIdKeyDictionary = WeakIdKeyDictionary()
 _STAYS = "_spacy_elmo_in_memory"  # on a tensor that never moves (trained, or its file failed)
+# Held while a copy is made from float32 weights and they move (by the copies' caches): a move
+# swaps a tensor's storage, which another thread making a copy from it at that moment (two threads'
+# first passes through one biLM) must not see.
+MOVING = threading.Lock()
 
 
 def offload(tensors: Iterable[Tensor]) -> None:

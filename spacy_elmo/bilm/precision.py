@@ -41,7 +41,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Optio
 import torch
 from torch import Tensor
 
-from .offload import offload
+from .offload import MOVING, offload
 
 Precision = Literal["fp32", "bf16", "int8", "auto"]
 PRECISIONS: Tuple[str, ...] = ("fp32", "bf16", "int8", "auto")
@@ -334,13 +334,14 @@ class LowPrecisionWeights:
         """``make().to(dtype)``, from the cache when ``sources`` have not changed since."""
         if torch.is_grad_enabled() and any(source.requires_grad for source in sources):
             return make().to(dtype)
-        key = (dtype, tensor_versions(sources))
-        cached = self._copies.get(name)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        copy = make().to(dtype)
-        if copy.dtype != torch.float32:  # the copy does the work now: the float32 sources go to disk
-            offload(sources)
+        with MOVING:
             key = (dtype, tensor_versions(sources))
-        self._copies[name] = (key, copy)
-        return copy
+            cached = self._copies.get(name)
+            if cached is not None and cached[0] == key:
+                return cached[1]
+            copy = make().to(dtype)
+            if copy.dtype != torch.float32:  # the copy does the work now: the float32 sources go to disk
+                offload(sources)
+                key = (dtype, tensor_versions(sources))
+            self._copies[name] = (key, copy)
+            return copy

@@ -139,3 +139,4 @@ def test_a_biLM_with_moved_weights_pickles_with_its_values(every_weight_moves):
     assert not any(on_disk(p) for p in copy.parameters())
     for found, reference in zip(copy.embed_sentences(REAL_TEXT[:2]), expected):
         numpy.testing.assert_array_equal(found, reference)
+
