@@ -145,11 +145,11 @@ class Int8Weights:
         """``make()``, from the cache when ``sources`` have not changed since."""
         check_no_gradient(sources)
         with MOVING:
-            key = (pack_engine(), tensor_versions(sources))
+            engine = pack_engine()
             cached = self._packs.get(name)
-            if cached is not None and cached[0] == key:
+            if cached is not None and cached[0] == (engine, tensor_versions(sources)):
                 return cached[1]
             packs = make()
             offload(sources)  # the packs do the work now: the float32 sources go to disk
-            self._packs[name] = ((pack_engine(), tensor_versions(sources)), packs)
+            self._packs[name] = ((engine, tensor_versions(sources)), packs)
             return packs

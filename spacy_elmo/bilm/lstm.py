@@ -144,8 +144,9 @@ class ProjectedLSTM(nn.Module):
         """The three product weights as stored, (2, in, out), in ``dtype`` (float32 or bf16), without the bias.
 
         ``out_major``: each low-precision copy is laid out (2, out, in) in memory and returned as
-        its transposed view, the layout oneDNN's bf16 kernels on a CPU read fastest (1.2-1.4x at the
-        LSTM's shapes: ``benchmarks/lstm_layout.py``). The GPU's fused loop takes them as stored.
+        its transposed view, the layout oneDNN's bf16 kernels on a CPU read faster at the input and
+        recurrent products' shapes (``benchmarks/lstm_layout.py``; figures in docs/bilm.md). The
+        GPU's fused loop takes them as stored.
         """
         if dtype == torch.float32:
             return LSTMWeights(self.input_weight, self.hidden_weight, self.projection)
@@ -213,8 +214,8 @@ class ProjectedLSTM(nn.Module):
         returns the new output (2, rows, projection_dim).
 
         Each tanh is computed as ``2 sigmoid(2x) - 1`` (as the GPU's fused kernels do), so that
-        the four gates go through one sigmoid over contiguous memory: torch's CPU tanh runs about
-        7x slower than its sigmoid (``benchmarks/lstm_layout.py`` times both cells). The results
+        the four gates go through one sigmoid over contiguous memory: torch's CPU tanh runs several
+        times slower than its sigmoid (``benchmarks/lstm_layout.py`` times both cells). The results
         differ from :meth:`_cell`'s by float32 roundings (a few 1e-7).
         """
         in_gate, cell_input, forget_gate, out_gate = gates.chunk(4, dim=-1)
