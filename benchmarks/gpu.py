@@ -9,10 +9,12 @@ The first lines name the CPU and the GPU. Then one row per measurement:
 - ``inference``: tokens/s of the biLM at the published Original size (2 x 4,096-cell LSTMs
   projected to 512, a char CNN of 2,048 filters, 2 highways; see docs/bilm.md), random weights
   (they cost what trained ones do), on the GPU in fp32 and bf16 products, with the fused LSTM loop
-  (the default: spacy_elmo/bilm/fused_lstm.py) and the eager one, and on the CPU in fp32 (bf16
+  replayed from CUDA graphs (the default: spacy_elmo/bilm/cuda_graphs.py), the fused loop launched
+  step by step (spacy_elmo/bilm/fused_lstm.py) and the eager one, and on the CPU in fp32 (bf16
   too where the CPU has AMX: elsewhere it is emulated, slower than fp32). The biLM's forward
   pass over length-sorted batches of ``--max-batch-tokens``, layers left on the device, token
-  cache off; the best of ``--repeats`` runs after a warm-up. Sentences: benchmarks/bilm_speed.py's.
+  cache off; the best of ``--repeats`` runs after a warm-up (on a GPU two passes: the graphs are
+  captured in the second). Sentences: benchmarks/bilm_speed.py's.
 - ``lstm``: the LSTM alone over random token vectors in the same batches: the biLM's stack against
   ``torch.nn.LSTM`` (cuDNN on a GPU) of the same layers and widths, the anchor of what a
   recurrent layer of these sizes costs on the machine.
@@ -127,19 +129,30 @@ class Table:
 
 
 # ---------------------------------------------------------------------- inference
-def with_fused_lstm(fused: bool, rate: Callable[[], float]) -> float:
-    """``rate()`` with the GPU's fused LSTM loop on (the default) or off (``SPACY_ELMO_FUSED_LSTM=0``)."""
-    from spacy_elmo.bilm.fused_lstm import SWITCH
+# The GPU's LSTM loops: fused and replayed from CUDA graphs (the default in bf16; measured in
+# fp32 too, where the default is the launched loop: cuda_graphs.GRAPH_DTYPES), fused and launched
+# step by step (SPACY_ELMO_CUDA_GRAPHS=0), eager (SPACY_ELMO_FUSED_LSTM=0).
+LOOPS = {"graphs": ("1", "1"), "fused": ("1", "0"), "eager": ("0", "1")}
 
-    saved = os.environ.get(SWITCH)
-    os.environ[SWITCH] = "1" if fused else "0"
+
+def with_lstm_loop(loop: str, rate: Callable[[], float]) -> float:
+    """``rate()`` with the GPU's LSTM loop ``loop`` of :data:`LOOPS`."""
+    from spacy_elmo.bilm import cuda_graphs
+    from spacy_elmo.bilm.fused_lstm import SWITCH as FUSED
+
+    saved = {name: os.environ.get(name) for name in (FUSED, cuda_graphs.SWITCH)}
+    os.environ[FUSED], os.environ[cuda_graphs.SWITCH] = LOOPS[loop]
+    graph_dtypes = cuda_graphs.GRAPH_DTYPES
+    cuda_graphs.GRAPH_DTYPES = (torch.float32, torch.bfloat16)
     try:
         return rate()
     finally:
-        if saved is None:
-            del os.environ[SWITCH]
-        else:
-            os.environ[SWITCH] = saved
+        cuda_graphs.GRAPH_DTYPES = graph_dtypes
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 def inference_rate(
@@ -160,6 +173,9 @@ def inference_rate(
                 bilm([chosen[i] for i in batch])
 
     run(sentences[:64])  # kernels, allocator pools, the bf16 weight copies
+    if device.type == "cuda":  # CUDA graphs: each shape bucket is captured at its second use
+        run(sentences)
+        run(sentences)
     best = min(timed(lambda: run(sentences), device) for _ in range(repeats))
     return sum(len(s) for s in sentences) / best
 
@@ -431,9 +447,9 @@ def inference_rows(table: Table, options: ElmoOptions, size: str, device: torch.
     task = f"inference, {size} size"
     if device.type == "cuda":
         for precision in ("fp32", "bf16"):
-            for fused in (True, False):
-                table.measure(f"{task}, {'fused' if fused else 'eager'} LSTM loop", device, precision, "tokens/s",
-                              lambda: with_fused_lstm(fused, lambda: inference_rate(
+            for loop in LOOPS:
+                table.measure(f"{task}, {loop} LSTM loop", device, precision, "tokens/s",
+                              lambda: with_lstm_loop(loop, lambda: inference_rate(
                                   options, device, precision, sentences, args.max_batch_tokens, args.repeats)))
     else:
         table.skip(task, "cuda", "fp32/bf16", "no CUDA GPU visible")

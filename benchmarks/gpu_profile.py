@@ -7,7 +7,8 @@
   kernels' times: a pass whose kernels fill a small part of the wall time waits on the host, on
   kernel launches and Python), and the operators by host time and by GPU time.
 - ``graph``: one fused LSTM layer (bf16, a batch of the inference benchmark's shape) launched from
-  Python against the same kernels replayed from a CUDA graph: the host's share of its time.
+  Python against the same loop replayed from its CUDA graph (the default; spacy_elmo/bilm/cuda_graphs.py):
+  the host's share of its time, and the capture's cost.
 - ``train``: steps of spacy_elmo/configs/ner_elmo.cfg with the Original-size biLM frozen, at the
   schedule's last batch size (1,000 words), in the second epoch of a small corpus, so that the
   feature cache serves: the same figures, then the Python functions by own time (cProfile) over
@@ -19,6 +20,7 @@ A CPU will run it too (the GPU columns are then empty): the per-step host costs 
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import random
 import sys
@@ -86,6 +88,7 @@ def profile_inference(device: torch.device, quick: bool, n_sentences: int, rows:
                 bilm([sentences[i] for i in batch])
 
     run()
+    run()  # CUDA graphs: each shape bucket is captured at its second use
     synchronize(device)
     start = time.perf_counter()
     run()
@@ -97,12 +100,14 @@ def profile_inference(device: torch.device, quick: bool, n_sentences: int, rows:
 
 
 def graph_replay_gain(device: torch.device, quick: bool) -> None:
-    """How much of one fused LSTM layer's time is host work: the layer as launched from Python
-    against the same kernels replayed from a CUDA graph (``torch.cuda.graph``), for one batch of
-    the inference benchmark's shape (bf16). The gap is what capturing the loop would save."""
+    """How much of one fused LSTM layer's time is host work: the layer launched step by step from
+    Python (``SPACY_ELMO_CUDA_GRAPHS=0``) against the same loop replayed from its CUDA graph
+    (spacy_elmo/bilm/cuda_graphs.py: the default), for one batch of the inference benchmark's shape
+    (bf16), and what the capture cost (the bucket's second use: warm-up, capture, replay)."""
     if device.type != "cuda":
         print("\ngraph replay: needs a CUDA GPU")
         return
+    from spacy_elmo.bilm.cuda_graphs import SWITCH
     from spacy_elmo.bilm.lstm import BiLSTMStack, _active_rows
 
     options = TINY if quick else ORIGINAL
@@ -114,38 +119,32 @@ def graph_replay_gain(device: torch.device, quick: bool) -> None:
     hidden = torch.zeros(2, len(lengths), options.projection_dim, device=device)
     memory = torch.zeros(2, len(lengths), options.lstm_dim, device=device)
 
-    def run():
-        return layer.fused_forward(x, active, hidden, memory, torch.bfloat16)
-
-    with torch.no_grad():
-        for _ in range(3):
-            run()
+    def seconds(graphs: str, calls: int) -> float:
+        """Mean seconds of ``calls`` calls of the layer, ``SPACY_ELMO_CUDA_GRAPHS=graphs``."""
+        os.environ[SWITCH] = graphs
         synchronize(device)
         start = time.perf_counter()
-        for _ in range(10):
-            run()
+        for _ in range(calls):
+            layer.fused_forward(x, active, hidden, memory, torch.bfloat16)
         synchronize(device)
-        launched = (time.perf_counter() - start) / 10
-        try:
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                run()
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                run()
-            graph.replay()
-            synchronize(device)
-            start = time.perf_counter()
-            for _ in range(10):
-                graph.replay()
-            synchronize(device)
-            replayed = (time.perf_counter() - start) / 10
-            print(f"\ngraph replay: one fused layer, {len(lengths)} rows x {max(lengths)} steps, bf16: launched "
-                  f"{launched * 1e3:.2f} ms, replayed {replayed * 1e3:.2f} ms ({launched / replayed:.1f}x)")
-        except Exception as error:  # an experiment: report, do not stop the profile
-            print(f"\ngraph replay: one fused layer launched {launched * 1e3:.2f} ms; capture failed: {error!r}")
+        return (time.perf_counter() - start) / calls
+
+    saved = os.environ.get(SWITCH)
+    try:
+        with torch.no_grad():
+            seconds("0", 3)
+            launched = seconds("0", 10)
+            seconds("1", 1)  # the bucket's first use: launched
+            capture = seconds("1", 1)
+            replayed = seconds("1", 10)
+    finally:
+        if saved is None:
+            del os.environ[SWITCH]
+        else:
+            os.environ[SWITCH] = saved
+    print(f"\ngraph replay: one fused layer, {len(lengths)} rows x {max(lengths)} steps, bf16: launched "
+          f"{launched * 1e3:.2f} ms, replayed {replayed * 1e3:.2f} ms ({launched / replayed:.1f}x); "
+          f"capture {capture * 1e3:.0f} ms")
 
 
 def profile_training(device: torch.device, quick: bool, rows: int, steps: int) -> None:

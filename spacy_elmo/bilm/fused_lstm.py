@@ -20,6 +20,10 @@ rounded to bf16 as cuBLAS returns it, and everything else is float32. ``tanh`` i
 float32 rounding or two. Only inference (no autograd) takes this path; training keeps the eager
 one, whose autograd graph it needs.
 
+For inference the loop of each layer is captured into CUDA graphs and replayed
+(:mod:`.cuda_graphs`): :func:`padded_layer` is the same loop over a padded batch of fixed shape,
+the kernels masking each row by its length.
+
 With ``TRITON_INTERPRET=1`` the kernels also run on CPU tensors (slowly), which is how the CPU
 test suite checks this path against the eager one.
 """
@@ -27,7 +31,7 @@ test suite checks this path against the eager one.
 import importlib
 import importlib.util
 import os
-from typing import Sequence, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -55,6 +59,39 @@ def use_fused_lstm(device: torch.device, dtype: torch.dtype) -> bool:
     )
 
 
+class LayerBuffers(NamedTuple):
+    """What one layer's padded, masked loop (:func:`padded_layer`) reads and writes: the static
+    buffers a CUDA graph of it is captured over (:mod:`.cuda_graphs`).
+
+    Shapes: ``inputs`` (time, 2, rows, input_dim) float32, direction 1 reversed; ``lengths``
+    (rows,) int32, 0 for a padding row; ``hidden`` (2, rows, projection_dim) and ``memory`` (2,
+    rows, lstm_dim) float32, the initial states (``memory`` becomes the final one, in place);
+    ``bias`` (2, 4 * lstm_dim) float32, the forget bias included; ``outputs`` (time, 2, rows,
+    projection_dim) and ``final_hidden`` (2, rows, projection_dim) float32, written.
+    """
+
+    inputs: Tensor
+    lengths: Tensor
+    hidden: Tensor
+    memory: Tensor
+    bias: Tensor
+    outputs: Tensor
+    final_hidden: Tensor
+
+
+class _Loop(NamedTuple):
+    """The tensors of one run of the time loop; shapes as in :class:`LayerBuffers`, ``state``
+    (2, rows, projection_dim) and ``cell_out`` (2, rows, lstm_dim) in the product dtype."""
+
+    lowered: Tensor
+    state: Tensor
+    memory: Tensor
+    cell_out: Tensor
+    outputs: Tensor
+    final_hidden: Tensor
+    lengths: Optional[Tensor]
+
+
 def fused_layer(
     inputs: Tensor,
     active: Sequence[int],
@@ -66,7 +103,7 @@ def fused_layer(
     proj_clip: float,
     window_positions: int = GPU_PRECOMPUTED_POSITIONS,
 ) -> Tuple[Tensor, Tensor, Tensor]:
-    """One layer, both directions, over rows sorted longest first; no autograd.
+    """One layer, both directions, over rows sorted longest first, launched step by step; no autograd.
 
     Shapes: ``inputs`` (time, 2, batch, input_dim) float32, direction 1 already reversed;
     ``active[t]`` the rows still running at step t (non-increasing, ``active[0] == batch``);
@@ -75,32 +112,73 @@ def fused_layer(
     projection (2, lstm_dim, projection_dim), all in the product dtype; ``bias`` (2, 4 * lstm_dim)
     float32, the forget bias included. Returns the outputs (time, 2, batch, projection_dim)
     float32, zero past each row's length, and each row's hidden and memory after its last step.
+    Step t computes rows ``:active[t]`` only, so every row it computes is live: the kernels
+    need no lengths, and each row's last step writes its final hidden state.
     """
-    w_input, w_hidden, w_projection = weights
-    dtype = w_hidden.dtype
+    dtype = weights[1].dtype
     n_steps, _, batch, _ = inputs.shape
-    lstm_dim, projection_dim = memory.shape[2], hidden.shape[2]
-    outputs = inputs.new_zeros((n_steps, 2, batch, projection_dim))
-    memory = memory.contiguous().clone()
-    state = hidden.to(dtype, copy=True).contiguous()  # the recurrent product's input, in its dtype; written per step
-    final_hidden = torch.empty_like(hidden)  # every row has at least one step
-    cell_out = inputs.new_empty((2, batch, lstm_dim), dtype=dtype)
-    lowered = inputs.to(dtype)
+    loop = _Loop(
+        lowered=inputs.to(dtype),
+        state=hidden.to(dtype, copy=True).contiguous(),  # the recurrent product's input; written per step
+        memory=memory.contiguous().clone(),
+        cell_out=inputs.new_empty((2, batch, memory.shape[2]), dtype=dtype),
+        outputs=inputs.new_zeros((n_steps, 2, batch, hidden.shape[2])),
+        final_hidden=hidden.new_empty(hidden.shape),  # every row has at least one step
+        lengths=None,
+    )
+    _run_steps(loop, active, weights, bias, cell_clip, proj_clip, window_positions)
+    return loop.outputs, loop.final_hidden, loop.memory
+
+
+def padded_layer(
+    buffers: LayerBuffers, weights: Tuple[Tensor, Tensor, Tensor], cell_clip: float, proj_clip: float,
+    window_positions: int = GPU_PRECOMPUTED_POSITIONS,
+) -> None:
+    """:func:`fused_layer` over a padded batch, every row at every step, in place in ``buffers``.
+
+    The shapes are fixed by ``buffers`` alone, whatever the lengths: what a CUDA graph needs. The
+    kernels mask each row by ``buffers.lengths``: past its length it keeps its memory and state
+    and writes a zero output, so on the real rows the results are :func:`fused_layer`'s, the
+    final states simply those after the last step. ``buffers.outputs`` is written whole.
+    """
+    dtype = weights[1].dtype
+    n_steps, _, batch, _ = buffers.inputs.shape
+    buffers.final_hidden.copy_(buffers.hidden)  # a padding row (length 0) keeps its initial state
+    loop = _Loop(
+        lowered=buffers.inputs.to(dtype),
+        state=buffers.hidden.to(dtype, copy=True),
+        memory=buffers.memory,
+        cell_out=buffers.memory.new_zeros(buffers.memory.shape, dtype=dtype),
+        outputs=buffers.outputs,
+        final_hidden=buffers.final_hidden,
+        lengths=buffers.lengths,
+    )
+    _run_steps(loop, [batch] * n_steps, weights, buffers.bias, cell_clip, proj_clip, window_positions)
+
+
+def _run_steps(
+    loop: _Loop, active: Sequence[int], weights: Tuple[Tensor, Tensor, Tensor], bias: Tensor,
+    cell_clip: float, proj_clip: float, window_positions: int,
+) -> None:
+    """The time loop: per window of steps the input products of rows ``:active[start]`` (at most
+    ``window_positions`` positions), then per step t the four kernels over rows ``:active[t]``."""
+    w_input, w_hidden, w_projection = weights
+    n_steps, _, batch, _ = loop.lowered.shape
+    lstm_dim = loop.memory.shape[2]
     kernels = importlib.import_module(".triton_kernels", __package__)
     window = min(n_steps, max(1, window_positions // batch))
     for start in range(0, n_steps, window):
         rows = active[start]
         steps = min(window, n_steps - start)
-        flat = lowered[start : start + steps, :, :rows].transpose(0, 1).reshape(2, steps * rows, -1)
+        flat = loop.lowered[start : start + steps, :, :rows].transpose(0, 1).reshape(2, steps * rows, -1)
         pre = torch.bmm(flat, w_input).view(2, steps, rows, 4 * lstm_dim)
         for offset in range(steps):
-            step = start + offset
-            running = active[step]
-            if step > 0 and running < active[step - 1]:  # rows running..previous ended at the last step
-                final_hidden[:, running : active[step - 1]] = outputs[step - 1, :, running : active[step - 1]]
-            rec = torch.bmm(state[:, :running], w_hidden)
-            kernels.fused_cell(pre[:, offset, :running], rec, bias, memory, cell_clip, cell_out)
-            kernels.fused_projection(torch.bmm(cell_out[:, :running], w_projection), proj_clip, outputs[step], state)
-    last = active[n_steps - 1]
-    final_hidden[:, :last] = outputs[n_steps - 1, :, :last]
-    return outputs, final_hidden, memory
+            step, running = start + offset, active[start + offset]
+            rec = torch.bmm(loop.state[:, :running], w_hidden)
+            kernels.fused_cell(
+                pre[:, offset, :running], rec, bias, loop.memory, cell_clip, loop.cell_out, loop.lengths, step
+            )
+            kernels.fused_projection(
+                torch.bmm(loop.cell_out[:, :running], w_projection), proj_clip, loop.outputs[step], loop.state,
+                loop.final_hidden, loop.lengths, step,
+            )

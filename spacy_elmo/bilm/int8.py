@@ -109,8 +109,9 @@ def linear(x: Tensor, packed: Packed) -> Tensor:
 
 
 def by_direction(x: Tensor, packed: Sequence[Packed]) -> Tensor:
-    """Both directions' products: (2, n, in) float32 -> (2, n, out), direction d through ``packed[d]``."""
-    return torch.stack([linear(x[d], packed[d]) for d in range(2)])
+    """Each direction's product: (directions, n, in) float32 -> (directions, n, out), direction d
+    through ``packed[d]``."""
+    return torch.stack([linear(x[d], pack) for d, pack in enumerate(packed)])
 
 
 class Int8Weights:

@@ -17,7 +17,8 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from . import int8
-from .fused_lstm import fused_layer, use_fused_lstm
+from .cuda_graphs import run_fused_layer
+from .fused_lstm import use_fused_lstm
 from .options import ElmoOptions
 from .precision import INT8, LowPrecisionWeights
 
@@ -27,6 +28,13 @@ from .precision import INT8, LowPrecisionWeights
 # run at memory speed: a quarter of a bf16 pass on one AMD EPYC core. At the Original size this is
 # 128 positions, a product of 128 rows, still efficient; a batch of more rows takes one step.
 WINDOW_GATES_BYTES = 16 * 2**20
+
+# The product dtypes whose inference (with a workspace) runs one direction after the other. A step
+# then reads one direction's weights beside its gates (at the Original size 10 MB in int8, not 20),
+# which can stay in a CPU's last-level cache where both directions' did not: int8 and bf16 gain;
+# float32, whose two directions' products run as one bmm and whose weights fit no cache, loses
+# (``benchmarks/lstm_directions.py``; figures in docs/bilm.md).
+DIRECTIONS_APART = (INT8, torch.bfloat16)
 
 # A product weight: a tensor with the direction first, or in int8 one pack per direction.
 Weight = Union[Tensor, Tuple[int8.Packed, ...]]
@@ -87,12 +95,36 @@ class ProjectedLSTM(nn.Module):
         outputs are float32. Returns the outputs (time, 2, batch, projection_dim), zero past
         each row's length, and the states after each row's last step.
         """
-        n_steps, _, batch, _ = inputs.shape
         weights = self._weights(dtype)
         inputs, bias = self._with_bias(inputs, dtype)
+        if workspace is None or dtype not in DIRECTIONS_APART:
+            return self._run(inputs, active, hidden, memory, workspace, weights, bias)
+        runs = [
+            self._run(
+                inputs[:, d : d + 1], active, hidden[d : d + 1], memory[d : d + 1], workspace,
+                LSTMWeights(*(weight[d : d + 1] for weight in weights)), None if bias is None else bias[d : d + 1],
+            )
+            for d in range(2)
+        ]
+        outputs, final_hidden, final_memory = zip(*runs)
+        return torch.cat(outputs, dim=1), torch.cat(final_hidden), torch.cat(final_memory)
+
+    def _run(
+        self,
+        inputs: Tensor,
+        active: Sequence[int],
+        hidden: Tensor,
+        memory: Tensor,
+        workspace: Optional[Tensor],
+        weights: "LSTMWeights",
+        bias: Optional[Tensor],
+    ) -> Tuple[Tensor, Tensor, Tensor]:
+        """:meth:`forward` for the directions of ``inputs`` (its second dimension: both, or one),
+        with the weights in their product dtype and the bias as :meth:`_with_bias` leaves it."""
+        n_steps, _, batch, _ = inputs.shape
         # With a workspace, each step overwrites its slice of the precomputed gates and the
-        # states in place, saving passes over (2, batch, 4 * lstm_dim) per step; autograd needs
-        # fresh tensors.
+        # states in place, saving passes over (directions, batch, 4 * lstm_dim) per step; autograd
+        # needs fresh tensors.
         in_place = workspace is not None
         if in_place:
             hidden, memory = hidden.clone(), memory.clone()
@@ -101,10 +133,10 @@ class ProjectedLSTM(nn.Module):
         for start in range(0, n_steps, chunk):
             rows = active[start]  # the window's later steps need no more rows than its first
             window = inputs[start : start + chunk, :, :rows]
-            flat = window.transpose(0, 1).reshape(2, -1, window.shape[-1])
+            flat = window.transpose(0, 1).reshape(window.shape[1], -1, window.shape[-1])
             out = None
             if in_place:
-                shape = (2, flat.shape[1], 4 * self.lstm_dim)
+                shape = (flat.shape[0], flat.shape[1], 4 * self.lstm_dim)
                 out = workspace[: math.prod(shape)].view(shape)
             pre_gates = _by_step(_input_gates(flat, weights.input, bias, out), window.shape[0], rows)
             for offset in range(window.shape[0]):
@@ -112,7 +144,9 @@ class ProjectedLSTM(nn.Module):
                 step_gates = _step(pre_gates, offset, running)
                 # Without autograd int8 writes each step's gates here (its window gates are the kernel's
                 # own tensors, not in the workspace); the others add in place into the window's gates.
-                step_out = workspace[: 2 * running * 4 * self.lstm_dim].view(2, running, -1) if in_place else None
+                step_out = None
+                if in_place:
+                    step_out = workspace[: flat.shape[0] * running * 4 * self.lstm_dim].view(flat.shape[0], running, -1)
                 gates = _add_recurrent(step_gates, hidden[:, :running], weights.hidden, step_out)
                 if in_place:  # the running rows of ``memory`` are overwritten by the cell
                     new_hidden = self._cell_in_place(gates, memory[:, :running], weights.projection)
@@ -167,10 +201,11 @@ class ProjectedLSTM(nn.Module):
         self, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor, dtype: torch.dtype
     ) -> Tuple[Tensor, Tensor, Tensor]:
         """:meth:`forward` for inference on a GPU, the cell fused into two kernels per step
-        (see :mod:`.fused_lstm`); same arguments and results, without autograd."""
+        (see :mod:`.fused_lstm`), replayed from a CUDA graph where one serves (see
+        :mod:`.cuda_graphs`); same arguments and results, without autograd."""
         bias = (self.bias + self.forget_bias).contiguous()
-        weights = self._product_weights(dtype)
-        return fused_layer(inputs, active, hidden, memory, tuple(weights), bias, self.cell_clip, self.proj_clip)
+        weights = tuple(self._product_weights(dtype))
+        return run_fused_layer(self, inputs, active, hidden, memory, weights, bias, self.cell_clip, self.proj_clip)
 
     def _int8_packs(self) -> Tuple[Tuple[int8.Packed, ...], ...]:
         """Per product, both directions' weights as (out, in) int8 packs; the input one with the bias."""
@@ -240,7 +275,7 @@ class LSTMWeights(NamedTuple):
 
 # A window's input gates: (2, n, 4 * lstm_dim), or in int8 without autograd each direction's
 # product as the kernel returned it, not copied into one tensor (the copy cost a pass over them).
-WindowGates = Union[Tensor, Tuple[Tensor, Tensor]]
+WindowGates = Union[Tensor, Tuple[Tensor, ...]]
 
 
 def _input_gates(flat: Tensor, weight: Weight, bias: Optional[Tensor], out: Optional[Tensor]) -> WindowGates:
@@ -252,7 +287,7 @@ def _input_gates(flat: Tensor, weight: Weight, bias: Optional[Tensor], out: Opti
     converts the product to float32.
     """
     if not isinstance(weight, Tensor):  # int8 runs without autograd only
-        return int8.linear(flat[0], weight[0]), int8.linear(flat[1], weight[1])
+        return tuple(int8.linear(flat[d], weight[d]) for d in range(len(weight)))
     if bias is None:
         return torch.bmm(flat, weight, out=out)
     return torch.add(torch.bmm(flat, weight), bias, out=out)
@@ -261,15 +296,15 @@ def _input_gates(flat: Tensor, weight: Weight, bias: Optional[Tensor], out: Opti
 def _by_step(gates: WindowGates, n_steps: int, rows: int) -> WindowGates:
     """A window's gates (2, n_steps * rows, 4 * lstm_dim) as (2, n_steps, rows, 4 * lstm_dim), or per direction."""
     if isinstance(gates, Tensor):
-        return gates.view(2, n_steps, rows, -1)
-    return gates[0].view(n_steps, rows, -1), gates[1].view(n_steps, rows, -1)
+        return gates.view(gates.shape[0], n_steps, rows, -1)
+    return tuple(g.view(n_steps, rows, -1) for g in gates)
 
 
 def _step(gates: WindowGates, offset: int, running: int) -> WindowGates:
     """Step ``offset``'s gates of a window's first ``running`` rows: (2, running, 4 * lstm_dim), or per direction."""
     if isinstance(gates, Tensor):
         return gates[:, offset, :running]
-    return gates[0][offset, :running], gates[1][offset, :running]
+    return tuple(g[offset, :running] for g in gates)
 
 
 def _add_recurrent(gates: WindowGates, hidden: Tensor, weight: Weight, out: Optional[Tensor]) -> Tensor:
@@ -281,8 +316,8 @@ def _add_recurrent(gates: WindowGates, hidden: Tensor, weight: Weight, out: Opti
     """
     if not isinstance(weight, Tensor):  # int8 runs without autograd only: ``out`` is given
         assert out is not None
-        for direction in range(2):
-            torch.add(gates[direction], int8.linear(hidden[direction], weight[direction]), out=out[direction])
+        for direction, packed in enumerate(weight):
+            torch.add(gates[direction], int8.linear(hidden[direction], packed), out=out[direction])
         return out
     assert isinstance(gates, Tensor)
     in_place = out is not None

@@ -335,7 +335,7 @@ class ManyLangsTokenEncoder(nn.Module):
         ``dtype``: of the convolutions, highway and projection products (see :mod:`.precision`);
         embeddings, activations and the output are float32.
         """
-        chars = self.char_embedding(char_ids).transpose(1, 2).to(dtype)  # (n_tokens, char_dim, positions)
+        chars = self.char_embedding(char_ids).to(dtype)  # (n_tokens, positions, char_dim)
         x = torch.cat([self.activation(self._filter_maxima(i, chars)) for i in range(len(self.convolutions))], dim=-1)
         for highway in self.highways:
             x = highway(x, dtype)

@@ -10,6 +10,7 @@ import os
 
 import pytest
 import torch
+from torch import Tensor
 
 from spacy_elmo.bilm import fused_lstm, lstm
 from spacy_elmo.bilm.lstm import ProjectedLSTM, _active_rows
@@ -41,8 +42,9 @@ def random_layer(seed: int) -> ProjectedLSTM:
     return layer.to(DEVICE)
 
 
-def eager_and_fused(layer: ProjectedLSTM, lengths, dtype: torch.dtype, window_positions: int):
-    """Both loops over the same random inputs and initial states: (eager, fused) results."""
+def eager_and_fused(layer: ProjectedLSTM, lengths, dtype: torch.dtype, window_positions: int, padded: bool = False):
+    """Both loops over the same random inputs and initial states: (eager, fused) results; the fused
+    one launched, or ``padded`` as a CUDA graph runs it (:func:`padded_loop`)."""
     n_steps, batch = max(lengths), len(lengths)
     active = _active_rows(lengths, n_steps)
     inputs = torch.randn(n_steps, 2, batch, 8, device=DEVICE)
@@ -51,31 +53,64 @@ def eager_and_fused(layer: ProjectedLSTM, lengths, dtype: torch.dtype, window_po
         eager = layer(inputs, active, hidden, memory, inputs.new_empty(layer.workspace_size(n_steps, batch)), dtype)
         weights = tuple(layer._product_weights(dtype))
         bias = (layer.bias + layer.forget_bias).contiguous()
-        fused = fused_lstm.fused_layer(
-            inputs, active, hidden, memory, weights, bias, layer.cell_clip, layer.proj_clip, window_positions
-        )
+        if padded:
+            fused = padded_loop(inputs, lengths, hidden, memory, weights, bias, layer, window_positions)
+        else:
+            fused = fused_lstm.fused_layer(
+                inputs, active, hidden, memory, weights, bias, layer.cell_clip, layer.proj_clip, window_positions
+            )
     return eager, fused
 
 
+def padded_loop(inputs, lengths, hidden, memory, weights, bias, layer: ProjectedLSTM, window_positions: int):
+    """:func:`fused_lstm.padded_layer` over the batch padded to 3 more steps and 11 more rows,
+    the padding holding random leftovers (of other batches, in a graph's buffers) and the outputs
+    NaN before the loop: it must write them whole. Returns the real rows' results."""
+    n_steps, _, batch, width = inputs.shape
+
+    def padded(real: Tensor, shape) -> Tensor:
+        buffer = torch.randn(shape, device=DEVICE)
+        buffer[tuple(slice(0, size) for size in real.shape)] = real
+        return buffer
+
+    steps, rows = n_steps + 3, batch + 11
+    buffers = fused_lstm.LayerBuffers(
+        inputs=padded(inputs, (steps, 2, rows, width)),
+        lengths=torch.tensor(list(lengths) + [0] * 11, dtype=torch.int32, device=DEVICE),  # 0: padding
+        hidden=padded(hidden, (2, rows, hidden.shape[2])),
+        memory=padded(memory, (2, rows, memory.shape[2])),
+        bias=bias,
+        outputs=torch.full((steps, 2, rows, hidden.shape[2]), float("nan"), device=DEVICE),
+        final_hidden=torch.full((2, rows, hidden.shape[2]), float("nan"), device=DEVICE),
+    )
+    fused_lstm.padded_layer(buffers, weights, layer.cell_clip, layer.proj_clip, window_positions)
+    assert not buffers.outputs.isnan().any() and not buffers.outputs[n_steps:].any()
+    assert not buffers.outputs[:, :, batch:].any()
+    return buffers.outputs[:n_steps, :, :batch], buffers.final_hidden[:, :batch], buffers.memory[:, :batch]
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["launched", "padded"])
 @pytest.mark.parametrize("window_positions", [fused_lstm.GPU_PRECOMPUTED_POSITIONS, 4])
 @pytest.mark.parametrize("lengths", LENGTHS.values(), ids=LENGTHS.keys())
-def test_fused_float32_layer_equals_the_eager_one(lengths, window_positions) -> None:
-    """Outputs (zero past each row's end), final hidden and memory states, inputs untouched."""
+def test_fused_float32_layer_equals_the_eager_one(lengths, window_positions, padded) -> None:
+    """Outputs (zero past each row's end), final hidden and memory states, inputs untouched; the
+    padded loop masks the padding out in its kernels."""
     layer = random_layer(0)
-    eager, fused = eager_and_fused(layer, lengths, torch.float32, window_positions)
+    eager, fused = eager_and_fused(layer, lengths, torch.float32, window_positions, padded)
     for name, a, b in zip(("outputs", "hidden", "memory"), fused, eager):
         assert_float32_close(a, b, err_msg=name)
     for row, length in enumerate(lengths):
         assert not fused[0][length:, :, row].any()
 
 
+@pytest.mark.parametrize("padded", [False, True], ids=["launched", "padded"])
 @pytest.mark.parametrize("lengths", LENGTHS.values(), ids=LENGTHS.keys())
-def test_fused_bf16_layer_is_as_close_to_float32_as_the_eager_one(lengths) -> None:
+def test_fused_bf16_layer_is_as_close_to_float32_as_the_eager_one(lengths, padded) -> None:
     """The same bf16 roundings: a flip of a last bf16 bit (tanh is computed another way) carries
     through the recurrence, so the two bf16 loops are compared by their distance from float32."""
     layer = random_layer(1)
     torch.manual_seed(5)
-    eager, fused = eager_and_fused(layer, lengths, torch.bfloat16, 4)
+    eager, fused = eager_and_fused(layer, lengths, torch.bfloat16, 4, padded)
     torch.manual_seed(5)
     exact, _ = eager_and_fused(layer, lengths, torch.float32, 4)
     for name, a, b, reference in zip(("outputs", "hidden", "memory"), fused, eager, exact):

@@ -190,8 +190,12 @@ def test_gpu_memory_stays_bounded_while_piping_many_docs(bilm_files) -> None:
     assert many <= 1.2 * few + 2**20, (few, many)  # ten times the docs, not ten times the memory
 
 
-def test_docs_kept_by_the_user_keep_only_their_tensor_on_the_gpu(bilm_files) -> None:
-    """The layers of a doc (N_LAYERS times its tensor) must not stay with the docs a user keeps."""
+def test_docs_kept_by_the_user_keep_only_their_tensor_on_the_gpu(bilm_files, monkeypatch) -> None:
+    """The layers of a doc (N_LAYERS times its tensor) must not stay with the docs a user keeps.
+
+    Without CUDA graphs: their buffers, kept for the next batch by design (spacy_elmo/bilm/cuda_graphs.py),
+    would count as held here."""
+    monkeypatch.setenv("SPACY_ELMO_CUDA_GRAPHS", "0")
     nlp = build_ner_textcat(bilm_files)
     texts = [f"Alice went home on day {i} . It was great ." for i in range(2000)]
     list(nlp.pipe(texts[:50]))  # warm-up
