@@ -72,16 +72,18 @@ def test_bench_prints_the_model_its_sizes_and_the_roofline(tmp_path, monkeypatch
     options = tiny_options()
     assert f"biLM {tmp_path / 'bilm'}" in out
     assert f"sizes: lstm_dim {options.lstm_dim}, projection_dim {options.projection_dim}, n_layers {options.n_layers}" in out
-    assert "timed on 16 sentences of 10 made-up words (160 tokens, 192 positions with the boundaries" in out
+    rows, words = autotune.BATCH_ROWS, autotune.BATCH_WORDS
+    assert f"timed on {rows} sentences of {words} made-up words ({rows * words} tokens, {rows * (words + 2)} positions" in out
     # what the figure is, and that nlp.pipe's words/s is another one, timed elsewhere
-    assert "tokens/s: the 160 words of that batch per second of one forward pass of the biLM alone" in out
+    assert f"tokens/s: the {rows * words} words of that batch per second of one forward pass of the biLM alone" in out
     assert "no token cache" in out and "boundaries computed, not counted" in out
     assert "nlp.pipe's words/s is another figure: it adds tokenization, segmentation, batching and the layer mix" in out
     assert "benchmarks/component_speed.py" in out and (Path(__file__).parents[2] / "benchmarks" / "component_speed.py").is_file()
     assert f"FLOP per token, from the options: {flops_per_token(options).describe()}" in out
     assert "| this machine's product rate, GFLOP/s | " + " | ".join(precisions) + " |" in out
     p, g = options.projection_dim, 4 * options.lstm_dim
-    for row in (f"| LSTM input: 2 x (192 x {p}) @ ({p} x {g}) | ", f"| LSTM recurrent, per step: 2 x (16 x {p}) @ ({p} x {g}) | ",
+    for row in (f"| LSTM input: 2 x ({rows * (words + 2)} x {p}) @ ({p} x {g}) | ",
+                f"| LSTM recurrent, per step: 2 x ({rows} x {p}) @ ({p} x {g}) | ",
                 f"| large: (64 x {p}) @ ({p} x {g}) | "):
         assert row in out
     assert "| precision | tokens/s | biLM GFLOP/s | best product GFLOP/s | fraction of it |" in out
