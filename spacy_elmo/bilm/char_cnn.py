@@ -99,12 +99,12 @@ def filter_maxima(conv: nn.Conv1d, chars: Tensor, copies: LowPrecisionWeights, n
 
     The convolution is one matrix product: every window of ``width`` characters unfolded into a
     row of ``char_dim * width`` values, times the filters as a (count, char_dim * width) matrix,
-    and the maximum taken over positions, which then run along rows: a reduction over a few
-    positions inside each (token, filter) pair, as after ``conv1d``, ran several times slower on a
-    CPU than the convolution itself (``benchmarks/char_cnn_layout.py``). The bias is added after
-    the maximum (max(x + b) = max(x) + b), in float32, to the (n_tokens, count) maxima only; in
-    bf16 only those are converted to float32, since the maximum keeps order. ``copies`` keeps the
-    bf16 weight under ``name``.
+    and the maximum taken over positions, which then run along rows. After ``conv1d`` the
+    maximum is a reduction over a few positions inside each (token, filter) pair, which ran slower
+    on a CPU than the convolution itself (``benchmarks/char_cnn_layout.py``; figures in
+    docs/bilm.md). The bias is added after the maximum (max(x + b) = max(x) + b), in float32, to
+    the (n_tokens, count) maxima only; in bf16 only those are converted to float32, since the
+    maximum keeps order. ``copies`` keeps the bf16 weight under ``name``.
     """
     count, char_dim, width = conv.weight.shape
     weight = conv.weight

@@ -30,11 +30,10 @@ from .precision import INT8, LowPrecisionWeights
 WINDOW_GATES_BYTES = 16 * 2**20
 
 # The product dtypes whose inference (with a workspace) runs one direction after the other. A step
-# then reads one direction's weights beside its gates (at the Original size 10 MB in int8, not 20),
-# which can stay in a CPU's last-level cache where both directions' did not: int8 gained on an AMD
-# EPYC and lost nothing on an AMX Xeon; bf16 gained 1% on the EPYC, within the noise, and may have
-# lost on the Xeon; float32, whose two directions' products run as one bmm, lost
-# (``benchmarks/lstm_directions.py``; figures in docs/bilm.md).
+# then reads one direction's weights beside its gates, which can stay in a CPU's last-level cache
+# where both directions' did not: int8 gained on an AMD EPYC and lost nothing on an AMX Xeon; bf16's
+# gain was within the noise there and its result on the Xeon unclear; float32, whose two
+# directions' products run as one bmm, lost (``benchmarks/lstm_directions.py``; figures in docs/bilm.md).
 DIRECTIONS_APART: Tuple[torch.dtype, ...] = (INT8,)
 
 # A product weight: a tensor with the direction first, or in int8 one pack per direction.
