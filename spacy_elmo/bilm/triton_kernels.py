@@ -42,10 +42,11 @@ def _gate(pre, bias, rec, k, width, valid):
 def _live(cols, width, lengths_ptr, row, step, MASKED: tl.constexpr):
     """The columns this program reads and writes: those inside ``width``, none where the row has
     ended (``MASKED``: its length is at most ``step``)."""
-    live = cols < width
     if MASKED:
-        live = live & (step < tl.load(lengths_ptr + row))
-    return live
+        # One comparison, not `(cols < width) & (step < length)`: Triton 3.9's interpreter makes
+        # that an int32 mask, which its loads refuse.
+        return cols < tl.where(step < tl.load(lengths_ptr + row), width, 0)
+    return cols < width
 
 
 @triton.jit(do_not_specialize=["step"])

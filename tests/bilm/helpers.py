@@ -1,15 +1,17 @@
 """Tiny ELMoForManyLangs model directories, made in the test: with the reference package's own
 classes where it is installed (:func:`write_reference_model`), or from the state-dict layout alone
-(:func:`write_random_model`) for the tests that need no reference."""
+(:func:`write_random_model`) for the tests that need no reference. And a tiny LSTM layer with a
+random batch for the GPU loops' tests (:func:`random_lstm_layer`, :func:`random_layer_batch`)."""
 
 import copy
 import json
 import random
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import torch
 
+from spacy_elmo.bilm.lstm import ProjectedLSTM, _active_rows
 from spacy_elmo.bilm.manylangs import ElmoOptions, ManyLangsNetwork, encoder_shapes, token_embedder_shapes
 
 # Small network configs in the reference's format. "full": word embedding, relu, two highways,
@@ -119,3 +121,42 @@ def write_reference_model(directory: Path, name: str = "full", seed: int = 0, le
 
 def options_of(name: str) -> ElmoOptions:
     return ManyLangsNetwork.from_dict(network(name), "test").options
+
+
+# ---------------------------------------------------------------------- LSTM layers (fused loop, CUDA graphs)
+class LayerBatch(NamedTuple):
+    """A layer's batch, rows sorted longest first: ``inputs`` (time, 2, rows, 8), ``active`` (the
+    rows running at each step), ``hidden`` (2, rows, 8), ``memory`` (2, rows, 24)."""
+
+    inputs: torch.Tensor
+    active: List[int]
+    hidden: torch.Tensor
+    memory: torch.Tensor
+
+
+def random_lstm_layer(seed: int, device: torch.device) -> ProjectedLSTM:
+    """A layer of 24 cells projected to 8, whose weights and bias are large enough for clipping to bite."""
+    torch.manual_seed(seed)
+    layer = ProjectedLSTM(input_dim=8, lstm_dim=24, projection_dim=8, cell_clip=1.5, proj_clip=1.0)
+    with torch.no_grad():
+        for param in layer.parameters():
+            param.normal_(0.0, 0.5)
+    return layer.to(device)
+
+
+def random_layer_batch(lengths: Sequence[int], device: torch.device) -> LayerBatch:
+    """Random inputs and initial states for :func:`random_lstm_layer` over rows of ``lengths`` (longest first)."""
+    n_steps, batch = max(lengths), len(lengths)
+    return LayerBatch(
+        torch.randn(n_steps, 2, batch, 8, device=device),
+        _active_rows(lengths, n_steps),
+        torch.randn(2, batch, 8, device=device),
+        torch.randn(2, batch, 24, device=device),
+    )
+
+
+def eager_layer(layer: ProjectedLSTM, batch: LayerBatch, dtype: torch.dtype):
+    """The eager, in-place loop's outputs, final hidden and memory (no autograd)."""
+    n_steps, rows = batch.inputs.shape[0], batch.inputs.shape[2]
+    with torch.no_grad():
+        return layer(*batch, batch.inputs.new_empty(layer.workspace_size(n_steps, rows)), dtype)

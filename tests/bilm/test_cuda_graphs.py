@@ -16,9 +16,10 @@ import pytest
 import torch
 
 from spacy_elmo.bilm import cuda_graphs, lstm
-from spacy_elmo.bilm.lstm import ProjectedLSTM, _active_rows
+from spacy_elmo.bilm.lstm import ProjectedLSTM
 
 from ..helpers import assert_float32_close, random_bilm, tiny_options
+from .helpers import eager_layer, random_layer_batch, random_lstm_layer
 
 pytest.importorskip("triton", reason="Triton is not installed (pip install spacy-elmo[test] brings it)")
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
@@ -50,23 +51,11 @@ def new_cache(fail: bool = False, max_graphs: int = cuda_graphs.MAX_GRAPHS) -> c
     return cuda_graphs.GraphCache(CallingRunner(fail), DEVICE, max_graphs, window_positions=8)
 
 
-def random_layer(seed: int) -> ProjectedLSTM:
-    torch.manual_seed(seed)
-    layer = ProjectedLSTM(input_dim=8, lstm_dim=24, projection_dim=8, cell_clip=1.5, proj_clip=1.0)
-    with torch.no_grad():
-        for param in layer.parameters():
-            param.normal_(0.0, 0.5)
-    return layer.to(DEVICE)
-
-
 def through_cache(cache: cuda_graphs.GraphCache, layer: ProjectedLSTM, lengths: Sequence[int], dtype=torch.float32):
     """(the cache's results or None, the eager loop's) over a random batch sorted longest first."""
-    n_steps, batch = max(lengths), len(lengths)
-    active = _active_rows(lengths, n_steps)
-    inputs = torch.randn(n_steps, 2, batch, 8, device=DEVICE)
-    hidden, memory = torch.randn(2, batch, 8, device=DEVICE), torch.randn(2, batch, 24, device=DEVICE)
+    inputs, active, hidden, memory = batch = random_layer_batch(lengths, DEVICE)
+    eager = eager_layer(layer, batch, dtype)
     with torch.no_grad():
-        eager = layer(inputs, active, hidden, memory, inputs.new_empty(layer.workspace_size(n_steps, batch)), dtype)
         weights = tuple(layer._product_weights(dtype))
         bias = (layer.bias + layer.forget_bias).contiguous()
         graphed = cache.run(layer, inputs, active, hidden, memory, weights, bias, layer.cell_clip, layer.proj_clip)
@@ -92,7 +81,7 @@ def test_buckets_pad_by_at_most_an_eighth_or_the_grain() -> None:
 
 
 def test_a_bucket_is_captured_at_its_second_use_then_replayed_with_each_batchs_values() -> None:
-    cache, layer = new_cache(), random_layer(0)
+    cache, layer = new_cache(), random_lstm_layer(0, DEVICE)
     first, _ = through_cache(cache, layer, [9, 7, 4, 2, 1])
     assert first is None and cache.runner.captures == 0  # a one-off shape is launched
     for lengths in ([9, 7, 4, 2, 1], [10, 10, 3], [12, 1]):  # one bucket: 12 steps, 16 rows
@@ -104,7 +93,7 @@ def test_a_bucket_is_captured_at_its_second_use_then_replayed_with_each_batchs_v
 def test_a_changed_weight_never_replays_a_stale_graph(dtype) -> None:
     """In place (an optimizer step: its version) in float32; in bf16 the layer makes a new copy.
     The old graph goes; the new weights are a new key, captured at their second use."""
-    cache, layer = new_cache(), random_layer(1)
+    cache, layer = new_cache(), random_lstm_layer(1, DEVICE)
     for _ in range(2):
         graphed, _ = through_cache(cache, layer, [6, 6, 5], dtype)
     assert graphed is not None and len(cache) == 1
@@ -121,7 +110,7 @@ def test_a_changed_weight_never_replays_a_stale_graph(dtype) -> None:
 
 
 def test_at_most_max_graphs_are_kept_least_recently_used_out() -> None:
-    cache, layer = new_cache(max_graphs=2), random_layer(2)
+    cache, layer = new_cache(max_graphs=2), random_lstm_layer(2, DEVICE)
     for lengths in ([10], [10], [6], [6], [10], [3], [3]):  # buckets of 12, 8, 12, 4 steps (largest first:
         through_cache(cache, layer, lengths)  # no buffer grows)
     assert len(cache) == 2 and cache.runner.captures == 3
@@ -132,7 +121,7 @@ def test_at_most_max_graphs_are_kept_least_recently_used_out() -> None:
 
 
 def test_a_larger_bucket_grows_the_buffers_and_drops_the_graphs_over_the_old_ones() -> None:
-    cache, layer = new_cache(), random_layer(3)
+    cache, layer = new_cache(), random_lstm_layer(3, DEVICE)
     for lengths in ([3, 2], [3, 2], [30, 29, 1] * 8, [30, 29, 1] * 8):
         through_cache(cache, layer, sorted(lengths, reverse=True))
     assert len(cache) == 1
@@ -141,18 +130,18 @@ def test_a_larger_bucket_grows_the_buffers_and_drops_the_graphs_over_the_old_one
 
 
 def test_the_graphs_of_a_freed_layer_go_at_the_next_call() -> None:
-    cache, layer = new_cache(), random_layer(4)
+    cache, layer = new_cache(), random_lstm_layer(4, DEVICE)
     for _ in range(2):
         through_cache(cache, layer, [5, 5])
     assert len(cache) == 1
     del layer
     gc.collect()
-    through_cache(cache, random_layer(5), [5, 5])
+    through_cache(cache, random_lstm_layer(5, DEVICE), [5, 5])
     assert len(cache) == 0
 
 
 def test_a_failed_capture_warns_once_and_leaves_the_loop_launched() -> None:
-    cache, layer = new_cache(fail=True), random_layer(6)
+    cache, layer = new_cache(fail=True), random_lstm_layer(6, DEVICE)
     through_cache(cache, layer, [4, 3])
     with pytest.warns(RuntimeWarning, match="capturing the fused LSTM loop failed"):
         graphed, _ = through_cache(cache, layer, [4, 3])
@@ -164,7 +153,7 @@ def test_a_failed_capture_warns_once_and_leaves_the_loop_launched() -> None:
 
 
 def test_under_another_capture_the_loop_is_launched_into_it() -> None:
-    cache, layer = new_cache(), random_layer(7)
+    cache, layer = new_cache(), random_lstm_layer(7, DEVICE)
     cache.runner.under_capture = True
     with pytest.warns(RuntimeWarning, match="captured already"):
         results: List = [through_cache(cache, layer, [4, 3])[0] for _ in range(3)]

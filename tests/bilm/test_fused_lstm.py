@@ -13,9 +13,10 @@ import torch
 from torch import Tensor
 
 from spacy_elmo.bilm import fused_lstm, lstm
-from spacy_elmo.bilm.lstm import ProjectedLSTM, _active_rows
+from spacy_elmo.bilm.lstm import ProjectedLSTM
 
 from ..helpers import assert_float32_close, random_bilm, tiny_options
+from .helpers import eager_layer, random_layer_batch, random_lstm_layer
 
 pytest.importorskip("triton", reason="Triton is not installed (pip install spacy-elmo[test] brings it)")
 # The interpreter computes exp in NumPy, which warns where it overflows to inf: the sigmoid is then 0, as it should.
@@ -32,25 +33,12 @@ LENGTHS = {
 }
 
 
-def random_layer(seed: int) -> ProjectedLSTM:
-    """A layer of the tiny sizes whose weights and bias are large enough for clipping to bite."""
-    torch.manual_seed(seed)
-    layer = ProjectedLSTM(input_dim=8, lstm_dim=24, projection_dim=8, cell_clip=1.5, proj_clip=1.0)
-    with torch.no_grad():
-        for param in layer.parameters():
-            param.normal_(0.0, 0.5)
-    return layer.to(DEVICE)
-
-
 def eager_and_fused(layer: ProjectedLSTM, lengths, dtype: torch.dtype, window_positions: int, padded: bool = False):
     """Both loops over the same random inputs and initial states: (eager, fused) results; the fused
     one launched, or ``padded`` as a CUDA graph runs it (:func:`padded_loop`)."""
-    n_steps, batch = max(lengths), len(lengths)
-    active = _active_rows(lengths, n_steps)
-    inputs = torch.randn(n_steps, 2, batch, 8, device=DEVICE)
-    hidden, memory = torch.randn(2, batch, 8, device=DEVICE), torch.randn(2, batch, 24, device=DEVICE)
+    inputs, active, hidden, memory = batch = random_layer_batch(lengths, DEVICE)
+    eager = eager_layer(layer, batch, dtype)
     with torch.no_grad():
-        eager = layer(inputs, active, hidden, memory, inputs.new_empty(layer.workspace_size(n_steps, batch)), dtype)
         weights = tuple(layer._product_weights(dtype))
         bias = (layer.bias + layer.forget_bias).contiguous()
         if padded:
@@ -95,7 +83,7 @@ def padded_loop(inputs, lengths, hidden, memory, weights, bias, layer: Projected
 def test_fused_float32_layer_equals_the_eager_one(lengths, window_positions, padded) -> None:
     """Outputs (zero past each row's end), final hidden and memory states, inputs untouched; the
     padded loop masks the padding out in its kernels."""
-    layer = random_layer(0)
+    layer = random_lstm_layer(0, DEVICE)
     eager, fused = eager_and_fused(layer, lengths, torch.float32, window_positions, padded)
     for name, a, b in zip(("outputs", "hidden", "memory"), fused, eager):
         assert_float32_close(a, b, err_msg=name)
@@ -108,7 +96,7 @@ def test_fused_float32_layer_equals_the_eager_one(lengths, window_positions, pad
 def test_fused_bf16_layer_is_as_close_to_float32_as_the_eager_one(lengths, padded) -> None:
     """The same bf16 roundings: a flip of a last bf16 bit (tanh is computed another way) carries
     through the recurrence, so the two bf16 loops are compared by their distance from float32."""
-    layer = random_layer(1)
+    layer = random_lstm_layer(1, DEVICE)
     torch.manual_seed(5)
     eager, fused = eager_and_fused(layer, lengths, torch.bfloat16, 4, padded)
     torch.manual_seed(5)
@@ -121,7 +109,7 @@ def test_fused_bf16_layer_is_as_close_to_float32_as_the_eager_one(lengths, padde
 
 
 def test_the_fused_step_leaves_the_callers_states_alone() -> None:
-    layer = random_layer(2)
+    layer = random_lstm_layer(2, DEVICE)
     hidden, memory = torch.randn(2, 3, 8, device=DEVICE), torch.randn(2, 3, 24, device=DEVICE)
     kept = hidden.clone(), memory.clone()
     with torch.no_grad():
