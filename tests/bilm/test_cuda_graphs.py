@@ -80,6 +80,7 @@ def test_buckets_pad_by_at_most_an_eighth_or_the_grain() -> None:
             assert padded % grain == 0 and 0 <= padded - n < max(grain, n / 8)
 
 
+@pytest.mark.slow  # seconds in Triton's interpreter, which runs every padded row
 def test_a_bucket_is_captured_at_its_second_use_then_replayed_with_each_batchs_values() -> None:
     cache, layer = new_cache(), random_lstm_layer(0, DEVICE)
     first, _ = through_cache(cache, layer, [9, 7, 4, 2, 1])
@@ -89,6 +90,7 @@ def test_a_bucket_is_captured_at_its_second_use_then_replayed_with_each_batchs_v
     assert cache.runner.captures == 1 and len(cache) == 1
 
 
+@pytest.mark.slow  # seconds in Triton's interpreter, which runs every padded row
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_changed_weight_never_replays_a_stale_graph(dtype) -> None:
     """In place (an optimizer step: its version) in float32; in bf16 the layer makes a new copy.
@@ -109,6 +111,7 @@ def test_a_changed_weight_never_replays_a_stale_graph(dtype) -> None:
         assert (graphed[0] - eager[0]).abs().max() < 0.1
 
 
+@pytest.mark.slow  # seconds in Triton's interpreter, which runs every padded row
 def test_at_most_max_graphs_are_kept_least_recently_used_out() -> None:
     cache, layer = new_cache(max_graphs=2), random_lstm_layer(2, DEVICE)
     for lengths in ([10], [10], [6], [6], [10], [3], [3]):  # buckets of 12, 8, 12, 4 steps (largest first:
@@ -120,6 +123,7 @@ def test_at_most_max_graphs_are_kept_least_recently_used_out() -> None:
     assert cache.runner.captures == 4 and len(cache) == 2
 
 
+@pytest.mark.slow  # seconds in Triton's interpreter, which runs every padded row
 def test_a_larger_bucket_grows_the_buffers_and_drops_the_graphs_over_the_old_ones() -> None:
     cache, layer = new_cache(), random_lstm_layer(3, DEVICE)
     for lengths in ([3, 2], [3, 2], [30, 29, 1] * 8, [30, 29, 1] * 8):
@@ -182,6 +186,7 @@ def test_which_fused_passes_replay_graphs(monkeypatch, device, dtype, switch, ex
     assert cuda_graphs.use_cuda_graphs(torch.device(device), dtype) is expected
 
 
+@pytest.mark.slow  # seconds in Triton's interpreter, which runs every padded row
 def test_a_biLM_through_graphs_gives_the_eager_layers_and_states(monkeypatch) -> None:
     """The whole biLM, the stack taking the fused loop and graphs (as on a GPU): the first pass
     launched, the second capturing both layers' graphs, the third replaying them."""
