@@ -12,9 +12,9 @@ of the whole loop is launched at once. A graph has fixed shapes and addresses, s
   before a replay, and the outputs and final states copied out after it. All graphs of a device
   share one set of buffers (:class:`StaticBuffers`, views of flat tensors grown to the largest
   bucket) and one memory pool for what a loop allocates (``torch.cuda.graph_pool_handle``):
-  graphs replay one at a time on the current stream and their results are copied out at once, so
-  one graph overwriting another's buffers or temporaries is harmless, and the memory of the cache
-  is that of one graph, not one per bucket.
+  graphs replay one at a time on the current stream (threads take turns: a lock) and their
+  results are copied out at once, so one graph overwriting another's buffers or temporaries is
+  harmless, and the memory of the cache is that of one graph, not one per bucket.
 - **Weights.** A graph reads the weights by address. A graph is keyed on the product weights'
   identity (address, device, dtype and version: :func:`.precision.tensor_versions`) and holds
   them, so that their memory cannot be reused while it lives: a weight written in place (an
@@ -33,6 +33,7 @@ give it a runner that merely calls the loop, on CPU tensors in Triton's interpre
 
 import math
 import os
+import threading
 import warnings
 import weakref
 from collections import OrderedDict
@@ -198,6 +199,9 @@ class GraphCache:
         self._warned = False
         self._graphs: "OrderedDict[Hashable, _Graph]" = OrderedDict()
         self._seen: "OrderedDict[Hashable, None]" = OrderedDict()
+        # One batch at a time: all graphs share the static buffers, so another thread's batch
+        # copied in between this one's copy and replay would be computed in its place.
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._graphs)
@@ -209,6 +213,13 @@ class GraphCache:
         """:func:`.fused_lstm.fused_layer`'s results from a graph, or None where the caller must
         launch the loop: the bucket's first use, under another capture, or graphs broken.
         ``owner``: the layer, whose graphs of older weights this call makes stale."""
+        with self._lock:
+            return self._run(owner, inputs, active, hidden, memory, weights, bias, cell_clip, proj_clip)
+
+    def _run(
+        self, owner: object, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor,
+        weights: Weights, bias: Tensor, cell_clip: float, proj_clip: float,
+    ) -> Optional[Result]:
         if self.broken:
             return None
         if self.runner.capturing():

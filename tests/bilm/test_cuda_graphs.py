@@ -168,6 +168,32 @@ def test_under_another_capture_the_loop_is_launched_into_it() -> None:
     assert_same(graphed, eager)
 
 
+@pytest.mark.slow  # seconds in Triton's interpreter, which runs every padded row
+def test_threads_take_turns_with_the_shared_buffers() -> None:
+    """Thread A's replay starts another thread's batch of the same bucket and waits a moment for
+    it: that batch must wait for A's to be copied out, not overwrite A's inputs in the buffers."""
+    import threading
+
+    cache, layer = new_cache(), random_lstm_layer(8, DEVICE)
+    for _ in range(2):
+        through_cache(cache, layer, [6, 5, 2])  # captured: the next call replays
+    (graph,) = cache._graphs.values()
+    replay, results, threads = graph.replay, {}, []
+
+    def interleaved() -> None:
+        graph.replay = replay  # once
+        threads.append(threading.Thread(target=lambda: results.update(other=through_cache(cache, layer, [6, 4, 1]))))
+        threads[0].start()
+        threads[0].join(timeout=1.0)  # without the lock the other batch runs whole meanwhile
+        replay()
+
+    graph.replay = interleaved
+    first = through_cache(cache, layer, [6, 5, 2])
+    threads[0].join()
+    assert_same(*first)
+    assert_same(*results["other"])
+
+
 @pytest.mark.parametrize(
     "device, dtype, switch, expected",
     [
