@@ -210,7 +210,12 @@ def test_directions_apart_or_together_give_the_same_values(monkeypatch, precisio
             results.append(model(SENTENCES, state=state))
     together, separate = results
     for a, b in zip([*together.layers, *together.state], [*separate.layers, *separate.state]):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+        if precision == "int8":  # each direction's products are its own either way
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        elif precision == "fp32":  # one bmm over both directions or one per direction: other roundings
+            assert_float32_close(a, b)
+        else:  # bf16 products rounded to bf16 after either bmm: a rounding may flip
+            torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
 
 
 def test_a_deep_copy_gives_the_same_vectors():
