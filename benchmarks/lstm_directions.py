@@ -11,8 +11,8 @@ untimed first pass, so the LSTM is what is timed. Both orders run interleaved in
 """
 
 import argparse
-import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,13 +25,14 @@ from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm import lstm
 from spacy_elmo.bilm.precision import INT8
 
-TEXTS = Path(__file__).resolve().parents[1] / "examples" / "word_senses.jsonl"
+sys.path.insert(0, str(Path(__file__).parent))
+from peer_transformers import load_texts  # noqa: E402  (a sibling script: the same 480 sentences)
+
 DTYPES = {"int8": INT8, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def sentences() -> List[List[str]]:
-    texts = [json.loads(line)["text"] for line in TEXTS.read_text(encoding="utf8").splitlines() if line.strip()]
-    return [[token.text for token in doc] for doc in spacy.blank("en").pipe(texts)]
+    return [[token.text for token in doc] for doc in spacy.blank("en").pipe(load_texts(480))]
 
 
 def words_per_second(bilm: BiLM, batches: List[List[List[str]]]) -> Callable[[], float]:
