@@ -44,12 +44,26 @@ same commit (before: ``from_files`` drew random values; lookups and reads went t
 | ``spacy.load`` of the blank pipeline alone | 0.091 (0.094) | 0.092 (0.094) |
 | ``spacy.load`` / h5py, every dataset (same rounds) | 12.8x (12.6x) | 4.3x (4.3x) |
 
-Of the warm load's 0.057 s, 0.012 s is beyond what h5py pays for the same bytes: five matrices
+Of that warm load's 0.057 s, 0.012 s was beyond what h5py pays for the same bytes: five matrices
 (68 MB: the highway and projection weights) that the file stores (in, out) and ``nn.Linear``
-holds (out, in) go through a buffer and torch's transposing copy (3.2 ms per 16 MB), which no
-other layout avoids without changing what the biLM computes (a transposed weight changes the
-product's rounding, and a reloaded biLM must give the bit-identical outputs of the one saved).
+holds (out, in) go through torch's transposing copy (3.2 ms per 16 MB). No other layout avoids it
+without changing what the biLM computes (a transposed weight changes the product's rounding, and a
+reloaded biLM must give the bit-identical outputs of the one saved), so those copies now run on a
+second thread while HDF5 reads the LSTM's weights (torch copies without the GIL, h5py reads with
+it). Same machine and command, five runs after that change (each run's minimum and median):
+
+| seconds | before | after |
+|---|---|---|
+| h5py, every dataset | 0.037 (0.044) | 0.032-0.036 (0.036-0.042) |
+| h5py, every dataset, arrays kept | 0.044 (0.048) | 0.038-0.043 (0.044-0.046) |
+| ``BiLM.from_pretrained``, warm | 0.058 (0.100) | 0.044-0.048 (0.047-0.059) |
+| warm / h5py, every dataset | 1.58x (2.28x) | 1.27-1.47x (1.12-1.65x) |
+| warm / h5py, arrays kept | 1.33x (2.08x) | 1.06-1.21x (1.03-1.35x) |
+
 The rest is HDF5's lookups, model construction and fresh memory (the dropped arrays reuse theirs).
+Every load that takes fresh memory (h5py keeping its arrays too) now and then takes 2-6 times its
+usual time, when Linux compacts memory for the huge pages it was asked for; a median over 11
+rounds moves with how many such rounds a run drew.
 ``spacy.load`` is mostly spaCy's: the blank English pipeline alone takes 2.5x the h5py read.
 """
 

@@ -6,7 +6,7 @@ that does not fit says which dataset is wrong and what was expected, at once. A 
 """
 
 import contextlib
-import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Protocol, Tuple, TypeVar
@@ -75,16 +75,20 @@ def read_weights(model: ElmoWeights, weight_file: PathLike, check_values: bool =
         # caches (between large reads they cost 3x: 6 of 60 ms at the Original size).
         sources = {name: _checked_dataset(f, name, d.shape, path) for name, d in datasets.items()}
         direct = {name: bool(d.into) and all(_fillable(view) for view, _ in d.into) for name, d in datasets.items()}
-        # The datasets that ``set`` converts pass through one buffer, written once (page faults).
-        largest = max((math.prod(d.shape) for name, d in datasets.items() if not direct[name]), default=0)
-        scratch = numpy.empty(largest, dtype=numpy.float32)
-        for name, dataset in datasets.items():
-            source = sources[name]
-            if direct[name]:
-                for view, rows in dataset.into:
-                    _read_into(source, rows, view, name, path, check_values)
-            else:
-                dataset.set(_read_array(source, name, path, check_values, scratch))
+        # The datasets that ``set`` converts (transposes) are converted on another thread while
+        # HDF5 reads the next ones: torch's copies run without the GIL, HDF5's reads with it.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="spacy-elmo-read") as converter:
+            converted = []
+            for name, dataset in datasets.items():
+                source = sources[name]
+                if direct[name]:
+                    for view, rows in dataset.into:
+                        _read_into(source, rows, view, name, path, check_values)
+                else:
+                    array = _read_array(source, name, path, check_values)
+                    converted.append(converter.submit(torch.no_grad()(dataset.set), array))  # no_grad is per thread
+            for conversion in converted:
+                conversion.result()
         if WARM_HIDDEN in f:
             model.warm_hidden = torch.from_numpy(
                 _read_dataset(f, WARM_HIDDEN, (options.n_layers, 2, options.projection_dim), path)
@@ -258,14 +262,9 @@ def _checked_dataset(f: h5py.File, name: str, shape: Tuple[int, ...], path: Path
     return dataset
 
 
-def _read_array(
-    dataset: h5py.h5d.DatasetID, name: str, path: Path, check_values: bool = True,
-    scratch: Optional[numpy.ndarray] = None,
-) -> numpy.ndarray:
-    """The whole dataset as a float32 array, checked to be finite unless not ``check_values``;
-    read into the front of ``scratch`` (valid until its next use) where given."""
-    size = math.prod(dataset.shape)
-    array = (numpy.empty(size, dtype=numpy.float32) if scratch is None else scratch[:size]).reshape(dataset.shape)
+def _read_array(dataset: h5py.h5d.DatasetID, name: str, path: Path, check_values: bool = True) -> numpy.ndarray:
+    """The whole dataset as a new float32 array, checked to be finite unless not ``check_values``."""
+    array = numpy.empty(dataset.shape, dtype=numpy.float32)
     _read(dataset, array, 0, name, path)
     if check_values:
         _check_finite(torch.from_numpy(array), name, path)
