@@ -81,7 +81,8 @@ CLEAR_WIN = 1.10
 # 4: int8 weights packed for oneDNN on CPUs with VNNI or AMX int8.
 # 5: low-precision LSTM directions one after the other, the char CNN as unfolded products, the
 #    timed batch of 64 rows.
-KERNELS = 5
+# 6: int8's input and recurrent products as one product per step.
+KERNELS = 6
 
 # One forward pass of the timed batch with the products in a precision; returns its layers.
 Run = Callable[[str], torch.Tensor]

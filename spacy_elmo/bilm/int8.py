@@ -1,13 +1,14 @@
 """Dynamic int8 products for inference: ``precision = "int8"``.
 
-The LSTM's input, recurrent and projection products, which dominate inference from the Small
-size up, run on PyTorch's dynamic-quantization kernels (``torch.ops.quantized.linear_dynamic``:
-oneDNN's where the CPU has VNNI or AMX int8, else the current engine's, fbgemm on x86: see
-:func:`pack_engine`). Each weight is quantized once per output channel to int8 (scale: the
-channel's largest magnitude / 127) and prepacked for the kernel;
-each call quantizes its activations per tensor to uint8, accumulates in int32 and returns
-float32 with the float32 bias added. The gates, cell state, clipping, skip connections and
-outputs stay float32, as in bf16 mode.
+The LSTM's products, which dominate inference from the Small size up, run on PyTorch's
+dynamic-quantization kernels (``torch.ops.quantized.linear_dynamic``: oneDNN's where the CPU has
+VNNI or AMX int8, else the current engine's, fbgemm on x86: see :func:`pack_engine`): at each step
+one product of the step's input beside the previous output by the input and recurrent weights
+stacked (see :meth:`~.lstm.ProjectedLSTM.forward_int8`), and the output projection. Each weight is
+quantized once per output channel to int8 (scale: the channel's largest magnitude / 127) and
+prepacked for the kernel; each call quantizes its activations per tensor to uint8, accumulates in
+int32 and returns float32 with the float32 bias added. The gates, cell state, clipping, skip
+connections and outputs stay float32, as in bf16 mode.
 
 The char CNN does not run in int8: int8 highways and projection lose too much (mean per-token
 cosine of layer 0 to float32 0.9965 on the bundled ``en`` biLM, below the 0.999 contract; its
@@ -111,6 +112,8 @@ def linear(x: Tensor, packed: Packed) -> Tensor:
 def by_direction(x: Tensor, packed: Sequence[Packed]) -> Tensor:
     """Each direction's product: (directions, n, in) float32 -> (directions, n, out), direction d
     through ``packed[d]``."""
+    if len(packed) == 1:  # no copy into a stack of one
+        return linear(x[0], packed[0]).unsqueeze(0)
     return torch.stack([linear(x[d], pack) for d, pack in enumerate(packed)])
 
 

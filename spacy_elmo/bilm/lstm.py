@@ -6,7 +6,10 @@ sentence reversed *within its own length*, so both directions step through time 
 padding never reaches a state. Per layer, the input half of the gate pre-activations is
 computed before the time loop, in large matrix products over many timesteps; the time loop
 only does the recurrent product, for both directions at once and, with rows sorted longest
-first, only for the prefix of rows still running, so padding costs no recurrent work.
+first, only for the prefix of rows still running, so padding costs no recurrent work. In int8
+(inference only) each step's input and recurrent products are one product instead, over the
+step's input beside the previous output, and the directions run one after the other
+(:meth:`ProjectedLSTM.forward_int8`).
 """
 
 import math
@@ -28,13 +31,6 @@ from .precision import INT8, LowPrecisionWeights
 # run at memory speed: a quarter of a bf16 pass on one AMD EPYC core. At the Original size this is
 # 128 positions, a product of 128 rows, still efficient; a batch of more rows takes one step.
 WINDOW_GATES_BYTES = 16 * 2**20
-
-# The product dtypes whose inference (with a workspace) runs one direction after the other. A step
-# then reads one direction's weights beside its gates, which can stay in a CPU's last-level cache
-# where both directions' did not: int8 gained on an AMD EPYC and lost nothing on an AMX Xeon; bf16's
-# gain was within the noise there and its result on the Xeon unclear; float32, whose two
-# directions' products run as one bmm, lost (``benchmarks/lstm_directions.py``; figures in docs/bilm.md).
-DIRECTIONS_APART: Tuple[torch.dtype, ...] = (INT8,)
 
 # A product weight: a tensor with the direction first, or in int8 one pack per direction.
 Weight = Union[Tensor, Tuple[int8.Packed, ...]]
@@ -90,37 +86,15 @@ class ProjectedLSTM(nn.Module):
         computes rows ``:active[t]`` only and padding costs nothing; ``hidden`` (2, batch,
         projection_dim); ``memory`` (2, batch, lstm_dim). ``workspace``, only without autograd:
         at least :meth:`workspace_size` floats, reused for every window's gates (a fresh
-        allocation this large costs page faults; all layers can share one). ``dtype``: of the
-        input, recurrent and projection products (see :mod:`.precision`); gates, states and
-        outputs are float32. Returns the outputs (time, 2, batch, projection_dim), zero past
+        allocation this large costs page faults; all layers can share one; int8 needs none).
+        ``dtype``: of the input, recurrent and projection products (see :mod:`.precision`); gates,
+        states and outputs are float32. Returns the outputs (time, 2, batch, projection_dim), zero past
         each row's length, and the states after each row's last step.
         """
+        if dtype == INT8:
+            return self.forward_int8(inputs, active, hidden, memory)
         weights = self._weights(dtype)
         inputs, bias = self._with_bias(inputs, dtype)
-        if workspace is None or dtype not in DIRECTIONS_APART:
-            return self._run(inputs, active, hidden, memory, workspace, weights, bias)
-        runs = [
-            self._run(
-                inputs[:, d : d + 1], active, hidden[d : d + 1], memory[d : d + 1], workspace,
-                LSTMWeights(*(weight[d : d + 1] for weight in weights)), None if bias is None else bias[d : d + 1],
-            )
-            for d in range(2)
-        ]
-        outputs, final_hidden, final_memory = zip(*runs)
-        return torch.cat(outputs, dim=1), torch.cat(final_hidden), torch.cat(final_memory)
-
-    def _run(
-        self,
-        inputs: Tensor,
-        active: Sequence[int],
-        hidden: Tensor,
-        memory: Tensor,
-        workspace: Optional[Tensor],
-        weights: "LSTMWeights",
-        bias: Optional[Tensor],
-    ) -> Tuple[Tensor, Tensor, Tensor]:
-        """:meth:`forward` for the directions of ``inputs`` (its second dimension: both, or one),
-        with the weights in their product dtype and the bias as :meth:`_with_bias` leaves it."""
         n_steps, _, batch, _ = inputs.shape
         # With a workspace, each step overwrites its slice of the precomputed gates and the
         # states in place, saving passes over (directions, batch, 4 * lstm_dim) per step; autograd
@@ -138,16 +112,10 @@ class ProjectedLSTM(nn.Module):
             if in_place:
                 shape = (flat.shape[0], flat.shape[1], 4 * self.lstm_dim)
                 out = workspace[: math.prod(shape)].view(shape)
-            pre_gates = _by_step(_input_gates(flat, weights.input, bias, out), window.shape[0], rows)
+            pre_gates = _input_gates(flat, weights.input, bias, out).view(flat.shape[0], window.shape[0], rows, -1)
             for offset in range(window.shape[0]):
                 running = active[start + offset]
-                step_gates = _step(pre_gates, offset, running)
-                # Without autograd int8 writes each step's gates here (its window gates are the kernel's
-                # own tensors, not in the workspace); the others add in place into the window's gates.
-                step_out = None
-                if in_place:
-                    step_out = workspace[: flat.shape[0] * running * 4 * self.lstm_dim].view(flat.shape[0], running, -1)
-                gates = _add_recurrent(step_gates, hidden[:, :running], weights.hidden, step_out)
+                gates = _add_recurrent(pre_gates[:, offset, :running], hidden[:, :running], weights.hidden, in_place)
                 if in_place:  # the running rows of ``memory`` are overwritten by the cell
                     new_hidden = self._cell_in_place(gates, memory[:, :running], weights.projection)
                     hidden[:, :running] = new_hidden
@@ -158,15 +126,53 @@ class ProjectedLSTM(nn.Module):
                 outputs.append(F.pad(new_hidden, (0, 0, 0, batch - running)))
         return torch.stack(outputs), hidden, memory
 
+    def forward_int8(
+        self, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
+    ) -> Tuple[Tensor, Tensor, Tensor]:
+        """:meth:`forward` in int8 (see :mod:`.int8`), for inference only: same arguments and results.
+
+        Each step's gates come from one product, of the step's input beside the previous output
+        (rows, input_dim + projection_dim), by both weights stacked, with the bias: no window of
+        input gates to keep and no pass adding the recurrent product to them, at the cost of one
+        activation scale for both halves (no loss in the accuracy contract:
+        ``benchmarks/bf16_accuracy.py``, figures in docs/bilm.md). Each direction runs all its
+        steps before the other, so a step reads one direction's weights, which can stay in the
+        CPU's cache.
+        """
+        packs = self.int8.get("lstm", list(self.parameters()), self._int8_packs)  # refuses gradients
+        with torch.no_grad():
+            runs = [
+                self._int8_direction(inputs[:, d], active, hidden[d], memory[d], packs[0][d], packs[1][d])
+                for d in range(2)
+            ]
+        outputs, final_hidden, final_memory = zip(*runs)
+        return torch.stack(outputs, dim=1), torch.stack(final_hidden), torch.stack(final_memory)
+
+    def _int8_direction(
+        self, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor,
+        gates_pack: int8.Packed, projection_pack: int8.Packed,
+    ) -> Tuple[Tensor, Tensor, Tensor]:
+        """One direction of :meth:`forward_int8`. Shapes: ``inputs`` (time, batch, input_dim),
+        ``hidden`` (batch, projection_dim), ``memory`` (batch, lstm_dim); returns the outputs
+        (time, batch, projection_dim), zero past each row's length, and the final states."""
+        n_steps, batch, _ = inputs.shape
+        hidden, memory = hidden.clone(), memory.clone()
+        outputs: List[Tensor] = []
+        for step in range(n_steps):
+            running = active[step]
+            step_inputs = torch.cat([inputs[step, :running], hidden[:running]], dim=1)  # (running, input_dim + projection_dim)
+            gates = int8.linear(step_inputs, gates_pack).unsqueeze(0)  # (1, running, 4 * lstm_dim)
+            new_hidden = self._cell_in_place(gates, memory[None, :running], (projection_pack,))[0]
+            hidden[:running] = new_hidden
+            outputs.append(F.pad(new_hidden, (0, 0, 0, batch - running)))
+        return torch.stack(outputs), hidden, memory
+
     def workspace_size(self, n_steps: int, batch: int) -> int:
         """Floats of the gates buffer that :meth:`forward` needs for this batch."""
         return 2 * _window_steps(n_steps, batch, self.lstm_dim) * batch * 4 * self.lstm_dim
 
     def _weights(self, dtype: torch.dtype) -> "LSTMWeights":
-        """The three product weights in ``dtype``; in float32 the input weight has the bias row, in
-        int8 the input pack has the bias (see :mod:`.int8`)."""
-        if dtype == INT8:
-            return LSTMWeights(*self.int8.get("lstm", list(self.parameters()), self._int8_packs))
+        """The three product weights in ``dtype`` (float32 or bf16); in float32 the input weight has the bias row."""
         if dtype == torch.float32:
             # The bias rides in the input product as the weight of one more input that is always
             # 1: cheaper than broadcasting it into the gates before the product.
@@ -208,11 +214,12 @@ class ProjectedLSTM(nn.Module):
         return run_fused_layer(self, inputs, active, hidden, memory, weights, bias, self.cell_clip, self.proj_clip)
 
     def _int8_packs(self) -> Tuple[Tuple[int8.Packed, ...], ...]:
-        """Per product, both directions' weights as (out, in) int8 packs; the input one with the bias."""
+        """The int8 packs of :meth:`forward_int8`, per direction: the gates' (the input weight over
+        the recurrent one, with the bias), then the projection's, each (out, in)."""
         bias = self.bias + self.forget_bias
+        stacked = torch.cat([self.input_weight, self.hidden_weight], dim=1)  # (2, input_dim + projection_dim, 4 * lstm_dim)
         return (
-            tuple(int8.pack(self.input_weight[d].T, bias[d]) for d in range(2)),
-            tuple(int8.pack(self.hidden_weight[d].T, None) for d in range(2)),
+            tuple(int8.pack(stacked[d].T, bias[d]) for d in range(2)),
             tuple(int8.pack(self.projection[d].T, None) for d in range(2)),
         )
 
@@ -221,11 +228,8 @@ class ProjectedLSTM(nn.Module):
 
         Float32: a constant-1 input is appended (the bias row of :meth:`_weights`), no bias
         left. Lower precision would round the bias, so it stays float32, (2, 1, 4 * lstm_dim),
-        and is added where the product is converted to float32 (:func:`_input_gates`). The int8
-        kernel adds the float32 bias itself, and quantizes float32 inputs itself.
+        and is added where the product is converted to float32 (:func:`_input_gates`).
         """
-        if dtype == INT8:
-            return inputs, None
         if dtype == torch.float32:
             n_steps, _, batch, _ = inputs.shape
             return torch.cat([inputs, inputs.new_ones(n_steps, 2, batch, 1)], dim=-1), None
@@ -264,63 +268,33 @@ class ProjectedLSTM(nn.Module):
 
 
 class LSTMWeights(NamedTuple):
-    """A layer's product weights in one dtype. Shapes (direction first): ``input`` (2, input_dim
-    [+ 1 bias row], 4 * lstm_dim), ``hidden`` (2, projection_dim, 4 * lstm_dim), ``projection``
-    (2, lstm_dim, projection_dim); in int8 a pair of packs each, transposed (see :mod:`.int8`)."""
+    """A layer's product weights in float32 or bf16. Shapes (direction first): ``input`` (2,
+    input_dim [+ 1 bias row], 4 * lstm_dim), ``hidden`` (2, projection_dim, 4 * lstm_dim),
+    ``projection`` (2, lstm_dim, projection_dim)."""
 
-    input: Weight
-    hidden: Weight
-    projection: Weight
-
-
-# A window's input gates: (2, n, 4 * lstm_dim), or in int8 without autograd each direction's
-# product as the kernel returned it, not copied into one tensor (the copy cost a pass over them).
-WindowGates = Union[Tensor, Tuple[Tensor, ...]]
+    input: Tensor
+    hidden: Tensor
+    projection: Tensor
 
 
-def _input_gates(flat: Tensor, weight: Weight, bias: Optional[Tensor], out: Optional[Tensor]) -> WindowGates:
-    """The input half of a window's gates, float32, into ``out`` if given (int8 returns each
-    direction's product as the kernel made it).
+def _input_gates(flat: Tensor, weight: Tensor, bias: Optional[Tensor], out: Optional[Tensor]) -> Tensor:
+    """The input half of a window's gates, float32, into ``out`` if given.
 
     Shapes: ``flat`` (2, n, input_dim) x ``weight`` (2, input_dim, 4 * lstm_dim) ->
     (2, n, 4 * lstm_dim). In lower precision the float32 ``bias`` is added in the pass that
     converts the product to float32.
     """
-    if not isinstance(weight, Tensor):  # int8 runs without autograd only
-        return tuple(int8.linear(flat[d], weight[d]) for d in range(len(weight)))
     if bias is None:
         return torch.bmm(flat, weight, out=out)
     return torch.add(torch.bmm(flat, weight), bias, out=out)
 
 
-def _by_step(gates: WindowGates, n_steps: int, rows: int) -> WindowGates:
-    """A window's gates (2, n_steps * rows, 4 * lstm_dim) as (2, n_steps, rows, 4 * lstm_dim), or per direction."""
-    if isinstance(gates, Tensor):
-        return gates.view(gates.shape[0], n_steps, rows, -1)
-    return tuple(g.view(n_steps, rows, -1) for g in gates)
+def _add_recurrent(gates: Tensor, hidden: Tensor, weight: Tensor, in_place: bool) -> Tensor:
+    """``gates + hidden @ weight`` in float32, the product in ``weight``'s dtype; ``in_place``
+    (without autograd) in the storage of ``gates``.
 
-
-def _step(gates: WindowGates, offset: int, running: int) -> WindowGates:
-    """Step ``offset``'s gates of a window's first ``running`` rows: (2, running, 4 * lstm_dim), or per direction."""
-    if isinstance(gates, Tensor):
-        return gates[:, offset, :running]
-    return tuple(g[offset, :running] for g in gates)
-
-
-def _add_recurrent(gates: WindowGates, hidden: Tensor, weight: Weight, out: Optional[Tensor]) -> Tensor:
-    """``gates + hidden @ weight`` in float32, the product in ``weight``'s dtype; without autograd
-    (``out`` given: a (2, rows, 4 * lstm_dim) buffer) in the storage of ``gates``, or in int8 into
-    ``out``, each direction's sum in one pass.
-
-    Shapes: ``gates`` (2, rows, 4 * lstm_dim) or per direction, ``hidden`` (2, rows, projection_dim) float32.
+    Shapes: ``gates`` (2, rows, 4 * lstm_dim), ``hidden`` (2, rows, projection_dim) float32.
     """
-    if not isinstance(weight, Tensor):  # int8 runs without autograd only: ``out`` is given
-        assert out is not None
-        for direction, packed in enumerate(weight):
-            torch.add(gates[direction], int8.linear(hidden[direction], packed), out=out[direction])
-        return out
-    assert isinstance(gates, Tensor)
-    in_place = out is not None
     if weight.dtype == torch.float32:
         return gates.baddbmm_(hidden, weight) if in_place else torch.baddbmm(gates, hidden, weight)
     product = torch.bmm(hidden.to(weight.dtype), weight)
@@ -405,7 +379,7 @@ class BiLSTMStack(nn.Module):
         n_steps, _, batch, _ = x.shape
         fused = use_fused_lstm(x.device, dtype)
         workspace = None  # every layer has the same gate width: one buffer serves them all
-        if not torch.is_grad_enabled() and not fused:
+        if not torch.is_grad_enabled() and not fused and dtype != INT8:
             workspace = x.new_empty(self.layers[0].workspace_size(n_steps, batch))
         for index, layer in enumerate(self.layers):
             if fused:

@@ -192,32 +192,6 @@ def test_inference_path_matches_the_autograd_path(monkeypatch, window_positions)
         assert_float32_close(fast_state, slow_state)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
-@pytest.mark.parametrize("window_positions", [1, 2048])
-def test_directions_apart_or_together_give_the_same_values(monkeypatch, precision, window_positions):
-    """Inference in a low precision runs the LSTM's directions one after the other
-    (``lstm.DIRECTIONS_APART``); together or apart, every layer and final state is the same."""
-    lstm_dim = tiny_options().lstm_dim
-    monkeypatch.setattr(lstm, "WINDOW_GATES_BYTES", window_positions * 2 * 4 * lstm_dim * 4)
-    model = random_bilm(precision=precision, cache_size=0)
-    dtype = model.products.dtype
-    zero = model.initial_state(len(SENTENCES))
-    state = type(zero)(torch.randn_like(zero.hidden), torch.randn_like(zero.memory))  # each direction its own
-    results = []
-    for apart in ((), (dtype,)):
-        monkeypatch.setattr(lstm, "DIRECTIONS_APART", apart)
-        with torch.no_grad():
-            results.append(model(SENTENCES, state=state))
-    together, separate = results
-    for a, b in zip([*together.layers, *together.state], [*separate.layers, *separate.state]):
-        if precision == "int8":  # each direction's products are its own either way
-            torch.testing.assert_close(a, b, rtol=0, atol=0)
-        elif precision == "fp32":  # one bmm over both directions or one per direction: other roundings
-            assert_float32_close(a, b)
-        else:  # bf16 products rounded to bf16 after either bmm: a rounding may flip
-            torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
-
-
 def test_a_deep_copy_gives_the_same_vectors():
     import copy
 
