@@ -65,6 +65,18 @@ def test_int8_refuses_gradients_and_says_what_to_set():
         assert model(REAL_TEXT[:1]).layers.dtype == torch.float32
 
 
+def test_int8_runs_a_frozen_bilm_with_gradients_enabled():
+    """A frozen biLM under autograd (a spaCy update with ``freeze = true`` outside ``no_grad``) gets
+    what ``no_grad`` gives: int8's products need no gradient there."""
+    model = random_bilm(precision="int8", cache_size=0)
+    model.requires_grad_(False)
+    with torch.no_grad():
+        expected = model(REAL_TEXT[:2]).layers
+    found = model(REAL_TEXT[:2]).layers
+    assert not found.requires_grad
+    torch.testing.assert_close(found, expected, rtol=0, atol=0)
+
+
 def test_pretraining_refuses_int8():
     with pytest.raises(ValueError, match="int8 is for inference only.*Use auto, fp32 or bf16"):
         TrainingConfig(precision="int8")
