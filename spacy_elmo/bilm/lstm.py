@@ -282,12 +282,15 @@ def _input_gates(flat: Tensor, weight: Tensor, bias: Optional[Tensor], out: Opti
     """The input half of a window's gates, float32, into ``out`` if given.
 
     Shapes: ``flat`` (2, n, input_dim) x ``weight`` (2, input_dim, 4 * lstm_dim) ->
-    (2, n, 4 * lstm_dim). In lower precision the float32 ``bias`` is added in the pass that
-    converts the product to float32.
+    (2, n, 4 * lstm_dim). In lower precision the float32 ``bias`` is added after the product,
+    in float32: into ``out``, the product converted in place and the bias added there (``torch.add``
+    into ``out`` converts it into a temporary first: one more pass over the gates).
     """
     if bias is None:
         return torch.bmm(flat, weight, out=out)
-    return torch.add(torch.bmm(flat, weight), bias, out=out)
+    if out is None:
+        return torch.add(torch.bmm(flat, weight), bias)
+    return out.copy_(torch.bmm(flat, weight)).add_(bias)
 
 
 def _add_recurrent(gates: Tensor, hidden: Tensor, weight: Tensor, in_place: bool) -> Tensor:
