@@ -14,7 +14,7 @@ Read the shares against the two rates: the profiler slows some operators far mor
 On a 2-core AMD EPYC (benchmarks/results/cpu_profile_epyc.txt) it made a bf16 pass 1.65x as long,
 nearly all of it in the dtype conversions' ``copy_`` into fresh temporaries (the recurrent product
 of a step, (2, 64, 16,384) bf16 to float32: 4.6 ms a call profiled, where the whole step, product
-and addition, takes 3.7 ms alone; keeping that product in a reused float32 buffer instead gained
+and addition, takes about 3.8 ms alone; keeping that product in a reused float32 buffer instead gained
 nothing), while an int8 pass, with few conversions, kept its speed. Time a suspect operator alone,
 in place, before acting on its share.
 
