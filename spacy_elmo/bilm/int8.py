@@ -109,14 +109,6 @@ def linear(x: Tensor, packed: Packed) -> Tensor:
     return torch.ops.quantized.linear_dynamic(x.contiguous(), packed, False)
 
 
-def by_direction(x: Tensor, packed: Sequence[Packed]) -> Tensor:
-    """Each direction's product: (directions, n, in) float32 -> (directions, n, out), direction d
-    through ``packed[d]``."""
-    if len(packed) == 1:  # no copy into a stack of one
-        return linear(x[0], packed[0]).unsqueeze(0)
-    return torch.stack([linear(x[d], pack) for d, pack in enumerate(packed)])
-
-
 class Int8Weights:
     """Prepacked int8 weights, made once and kept while their float32 sources are unchanged.
 

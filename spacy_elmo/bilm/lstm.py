@@ -32,8 +32,8 @@ from .precision import INT8, LowPrecisionWeights
 # 128 positions, a product of 128 rows, still efficient; a batch of more rows takes one step.
 WINDOW_GATES_BYTES = 16 * 2**20
 
-# A product weight: a tensor with the direction first, or in int8 one pack per direction.
-Weight = Union[Tensor, Tuple[int8.Packed, ...]]
+# A projection weight: a tensor with the direction first, or in int8 one direction's pack.
+Weight = Union[Tensor, int8.Packed]
 
 
 class LSTMState(NamedTuple):
@@ -162,7 +162,7 @@ class ProjectedLSTM(nn.Module):
             running = active[step]
             step_inputs = torch.cat([inputs[step, :running], hidden[:running]], dim=1)  # (running, input_dim + projection_dim)
             gates = int8.linear(step_inputs, gates_pack).unsqueeze(0)  # (1, running, 4 * lstm_dim)
-            new_hidden = self._cell_in_place(gates, memory[None, :running], (projection_pack,))[0]
+            new_hidden = self._cell_in_place(gates, memory[None, :running], projection_pack)[0]
             hidden[:running] = new_hidden
             outputs.append(F.pad(new_hidden, (0, 0, 0, batch - running)))
         return torch.stack(outputs), hidden, memory
@@ -306,9 +306,10 @@ def _add_recurrent(gates: Tensor, hidden: Tensor, weight: Tensor, in_place: bool
 
 
 def _project(cell_output: Tensor, projection: Weight) -> Tensor:
-    """(2, rows, lstm_dim) float32 -> (2, rows, projection_dim) float32, the product in ``projection``'s dtype."""
+    """(directions, rows, lstm_dim) float32 -> (directions, rows, projection_dim) float32, the product
+    in ``projection``'s dtype; an int8 pack serves one direction (see :meth:`ProjectedLSTM.forward_int8`)."""
     if not isinstance(projection, Tensor):
-        return int8.by_direction(cell_output, projection)
+        return int8.linear(cell_output[0], projection).unsqueeze(0)
     if projection.dtype == torch.float32:
         return torch.bmm(cell_output, projection)
     return torch.bmm(cell_output.to(projection.dtype), projection).float()
