@@ -51,7 +51,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 import torch
 
 from spacy_elmo import BiLM, ElmoOptions
-from spacy_elmo.bilm.precision import cpu_has_amx_bf16, gpu_has_native_bf16
+from spacy_elmo.bilm.precision import cpu_has_native_bf16, gpu_has_native_bf16
 from spacy_elmo.pretraining import get_preset
 from spacy_elmo.pretraining.distributed import init_distributed
 from spacy_elmo.pretraining.train import Trainer
@@ -83,7 +83,7 @@ def cpu_name() -> str:
 def describe_machine(device: torch.device) -> List[str]:
     lines = [
         f"CPU: {cpu_name()}; {os.cpu_count()} logical cores, torch {torch.__version__} on {torch.get_num_threads()} "
-        f"threads, {torch.backends.cpu.get_cpu_capability()}, AMX bf16: {'yes' if cpu_has_amx_bf16() else 'no'}"
+        f"threads, {torch.backends.cpu.get_cpu_capability()}, bf16 in hardware: {'yes' if cpu_has_native_bf16() else 'no'}"
     ]
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
@@ -456,11 +456,11 @@ def inference_rows(table: Table, options: ElmoOptions, size: str, device: torch.
     cpu = torch.device("cpu")
     table.measure(task, cpu, "fp32", "tokens/s",
                   lambda: inference_rate(options, cpu, "fp32", cpu_sentences, args.max_batch_tokens, args.repeats))
-    if cpu_has_amx_bf16():
+    if cpu_has_native_bf16():
         table.measure(task, cpu, "bf16", "tokens/s",
                       lambda: inference_rate(options, cpu, "bf16", cpu_sentences, args.max_batch_tokens, args.repeats))
     else:
-        table.skip(task, "cpu", "bf16", "no AMX on this CPU: bf16 is emulated there, slower than fp32")
+        table.skip(task, "cpu", "bf16", "no AVX512-BF16 or AMX on this CPU: bf16 is emulated there, slower than fp32")
 
 
 def lstm_rows(table: Table, options: ElmoOptions, size: str, device: torch.device, sentences: List[List[str]],
@@ -533,8 +533,8 @@ def pretrain_rows(table: Table, directory: Path, device: torch.device, presets: 
     zipf_corpus(directory / "lm.txt", n_documents=300 if quick else 20_000)
     for preset in presets:
         for precision in ("fp32", "bf16"):
-            if precision == "bf16" and device.type != "cuda" and not cpu_has_amx_bf16():
-                table.skip(f"pretrain {preset}", "cpu", "bf16", "no AMX on this CPU")
+            if precision == "bf16" and device.type != "cuda" and not cpu_has_native_bf16():
+                table.skip(f"pretrain {preset}", "cpu", "bf16", "no AVX512-BF16 or AMX on this CPU")
                 continue
             table.measure(f"pretrain {preset}", device, precision, "tokens/s", lambda: pretrain_rate(
                 preset, precision, directory / "lm.txt", directory / f"{preset}-{precision}", warmup, steps))

@@ -5,8 +5,8 @@
 Without --corpus, a Zipfian random-word corpus is generated in a temporary directory (the
 vocabulary pass is not timed). Tokens are window positions, boundaries included, summed over
 the batch: the unit of the training log's tokens_per_s. ``--precision`` is that of the matrix
-products, as ``spacy-elmo pretrain --precision`` (bf16 is slower than fp32 on CPUs
-without AMX).
+products, as ``spacy-elmo pretrain --precision`` (``auto`` measured on a CPU, untimed: see
+spacy_elmo.bilm.autotune; bf16 is faster than fp32 on some CPUs without AMX, slower on others).
 """
 
 import argparse

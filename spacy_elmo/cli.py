@@ -339,8 +339,9 @@ def bench(
     ),
     threads: Optional[int] = typer.Option(None, help="Torch threads" + default("torch's choice")),
 ) -> None:
-    """Time the biLM's inference in each precision this CPU runs, and record what precision = "auto"
-    picks here for its shapes (as its first use would; this measures again and replaces it).
+    """Time the biLM's inference in each precision this CPU runs, and its training steps in fp32
+    and bf16, and record what precision = "auto" picks here for its shapes, for each use (as their
+    first use would; this measures again and replaces them).
 
     It prints the biLM, its sizes and the batch it times: the biLM's forward pass alone, in tokens/s,
     not the pipeline's nlp.pipe words/s (benchmarks/component_speed.py times that).
@@ -387,8 +388,12 @@ def bench(
     typer.echo("| precision | tokens/s | / fp32 | worst layer's mean cosine to fp32 |\n|---|---|---|---|")
     for name, trial in decision.trials.items():
         typer.echo(f"| {name} | {trial.tokens_per_s:,.0f} | {trial.tokens_per_s / fp32:.2f}x | {trial.cosine:.5f} |")
+    training = remeasure(bilm, record=size is None, training=True)
+    typer.echo("| training step (forward and backward) | tokens/s | / fp32 |\n|---|---|---|")
+    for name, trial in training.trials.items():
+        typer.echo(f"| {name} | {trial.tokens_per_s:,.0f} | {trial.tokens_per_s / training.trials['fp32'].tokens_per_s:.2f}x |")
     where = f"recorded in {decisions_path()}" if size is None else "not recorded: untrained weights"
-    typer.echo(f"precision \"auto\" here: {decision.choice} ({where})")
+    typer.echo(f"precision \"auto\" here: {decision.choice} for inference, {training.choice} for training ({where})")
     count = flops_per_token(options)
     rates = product_rates(bilm_products(options, BATCH_ROWS, BATCH_WORDS + 2, n_distinct), list(decision.trials))
     lines = {p: roofline(p, trial.tokens_per_s, count, rates[p]) for p, trial in decision.trials.items()}

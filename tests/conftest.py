@@ -14,12 +14,8 @@ from .helpers import FIXTURE_DIR, cuda_fp32_precision, random_bilm, record_bilm_
 
 @pytest.fixture(autouse=True)
 def auto_is_fp32_on_the_cpu(monkeypatch):
-    """``precision = "auto"`` for inference on the CPU resolves to fp32 in every test, without timing
-    runs (tests/bilm/test_autotune.py unsets it to test the measuring).
-
-    Training's ``auto`` (the hardware rule: bf16 on a CPU with AMX) does not read this variable:
-    a test of float32 training results sets ``precision = "fp32"`` itself.
-    """
+    """``precision = "auto"`` on the CPU resolves to fp32 in every test, for inference and training,
+    without timing runs (tests/bilm/test_autotune.py unsets it to test the measuring)."""
     monkeypatch.setenv("SPACY_ELMO_PRECISION", "fp32")
 
 

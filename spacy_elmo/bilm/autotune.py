@@ -3,24 +3,27 @@
 Whether bf16 or int8 beats float32 depends on the CPU and on the model's shapes: with the same
 AVX512-BF16, bf16 is faster than float32 on one CPU and slower on another (docs/bilm.md has the
 figures). No CPU flag predicts it, so at the first use of a model's shapes on a machine the biLM
-times its own inference (:meth:`BiLM.layers_at`) on a fixed batch of made-up words in each
+times its own passes on a fixed batch of made-up words (:meth:`BiLM.layers_at`) in each
 precision the CPU can run (:func:`candidates`), interleaved, and takes the fastest whose layers
 keep the accuracy contract against float32 on that batch (mean per-token cosine of at least
-:data:`MIN_MEAN_COSINE` in every layer). That takes seconds at the Original size, a fraction of
-that below. This is what :class:`~.precision.Products` takes for ``auto`` in a CPU's inference.
+:data:`MIN_MEAN_COSINE` in every layer). Inference and training are decided apart: inference
+times forward passes; training times training steps, a forward and a backward pass through every
+parameter, in fp32 and bf16 (int8 has no gradient). The backward pass has products of other
+shapes, so the two can differ. That takes seconds at the Original size, a fraction of that below.
+This is what :class:`~.precision.Products` takes for ``auto`` on a CPU.
 
 The decision is kept in memory for the process and in ``precision.json`` under the model cache
 (``SPACY_ELMO_CACHE``, see :mod:`spacy_elmo.published.cache`), keyed by what it depends on: the
-CPU's name and flags, torch's thread count, the torch version and quantized engine, and the
-model's shapes (:func:`decision_fields`). Later loads read it without timing; an unreadable
-file is ignored and rewritten. Processes that start together (``n_process`` workers) wait for
-the one that measures (a file lock) and read its decision. Each decision is logged once
-(logger ``spacy_elmo``, INFO).
+pass timed (inference or training), the CPU's name and flags, torch's thread count, the torch
+version and quantized engine, and the model's shapes (:func:`decision_fields`). Later loads read
+it without timing; an unreadable file is ignored and rewritten. Processes that start together
+(``n_process`` workers, ``torchrun`` ranks) wait for the one that measures (a file lock) and read
+its decision. Each decision is logged once (logger ``spacy_elmo``, INFO).
 
-``SPACY_ELMO_PRECISION=fp32|bf16|int8`` decides ``auto`` on the CPU without measuring; an
-explicit ``precision`` wins over both. Models below :data:`MIN_MEASURED_FLOPS` per token run
-float32 without measuring: there the products are not what costs, and timing would cost more
-than it could save.
+``SPACY_ELMO_PRECISION=fp32|bf16|int8`` decides ``auto`` on the CPU without measuring (``int8``
+inference only: training still measures); an explicit ``precision`` wins over both. Models below
+:data:`MIN_MEASURED_FLOPS` per token run float32 without measuring: there the products are not
+what costs, and timing would cost more than it could save.
 """
 
 import contextlib
@@ -43,17 +46,17 @@ from ..fileio import atomic_path
 from ..published.cache import CACHE_ENV, cache_root
 from .int8 import int8_available
 from .options import ElmoOptions
-from .precision import PRECISION_ENV, check_precision
+from .precision import PRECISION_ENV, check_precision, cpu_has_native_bf16
 from .roofline import flops_per_token
 
 
 class TunedModel(Protocol):
     """What the decision needs of a biLM (:class:`~spacy_elmo.bilm.BiLM` has it): its shapes, and
-    its layers in a given precision."""
+    its layers from a pass in a given precision, inference's or a training step's."""
 
     options: ElmoOptions
 
-    def layers_at(self, sentences: Sequence[Sequence[str]], precision: str) -> torch.Tensor: ...
+    def layers_at(self, sentences: Sequence[Sequence[str]], precision: str, training: bool = False) -> torch.Tensor: ...
 
     def release_product_copies(self) -> None: ...
 
@@ -83,6 +86,8 @@ CLEAR_WIN = 1.10
 #    timed batch of 64 rows.
 # 6: int8's input and recurrent products as one product per step.
 KERNELS = 6
+# The two passes decided apart (``training`` in the functions below).
+PASSES = {False: "inference", True: "training"}
 
 # One forward pass of the timed batch with the products in a precision; returns its layers.
 Run = Callable[[str], torch.Tensor]
@@ -126,57 +131,65 @@ _decided: Dict[Tuple, Decision] = {}
 _lock = threading.Lock()
 
 
-def cpu_auto_precision(model: TunedModel) -> str:
-    """What ``auto`` means for ``model``'s inference on this CPU: ``fp32``, ``bf16`` or ``int8``."""
-    return decide(model).choice
+def cpu_auto_precision(model: TunedModel, training: bool = False) -> str:
+    """What ``auto`` means for ``model``'s inference (or training) on this CPU: ``fp32``,
+    ``bf16`` or ``int8`` (inference only)."""
+    return decide(model, training=training).choice
 
 
-def decide(model: TunedModel, run: Optional[Run] = None, clock: Clock = time.perf_counter) -> Decision:
-    """The decision for ``model`` at this thread count: from the environment, memory, the cache
-    file, or measured now and recorded (``run`` and ``clock`` replace the biLM's passes and the
-    timer in tests)."""
+def decide(
+    model: TunedModel, run: Optional[Run] = None, clock: Clock = time.perf_counter, training: bool = False
+) -> Decision:
+    """The decision for ``model``'s inference (or training) at this thread count: from the
+    environment, memory, the cache file, or measured now and recorded (``run`` and ``clock``
+    replace the biLM's passes and the timer in tests)."""
     override = os.environ.get(PRECISION_ENV, "").strip()
-    if override:
-        return Decision(_checked_override(override), {}, "env")
+    if override and _candidates_for(training, [_checked_override(override)]):  # int8 set: training measures
+        return Decision(override, {}, "env")
     if flops_per_token(model.options).total < MIN_MEASURED_FLOPS:
         return Decision("fp32", {}, "tiny")
-    memo = (model.options, torch.get_num_threads())
+    memo = (model.options, torch.get_num_threads(), training)
     with _lock:
         if memo in _decided:
             return _decided[memo]
-        decision = _decided[memo] = _decide_once(model, _passes(model, run), clock, force=False)
-    logger.info("spacy-elmo: precision 'auto' on this CPU is %s for this biLM (%s)", decision.choice, describe(decision))
+        decision = _decided[memo] = _decide_once(model, _passes(model, run, training), clock, training, force=False)
+    logger.info("spacy-elmo: precision 'auto' on this CPU is %s for this biLM's %s (%s)",
+                decision.choice, PASSES[training], describe(decision))
     return decision
 
 
-def remeasure(model: TunedModel, record: bool = True, run: Optional[Run] = None, clock: Clock = time.perf_counter) -> Decision:
+def remeasure(
+    model: TunedModel, record: bool = True, run: Optional[Run] = None, clock: Clock = time.perf_counter,
+    training: bool = False,
+) -> Decision:
     """Measure now, whatever is recorded or set (``spacy-elmo bench``); with ``record``, the
     decision replaces the recorded one, as this process's too. Without (random weights, whose
     accuracy says nothing of a trained model's), it is only returned."""
+    passes = _passes(model, run, training)
     if not record:
-        trials = measure(_passes(model, run), candidates(), BATCH_ROWS * BATCH_WORDS, clock)
+        trials = measure(passes, _candidates_for(training, candidates()), BATCH_ROWS * BATCH_WORDS, clock)
         return Decision(choose(trials), trials, "measured")
     with _lock:
-        decision = _decided[(model.options, torch.get_num_threads())] = _decide_once(
-            model, _passes(model, run), clock, force=True
+        decision = _decided[(model.options, torch.get_num_threads(), training)] = _decide_once(
+            model, passes, clock, training, force=True
         )
     return decision
 
 
-def _decide_once(model: TunedModel, passes: Passes, clock: Clock, force: bool) -> Decision:
+def _decide_once(model: TunedModel, passes: Passes, clock: Clock, training: bool, force: bool) -> Decision:
     """Read the decision from the cache file, or measure and record it, holding the file's lock.
 
     A cache directory that cannot be written (a read-only home) costs a measurement per process,
     never an error.
     """
-    fields = decision_fields(model.options, torch.get_num_threads())
+    fields = decision_fields(model.options, torch.get_num_threads(), training)
     key = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
     path = decisions_path()
     with _locked(path) as usable:
         recorded = read_decisions(path).get(key) if usable and not force else None
         if recorded is not None:
             return Decision(recorded["choice"], {p: Trial(**t) for p, t in recorded["trials"].items()}, "cache")
-        trials = measure(passes, candidates(), BATCH_ROWS * BATCH_WORDS, clock)
+        trials = measure(passes, _candidates_for(training, candidates()), BATCH_ROWS * BATCH_WORDS, clock)
         decision = Decision(choose(trials), trials, "measured")
         if usable:
             entry = {"choice": decision.choice, "trials": {p: asdict(t) for p, t in trials.items()},
@@ -214,14 +227,15 @@ def _record(path: Path, key: str, entry: Dict[str, object]) -> None:
         logger.warning("spacy-elmo: cannot write %s (%s): precision 'auto' will be measured again", path, err)
 
 
-def _passes(model: TunedModel, run: Optional[Run]) -> Passes:
-    """The model's own passes on :func:`timing_batch`, or ``run`` (tests' stand-in) alone."""
+def _passes(model: TunedModel, run: Optional[Run], training: bool) -> Passes:
+    """The model's own passes (inference's or training steps) on :func:`timing_batch`, or ``run``
+    (tests' stand-in) alone."""
     if run is not None:
         return Passes(run)
     batch = timing_batch()
     return Passes(
-        run=lambda precision: model.layers_at(batch, precision),  # type: ignore[arg-type]
-        prepare=lambda precision: model.layers_at(batch[:1], precision),  # type: ignore[arg-type]
+        run=lambda precision: model.layers_at(batch, precision, training),  # type: ignore[arg-type]
+        prepare=lambda precision: model.layers_at(batch[:1], precision, training),  # type: ignore[arg-type]
         release=model.release_product_copies,
     )
 
@@ -260,26 +274,31 @@ def _well_formed(entry: object) -> bool:
         return False
 
 
-def decision_fields(options: ElmoOptions, threads: int) -> Dict[str, object]:
-    """What a measured decision depends on: the CPU, torch, the thread count, the model's shapes,
-    and how the biLM computes (:data:`KERNELS`)."""
+def decision_fields(options: ElmoOptions, threads: int, training: bool = False) -> Dict[str, object]:
+    """What a measured decision depends on: the pass, the CPU, torch, the thread count, the
+    model's shapes, and how the biLM computes (:data:`KERNELS`)."""
     capabilities = torch.cpu.get_capabilities()
     flags = sorted(name for name, value in capabilities.items() if value is True)
     shapes = {name: value for name, value in options.to_dict().items() if name in ("lstm", "char_cnn")}
-    return {"cpu": capabilities.get("cpu_name", ""), "flags": flags, "threads": threads, "torch": torch.__version__,
-            "quantized_engine": torch.backends.quantized.engine, "shapes": shapes, "kernels": KERNELS}
+    return {"pass": PASSES[training], "cpu": capabilities.get("cpu_name", ""), "flags": flags, "threads": threads,
+            "torch": torch.__version__, "quantized_engine": torch.backends.quantized.engine, "shapes": shapes,
+            "kernels": KERNELS}
 
 
 def candidates() -> List[str]:
     """The precisions this CPU runs natively: fp32; bf16 with AVX512-BF16 or AMX (elsewhere torch
     emulates it, 30x slower: not worth timing); int8 where torch has the kernels."""
-    capabilities = torch.cpu.get_capabilities()
     found = ["fp32"]
-    if capabilities.get("avx512_bf16") or capabilities.get("amx_bf16"):
+    if cpu_has_native_bf16():
         found.append("bf16")
     if int8_available():
         found.append("int8")
     return found
+
+
+def _candidates_for(training: bool, precisions: Sequence[str]) -> List[str]:
+    """``precisions`` that can run the pass: training has no int8 (no gradient through its products)."""
+    return [p for p in precisions if not (training and p == "int8")]
 
 
 def measure(passes: Passes, precisions: Sequence[str], n_tokens: int, clock: Clock) -> Dict[str, Trial]:

@@ -158,14 +158,14 @@ class BiLM(nn.Module):
     def products_for(self, training: bool) -> Products:
         """:attr:`precision` resolved on the model's device for training or for inference, whatever
         the gradient mode now (an ``embed`` manifest records inference's): see
-        :class:`.precision.Products`. ``"auto"`` for inference on a CPU is this model's measured
-        decision, made once per machine and shapes."""
-        return Products.resolve(self.precision, self.device, training, measured=self._measured_auto)
+        :class:`.precision.Products`. ``"auto"`` on a CPU is this model's measured decision for
+        that use, made once per machine and shapes (:mod:`.autotune`)."""
+        return Products.resolve(self.precision, self.device, training, measured=lambda: self._measured_auto(training))
 
-    def _measured_auto(self) -> str:
+    def _measured_auto(self, training: bool) -> str:
         from .autotune import cpu_auto_precision
 
-        return cpu_auto_precision(self)
+        return cpu_auto_precision(self, training)
 
     @property
     def settings(self) -> BiLMSettings:
@@ -251,19 +251,29 @@ class BiLM(nn.Module):
             table, index = self.token_table([(SENTENCE_START, *sentence, SENTENCE_END) for sentence in sentences])
             return self._forward(sentences, table, index, state, products.dtype)
 
-    def layers_at(self, sentences: Sequence[Sequence[str]], precision: Precision) -> Tensor:
+    def layers_at(self, sentences: Sequence[Sequence[str]], precision: Precision, training: bool = False) -> Tensor:
         """:attr:`BiLMOutput.layers` of one zero-state pass with the products in ``precision``
-        (explicit), without the token cache and without gradients: what ``"auto"`` times
-        (:mod:`.autotune`). The model's own settings are left as they are."""
-        products = Products.resolve(precision, self.device, training=False)
+        (explicit), without the token cache: what ``"auto"`` times (:mod:`.autotune`). The
+        model's own settings are left as they are.
+
+        Inference's pass runs without gradients. ``training``: a training step's passes instead,
+        the forward pass with gradients and a backward pass from a loss on the layers to every
+        parameter; the gradients are computed and dropped, each parameter's ``.grad`` left as it
+        was. Returns the layers, detached.
+        """
+        products = Products.resolve(precision, self.device, training=training)
         distinct, index = _token_index([(SENTENCE_START, *sentence, SENTENCE_END) for sentence in sentences])
         dropout_on = self.lstm.dropout.training
-        self.lstm.dropout.eval()  # a model in training mode: the passes must be comparable
+        self.lstm.dropout.eval()  # a model in training mode: the passes must be comparable, and draw nothing
         try:
-            with torch.no_grad(), own_precision(self.device, products.dtype):
+            with torch.set_grad_enabled(training), own_precision(self.device, products.dtype):
                 table = self._encode(distinct, range(len(distinct)), products)
                 zero = self.initial_state(len(sentences), "zero")
-                return self._forward(sentences, table, index, zero, products.dtype).layers
+                layers = self._forward(sentences, table, index, zero, products.dtype).layers
+                trained = [parameter for parameter in self.parameters() if parameter.requires_grad]
+                if training and trained:
+                    torch.autograd.grad(layers.float().square().mean(), trained, allow_unused=True)
+                return layers.detach()
         finally:
             self.lstm.dropout.train(dropout_on)
 

@@ -52,14 +52,8 @@ Explicit = Literal["fp32", "bf16", "int8"]
 INT8 = torch.qint8
 _DTYPES: Dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": INT8}
 
-# The CPU feature by which the hardware rule (training's "auto") takes bf16, as
-# torch.cpu.get_capabilities() names it: AMX's bf16 tiles. AVX512-BF16 alone (dot-product
-# instructions, no tiles) is faster than float32 on some CPUs and slower on others (docs/bilm.md,
-# docs/pretraining.md), so inference measures instead (.autotune).
-FAST_BF16_FEATURE = "amx_bf16"
-
-# Decides what "auto" means on a CPU, for inference (.autotune) and, where it names fp32 or bf16,
-# for training too (Products.resolve).
+# Decides what "auto" means on a CPU instead of a measurement (.autotune): for inference, and for
+# training where it names fp32 or bf16.
 PRECISION_ENV = "SPACY_ELMO_PRECISION"
 
 # The compute capability from which NVIDIA GPUs have bf16 tensor cores (Ampere, sm_80).
@@ -72,22 +66,13 @@ def check_precision(precision: str) -> None:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
 
 
-def cpu_has_amx_bf16() -> bool:
-    """Whether this CPU has AMX bf16 tiles, as torch detects them: where bf16 beats float32.
-
-    Without AMX torch runs bf16 products on AVX512-BF16 dot-product instructions, faster than
-    float32 on some CPUs and slower on others, or emulates them, much slower.
-    """
-    return bool(torch.cpu.get_capabilities().get(FAST_BF16_FEATURE, False))
-
-
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU multiplies bf16 in hardware: AVX512-BF16 dot products or AMX tiles.
 
     Without either, torch emulates bf16 products, several times slower than float32.
     """
     capabilities = torch.cpu.get_capabilities()
-    return bool(capabilities.get("avx512_bf16", False) or capabilities.get(FAST_BF16_FEATURE, False))
+    return bool(capabilities.get("avx512_bf16", False) or capabilities.get("amx_bf16", False))
 
 
 def gpu_has_native_bf16(capability: Tuple[int, int]) -> bool:
@@ -119,15 +104,12 @@ class Products:
     - ``"auto"`` on a GPU is bf16 where that GPU (the model's, not the current one) multiplies bf16
       natively: compute capability 8.0 (Ampere) and up (:func:`cuda_has_native_bf16`); fp32 on
       older ones, which emulate bf16, and on other devices.
-    - ``"auto"`` for inference on a CPU is ``measured``: whether bf16 or int8 beats fp32 there
-      depends on the CPU and on the model's shapes, and no CPU flag predicts it, so a biLM times
-      its own inference once per machine and shapes, or takes ``SPACY_ELMO_PRECISION`` instead
-      (:func:`.autotune.cpu_auto_precision`).
-    - ``"auto"`` for training on a CPU, and for callers without a model to measure, is the
-      hardware rule: bf16 on a CPU with AMX bf16 tiles (:func:`cpu_has_amx_bf16`), fp32 elsewhere.
-      Training does not measure: its backward pass and shapes differ from the timed inference,
-      and int8 has no gradient. ``SPACY_ELMO_PRECISION=fp32`` or ``bf16`` decides the rule
-      instead, so that one setting pins training and inference alike (``int8`` leaves it).
+    - ``"auto"`` on a CPU is ``measured``, for the use at hand: whether bf16 or int8 beats fp32
+      there depends on the CPU, on the model's shapes and on the pass (a training step's backward
+      pass has products of other shapes, and int8 none), and no CPU flag predicts it, so a biLM
+      times its own inference, or its own training step, once per machine and shapes, or takes
+      ``SPACY_ELMO_PRECISION`` instead (:func:`.autotune.cpu_auto_precision`). A caller without a
+      model to time gets fp32, or what ``SPACY_ELMO_PRECISION`` names of fp32 and bf16.
 
     A pretraining run resolves its setting once and keeps it, held-out evaluation included; an
     ``embed`` run records its products in the manifest by dtype name (:attr:`recorded`), and such
@@ -146,7 +128,8 @@ class Products:
     ) -> "Products":
         """``setting`` decided on ``device``, for training or inference (see the class docstring).
 
-        ``measured``: the measured choice for inference on a CPU, called only where that decides.
+        ``measured``: the model's measured choice on a CPU for this use (training or inference),
+        called only where that decides.
         """
         check_precision(setting)
         if setting == "int8" and device.type != "cpu":
@@ -157,17 +140,15 @@ class Products:
         if setting != "auto":
             return cls(setting)
         if device.type == "cpu":
-            return cls(measured()) if measured is not None and not training else cls._cpu_rule()  # type: ignore[arg-type]
+            return cls(measured()) if measured is not None else cls._unmeasured()  # type: ignore[arg-type]
         native = device.type == "cuda" and cuda_has_native_bf16(device)
         return cls("bf16" if native else "fp32")
 
     @classmethod
-    def _cpu_rule(cls) -> "Products":
-        """The hardware rule on this CPU, unless ``SPACY_ELMO_PRECISION`` names fp32 or bf16."""
+    def _unmeasured(cls) -> "Products":
+        """``auto`` on a CPU with no model to time: fp32, unless ``SPACY_ELMO_PRECISION`` names fp32 or bf16."""
         override = os.environ.get(PRECISION_ENV, "").strip()
-        if override in ("fp32", "bf16"):
-            return cls(override)  # type: ignore[arg-type]
-        return cls("bf16" if cpu_has_amx_bf16() else "fp32")
+        return cls(override if override in ("fp32", "bf16") else "fp32")  # type: ignore[arg-type]
 
     @classmethod
     def from_recorded(cls, name: str) -> "Products":

@@ -50,7 +50,7 @@ class EmbedSettings:
         "auto",
         "Matrix products in fp32, bf16, int8 (CPU, inference), or auto: on a GPU bf16 from compute capability "
         "8.0; on the CPU the fastest for this biLM, measured once per machine (`spacy-elmo bench`); with Ray, "
-        "decided once on this machine by the hardware rule (bf16 on a GPU as above or a CPU with AMX)",
+        "decided once on this machine for every worker (CPU workers: this CPU's measured choice)",
     )
 
     def __post_init__(self) -> None:

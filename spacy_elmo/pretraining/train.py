@@ -13,6 +13,7 @@ Here: the loop and its set-up. Apart: the run log (:mod:`.runlog`), save and res
 (:mod:`.resume`), the init-tokens objective (:mod:`.objective`).
 """
 
+import functools
 import signal
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from ..bilm import BiLM, ElmoOptions
+from ..bilm.autotune import cpu_auto_precision
 from ..bilm.model import STATE_MODES
 from ..bilm.offload import keep_in_memory
 from ..bilm.precision import Products
@@ -131,8 +133,15 @@ class Trainer(Checkpointed):
         bilm = BiLM.from_files(*init_from) if init_from and checkpoint is None else BiLM(options)
         bilm.warm_hidden = bilm.warm_memory = None  # a warm start is recomputed at export
         bilm.dropout = config.dropout
-        # Decided once, for training, and kept: held-out evaluation runs without gradients, in the same products.
-        bilm.precision = Products.resolve(config.precision, env.device, training=True).precision
+        # Decided once, for training, by the main process (every process trains in the same products),
+        # and kept: held-out evaluation runs without gradients, in the same products.
+        decided = None
+        if env.is_main:
+            measured = functools.partial(cpu_auto_precision, bilm, training=True)  # called on a CPU only
+            decided = Products.resolve(config.precision, env.device, training=True, measured=measured).precision
+        bilm.precision = env.broadcast(decided)
+        if self.progress and config.precision == "auto":
+            tqdm.write(f"precision auto: the matrix products run in {bilm.precision} here")
         self.loss = BiLMLoss(bilm, len(self.vocab), config.n_negatives, config.dropout)
         if continuation is not None:
             load_softmax(self.loss.softmax, continuation)

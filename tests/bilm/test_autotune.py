@@ -161,22 +161,57 @@ def test_a_tiny_model_runs_fp32_unmeasured():
     assert (decision.choice, decision.source) == ("fp32", "tiny")
 
 
-def test_inference_resolves_auto_by_the_decision_and_training_by_the_hardware_rule(monkeypatch):
-    calls: List[int] = []
+def test_inference_and_training_each_resolve_auto_by_their_own_decision(monkeypatch):
+    timed: List[List[str]] = []
 
-    def measure(run, precisions, n_tokens, clock):
-        calls.append(1)
-        return {"fp32": Trial(100.0, 1.0), "bf16": Trial(120.0, 1.0), "int8": Trial(300.0, 0.9999)}
+    def measure(passes, precisions, n_tokens, clock):
+        timed.append(list(precisions))
+        trials = {"fp32": Trial(100.0, 1.0), "bf16": Trial(120.0, 1.0), "int8": Trial(300.0, 0.9999)}
+        return {p: trials[p] for p in precisions}
 
     monkeypatch.setattr(autotune, "measure", measure)
-    monkeypatch.setattr("spacy_elmo.bilm.precision.cpu_has_amx_bf16", lambda: False)
     model = BiLM(measured_options(), precision="auto")
     with torch.no_grad():
         assert model.products.dtype == torch.qint8
         assert model.products.dtype == torch.qint8
-    assert model.products.dtype == torch.float32  # gradients on: training's rule, never int8
+    assert model.products.dtype == torch.bfloat16  # gradients on: training's decision, never int8
+    assert model.products.dtype == torch.bfloat16
     assert model.products_for(training=False).precision == "int8"  # inference's, whatever the gradient mode
-    assert len(calls) == 1
+    assert timed == [PRECISIONS, ["fp32", "bf16"]]  # each measured once; training without int8
+    fields = [entry["fields"]["pass"] for entry in json.loads(autotune.decisions_path().read_text()).values()]
+    assert sorted(fields) == ["inference", "training"]
+
+
+@pytest.mark.parametrize("override, training_choice", [("fp32", "fp32"), ("bf16", "bf16"), ("int8", "measured")])
+def test_the_environment_decides_training_too_except_int8(monkeypatch, override, training_choice):
+    monkeypatch.setenv(autotune.PRECISION_ENV, override)
+    machine = FakeMachine({"fp32": 1.0, "bf16": 0.5}, noise={})
+    assert autotune.decide(BiLM(measured_options()), never, never).choice == override
+    training = autotune.decide(BiLM(measured_options()), machine.run, machine.clock, training=True)
+    assert (training.source if training_choice == "measured" else training.choice) == training_choice
+    assert set(machine.runs) <= {"fp32", "bf16"}
+
+
+def test_a_training_step_is_timed_and_leaves_the_model_as_it_was():
+    """layers_at(training=True): a forward pass with gradients and a backward pass to every parameter,
+    whose gradients are dropped; no random draw, nothing stored, the layers of the forward pass."""
+    model = random_bilm(precision="auto", cache_size=100).train()
+    sentences = [["The", "bank", "rose", "."], ["It", "fell"]]
+    parameters = dict(model.named_parameters())
+    stale = parameters["char_cnn.projection.weight"].grad = torch.ones_like(parameters["char_cnn.projection.weight"])
+    reached: List[str] = []
+    for name, parameter in parameters.items():
+        parameter.register_hook(lambda grad, name=name: reached.append(name))
+    values = {name: parameter.detach().clone() for name, parameter in parameters.items()}
+    rng = torch.get_rng_state()
+    found = model.layers_at(sentences, "fp32", training=True)
+    assert set(reached) == set(parameters)  # the backward pass reached every parameter
+    assert parameters["char_cnn.projection.weight"].grad is stale and torch.equal(stale, torch.ones_like(stale))
+    assert all(p.grad is None for name, p in parameters.items() if name != "char_cnn.projection.weight")
+    assert all(torch.equal(p, values[name]) for name, p in parameters.items())
+    assert torch.equal(torch.get_rng_state(), rng) and len(model.token_cache) == 0 and model.lstm.dropout.training
+    assert not found.requires_grad
+    torch.testing.assert_close(found, model.layers_at(sentences, "fp32"), rtol=0, atol=1e-5)
 
 
 def test_worst_cosine_skips_padding_and_takes_the_worst_layer():
@@ -195,8 +230,11 @@ def test_bench_prints_the_rates_and_records_the_choice(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["bench", "--model", str(tmp_path), "--threads", "1"])
     assert result.exit_code == 0, result.output
     assert "| fp32 |" in result.output and "1.00x | 1.00000 |" in result.output
-    (entry,) = json.loads(autotune.decisions_path().read_text()).values()
-    assert f'precision "auto" here: {entry["choice"]} (recorded in {autotune.decisions_path()})' in result.output
+    assert "| training step (forward and backward) | tokens/s | / fp32 |" in result.output
+    entries = {entry["fields"]["pass"]: entry for entry in json.loads(autotune.decisions_path().read_text()).values()}
+    chosen = f'{entries["inference"]["choice"]} for inference, {entries["training"]["choice"]} for training'
+    assert f'precision "auto" here: {chosen} (recorded in {autotune.decisions_path()})' in result.output
+    assert set(entries["training"]["trials"]) == {"fp32"}  # no int8 in training (and bf16 left out by the test)
 
 
 def test_bench_takes_a_model_or_a_size():

@@ -55,8 +55,8 @@ def test_an_unknown_precision_names_the_allowed_ones():
 
 
 # Each setting decided on each device for training and inference, on hardware faked in the test:
-# a CPU with AMX (the hardware rule's bf16), a measurement that picks int8 (what no rule picks), a
-# GPU that multiplies bf16 natively; "mps" stands for any other device.
+# measurements that pick int8 for inference and bf16 for training (what the model would time for
+# each use), a GPU that multiplies bf16 natively; "mps" stands for any other device.
 DECISIONS = [
     ("fp32", "cpu", False, "fp32"),
     ("fp32", "cpu", True, "fp32"),
@@ -65,7 +65,7 @@ DECISIONS = [
     ("int8", "cpu", False, "int8"),
     ("int8", "cpu", True, "int8"),  # decided as set: a call with gradients refuses it (test_int8.py)
     ("auto", "cpu", False, "int8"),  # inference: the measured choice
-    ("auto", "cpu", True, "bf16"),  # training: the hardware rule
+    ("auto", "cpu", True, "bf16"),  # training: its own measured choice
     ("fp32", "cuda:0", False, "fp32"),
     ("bf16", "cuda:0", True, "bf16"),
     ("auto", "cuda:0", False, "bf16"),
@@ -78,25 +78,27 @@ DECISIONS = [
 
 @pytest.mark.parametrize("setting, device, training, expected", DECISIONS)
 def test_products_decide_each_setting_per_device_and_use(monkeypatch, setting, device, training, expected):
-    monkeypatch.setattr(precision, "cpu_has_amx_bf16", lambda: True)
     monkeypatch.setattr(precision, "cuda_has_native_bf16", lambda device: True)
-    monkeypatch.delenv(precision.PRECISION_ENV)  # set by tests/conftest.py; it would decide the CPU's rule
     asked = []
 
     def measured() -> str:
         asked.append(1)
-        return "int8"
+        return "bf16" if training else "int8"
 
     found = precision.Products.resolve(setting, torch.device(device), training, measured)
     assert found == precision.Products(expected)
-    assert len(asked) == ((setting, device, training) == ("auto", "cpu", False))  # asked only where it decides
+    assert len(asked) == ((setting, device) == ("auto", "cpu"))  # asked only where it decides
 
 
-def test_inference_on_a_cpu_without_a_measurement_takes_the_hardware_rule(monkeypatch):
-    """What a caller without a model to time gets (the Ray driver deciding for CPU workers, say)."""
-    monkeypatch.setattr(precision, "cpu_has_amx_bf16", lambda: True)
-    monkeypatch.delenv(precision.PRECISION_ENV)
-    assert precision.Products.resolve("auto", CPU, training=False) == precision.Products("bf16")
+@pytest.mark.parametrize("override, expected", [(None, "fp32"), ("fp32", "fp32"), ("bf16", "bf16"), ("int8", "fp32")])
+@pytest.mark.parametrize("training", [False, True])
+def test_auto_on_a_cpu_without_a_model_to_time_is_fp32_or_what_the_environment_names(monkeypatch, training, override, expected):
+    """What a caller without a model to time gets: no precision is known to be faster than fp32 there."""
+    if override is None:
+        monkeypatch.delenv(precision.PRECISION_ENV)  # set by tests/conftest.py
+    else:
+        monkeypatch.setenv(precision.PRECISION_ENV, override)
+    assert precision.Products.resolve("auto", CPU, training) == precision.Products(expected)
 
 
 @pytest.mark.parametrize("device", ["cuda:0", "mps"])
@@ -135,12 +137,7 @@ def test_stored_products_serve_their_own_setting_and_auto_and_float32_serves_eve
     assert {setting for setting in precision.PRECISIONS if products.serves(setting)} == SERVES[stored]
 
 
-@pytest.mark.parametrize("native, expected", [(True, torch.bfloat16), (False, torch.float32)])
-def test_the_hardware_rule_is_bf16_only_where_the_cpu_has_amx(monkeypatch, native, expected):
-    """What training and callers without a model get for "auto" on a CPU (inference measures)."""
-    monkeypatch.setattr(precision, "cpu_has_amx_bf16", lambda: native)
-    monkeypatch.delenv(precision.PRECISION_ENV)  # set by tests/conftest.py; it would decide instead
-    assert precision.Products.resolve("auto", CPU, training=True).dtype == expected
+def test_an_explicit_setting_is_what_the_products_run_in():
     assert BiLM(tiny_options(), precision="fp32").products.dtype == torch.float32
     assert BiLM(tiny_options(), precision="bf16").products.dtype == torch.bfloat16
     assert BiLM(tiny_options(), precision="int8").products.dtype == torch.qint8
@@ -150,19 +147,14 @@ def test_the_hardware_rule_is_bf16_only_where_the_cpu_has_amx(monkeypatch, nativ
     "features, native",
     [
         ({"amx_bf16": True, "avx512_bf16": False}, True),
-        ({"amx_bf16": False, "avx512_bf16": True}, False),  # slower than float32 without AMX's tiles
-        ({"avx2": True, "avx512_f": True, "amx_bf16": False, "avx512_bf16": False}, False),
+        ({"amx_bf16": False, "avx512_bf16": True}, True),
+        ({"avx2": True, "avx512_f": True, "amx_bf16": False, "avx512_bf16": False}, False),  # emulated
         ({"architecture": "arm64"}, False),
     ],
 )
 def test_the_probe_reads_torchs_cpu_capabilities(monkeypatch, features, native):
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: features)
-    assert precision.cpu_has_amx_bf16() is native
-
-
-def test_the_hardware_rule_follows_this_cpu():
-    native = bool(torch.cpu.get_capabilities().get("amx_bf16"))
-    assert precision.Products.resolve("auto", CPU, training=True).dtype == (torch.bfloat16 if native else torch.float32)
+    assert precision.cpu_has_native_bf16() is native
 
 
 @needs_bf16
@@ -344,14 +336,3 @@ def test_the_bilm_runs_at_its_own_precision(monkeypatch):
         entered.clear()
         random_bilm(precision=setting)(REAL_TEXT[:1])
         assert entered == [(torch.device("cpu"), dtype)]
-
-
-@pytest.mark.parametrize("override, expected", [("fp32", torch.float32), ("bf16", torch.bfloat16)])
-@pytest.mark.parametrize("amx", [True, False])
-def test_the_environment_decides_auto_for_cpu_training_too(monkeypatch, amx, override, expected) -> None:
-    """SPACY_ELMO_PRECISION pins the hardware rule (training's auto) as it pins inference's."""
-    monkeypatch.setattr(precision, "cpu_has_amx_bf16", lambda: amx)
-    monkeypatch.setenv(precision.PRECISION_ENV, override)
-    assert precision.Products.resolve("auto", CPU, training=True).dtype == expected
-    monkeypatch.setenv(precision.PRECISION_ENV, "int8")  # no gradient in int8: the rule stays
-    assert precision.Products.resolve("auto", CPU, training=True).dtype == (torch.bfloat16 if amx else torch.float32)

@@ -11,7 +11,9 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 from spacy_elmo.pretraining import SharedSoftmax, TrainingConfig, get_preset, pretrain
+from spacy_elmo.pretraining import train
 from spacy_elmo.pretraining.checkpoint import load_checkpoint
+from spacy_elmo.pretraining.distributed import Distributed
 from spacy_elmo.pretraining.softmax import sample_log_uniform
 
 from .helpers import write_repetitive_corpus
@@ -84,6 +86,25 @@ def test_bf16_softmax_is_close_to_float32(n_negatives):
     assert bf16.dtype == torch.float32
     assert not torch.equal(bf16, fp32)
     torch.testing.assert_close(bf16, fp32, atol=0.03, rtol=0.01)
+
+
+def test_auto_pretrains_in_the_training_decision_measured_for_the_bilm(tmp_path, monkeypatch, capsys):
+    """On a CPU, pretraining's "auto" is the biLM's measured decision for training steps, not inference's."""
+    asked = []
+
+    def cpu_auto_precision(bilm: BiLM, training: bool = False) -> str:
+        asked.append((bilm.options.lstm_dim, training))
+        return "bf16" if training else "fp32"
+
+    monkeypatch.setattr(train, "cpu_auto_precision", cpu_auto_precision)
+    write_repetitive_corpus(tmp_path / "train.txt", 30)
+    preset = get_preset("tiny")
+    config = preset.training.updated(max_steps=1, precision="auto", warm_documents=0)
+    trainer = train.Trainer(Distributed(), tmp_path / "train.txt", tmp_path / "out", preset.options, config, dev_path=None,
+                            init_from=None, resume=False, progress=True)
+    assert trainer.bilm.precision == "bf16" and trainer.bilm.products.dtype == torch.bfloat16
+    assert asked == [(preset.options.lstm_dim, True)]
+    assert "precision auto: the matrix products run in bf16 here" in capsys.readouterr().out
 
 
 # not slow: runs of 3 and 4 steps, the fast loop's check of resuming
