@@ -113,9 +113,11 @@ class ProjectedLSTM(nn.Module):
                 shape = (flat.shape[0], flat.shape[1], 4 * self.lstm_dim)
                 out = workspace[: math.prod(shape)].view(shape)
             pre_gates = _input_gates(flat, weights.input, bias, out).view(flat.shape[0], window.shape[0], rows, -1)
-            for offset in range(window.shape[0]):
+            # Each step's view by unbind: its backward stacks the steps' gradients once, where an
+            # index per step would write a window-sized gradient (zeros and one step) per step.
+            for offset, step_gates in enumerate(pre_gates.unbind(1)):
                 running = active[start + offset]
-                gates = _add_recurrent(pre_gates[:, offset, :running], hidden[:, :running], weights.hidden, in_place)
+                gates = _add_recurrent(step_gates[:, :running], hidden[:, :running], weights.hidden, in_place)
                 if in_place:  # the running rows of ``memory`` are overwritten by the cell
                     new_hidden = self._cell_in_place(gates, memory[:, :running], weights.projection)
                     hidden[:, :running] = new_hidden

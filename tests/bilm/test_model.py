@@ -192,6 +192,53 @@ def test_inference_path_matches_the_autograd_path(monkeypatch, window_positions)
         assert_float32_close(fast_state, slow_state)
 
 
+def reference_layer(layer: lstm.ProjectedLSTM, inputs: torch.Tensor, lengths, hidden, memory):
+    """The layer's outputs, (time, 2, batch, projection_dim), and final states from the TF cell
+    written out step by step for one row and direction at a time: gates = [x; h] W + b (forget
+    bias + 1), clipped memory, clipped projection; zeros past a row's length."""
+    weights = [torch.cat([layer.input_weight[d], layer.hidden_weight[d]]) for d in range(2)]
+    bias = layer.bias + layer.forget_bias
+    outputs = torch.zeros(inputs.shape[0], 2, inputs.shape[2], layer.projection.shape[2])
+    finals = []
+    for d in range(2):
+        for row, length in enumerate(lengths):
+            h, c = hidden[d, row], memory[d, row]
+            for t in range(length):
+                i, j, f, o = (torch.cat([inputs[t, d, row], h]) @ weights[d] + bias[d]).chunk(4)
+                c = (torch.sigmoid(i) * torch.tanh(j) + torch.sigmoid(f) * c).clamp(-layer.cell_clip, layer.cell_clip)
+                h = ((torch.sigmoid(o) * torch.tanh(c)) @ layer.projection[d]).clamp(-layer.proj_clip, layer.proj_clip)
+                outputs = outputs.index_put((torch.tensor(t), torch.tensor(d), torch.tensor(row)), h)
+            finals.append((h, c))
+    final_hidden = torch.stack([h for h, _ in finals]).view(hidden.shape)
+    final_memory = torch.stack([c for _, c in finals]).view(memory.shape)
+    return outputs, final_hidden, final_memory
+
+
+@pytest.mark.parametrize("window_steps", [1, 3, 100])
+def test_the_lstm_gradients_are_those_of_the_cell_written_out(monkeypatch, window_steps):
+    """Gradients through windows of input gates (one, several, all timesteps), with rows ending at
+    different steps, to the inputs, the initial states and every weight: a plain cell's, for a loss
+    on the outputs and the final states."""
+    from .helpers import random_layer_batch, random_lstm_layer
+
+    lengths = [7, 5, 5, 2]
+    monkeypatch.setattr(lstm, "WINDOW_GATES_BYTES", window_steps * len(lengths) * 2 * 4 * 24 * 4)  # 24 cells
+    layer = random_lstm_layer(0, torch.device("cpu"))
+    batch = random_layer_batch(lengths, torch.device("cpu"))
+    found = {}
+    for name, run in (
+        ("layer", lambda x, h, c: layer(x, batch.active, h, c)),
+        ("reference", lambda x, h, c: reference_layer(layer, x, lengths, h, c)),
+    ):
+        leaves = [t.clone().requires_grad_() for t in (batch.inputs, batch.hidden, batch.memory)]
+        torch.manual_seed(1)  # the same weights of the loss for both
+        sum((result * torch.randn(result.shape)).sum() for result in run(*leaves)).backward()
+        found[name] = [t.grad for t in leaves] + [p.grad.clone() for p in layer.parameters()]
+        layer.zero_grad(set_to_none=True)
+    for a, b in zip(found["layer"], found["reference"]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 def test_a_deep_copy_gives_the_same_vectors():
     import copy
 
