@@ -22,6 +22,7 @@ from torch.nn import functional as F
 from . import int8
 from .cuda_graphs import run_fused_layer
 from .fused_lstm import use_fused_lstm
+from .gathered_gradients import GatheredWeight
 from .options import ElmoOptions
 from .precision import INT8, LowPrecisionWeights
 
@@ -32,8 +33,9 @@ from .precision import INT8, LowPrecisionWeights
 # 128 positions, a product of 128 rows, still efficient; a batch of more rows takes one step.
 WINDOW_GATES_BYTES = 16 * 2**20
 
-# A projection weight: a tensor with the direction first, or in int8 one direction's pack.
-Weight = Union[Tensor, int8.Packed]
+# A product weight: a tensor with the direction first; in training, such a tensor whose gradient is
+# gathered over the steps (GatheredWeight); in int8 (inference), one direction's pack (projection).
+Weight = Union[Tensor, GatheredWeight, int8.Packed]
 
 
 class LSTMState(NamedTuple):
@@ -93,13 +95,13 @@ class ProjectedLSTM(nn.Module):
         """
         if dtype == INT8:
             return self.forward_int8(inputs, active, hidden, memory)
-        weights = self._weights(dtype)
-        inputs, bias = self._with_bias(inputs, dtype)
-        n_steps, _, batch, _ = inputs.shape
         # With a workspace, each step overwrites its slice of the precomputed gates and the
         # states in place, saving passes over (directions, batch, 4 * lstm_dim) per step; autograd
         # needs fresh tensors.
         in_place = workspace is not None
+        weights = self._gathered_weights(dtype) if not in_place and torch.is_grad_enabled() else self._weights(dtype)
+        inputs, bias = self._with_bias(inputs, dtype)
+        n_steps, _, batch, _ = inputs.shape
         if in_place:
             hidden, memory = hidden.clone(), memory.clone()
         chunk = _window_steps(n_steps, batch, self.lstm_dim)
@@ -181,6 +183,16 @@ class ProjectedLSTM(nn.Module):
             bias = (self.bias + self.forget_bias).unsqueeze(1)
             return LSTMWeights(torch.cat([self.input_weight, bias], dim=1), self.hidden_weight, self.projection)
         return self._product_weights(dtype, out_major=self.input_weight.device.type == "cpu")
+
+    def _gathered_weights(self, dtype: torch.dtype) -> "LSTMWeights":
+        """:meth:`_weights` for a pass with autograd: each weight whose parameter is trained is a
+        :class:`GatheredWeight`, its gradient gathered over the steps into the float32 parameter
+        in a few large products; every product multiplies by a copy in ``dtype``, laid out as
+        :meth:`_product_weights` lays it out, made for this pass outside autograd."""
+        sources = self._weights(dtype) if dtype == torch.float32 else self._product_weights(torch.float32)
+        out_major = dtype != torch.float32 and self.input_weight.device.type == "cpu"
+        copies = [_product_copy(source, dtype, out_major) for source in sources]
+        return LSTMWeights(*(GatheredWeight(s, c) if s.requires_grad else c for s, c in zip(sources, copies)))
 
     def _product_weights(self, dtype: torch.dtype, out_major: bool = False) -> "LSTMWeights":
         """The three product weights as stored, (2, in, out), in ``dtype`` (float32 or bf16), without the bias.
@@ -280,7 +292,16 @@ class LSTMWeights(NamedTuple):
     projection: Tensor
 
 
-def _input_gates(flat: Tensor, weight: Tensor, bias: Optional[Tensor], out: Optional[Tensor]) -> Tensor:
+def _product_copy(source: Tensor, dtype: torch.dtype, out_major: bool) -> Tensor:
+    """``source`` (2, in, out) in ``dtype``, outside autograd; ``out_major``: laid out (2, out, in)
+    in memory, returned as its transposed view (see :meth:`ProjectedLSTM._product_weights`)."""
+    with torch.no_grad():
+        if not out_major:
+            return source.detach().to(dtype)
+        return source.transpose(1, 2).to(dtype, memory_format=torch.contiguous_format).transpose(1, 2)
+
+
+def _input_gates(flat: Tensor, weight: Weight, bias: Optional[Tensor], out: Optional[Tensor]) -> Tensor:
     """The input half of a window's gates, float32, into ``out`` if given.
 
     Shapes: ``flat`` (2, n, input_dim) x ``weight`` (2, input_dim, 4 * lstm_dim) ->
@@ -288,33 +309,40 @@ def _input_gates(flat: Tensor, weight: Tensor, bias: Optional[Tensor], out: Opti
     in float32: into ``out``, the product converted in place and the bias added there (``torch.add``
     into ``out`` converts it into a temporary first: one more pass over the gates).
     """
+    if out is None:
+        product = _product(flat, weight)
+        return product if bias is None else torch.add(product, bias)
     if bias is None:
         return torch.bmm(flat, weight, out=out)
-    if out is None:
-        return torch.add(torch.bmm(flat, weight), bias)
     return out.copy_(torch.bmm(flat, weight)).add_(bias)
 
 
-def _add_recurrent(gates: Tensor, hidden: Tensor, weight: Tensor, in_place: bool) -> Tensor:
+def _add_recurrent(gates: Tensor, hidden: Tensor, weight: Weight, in_place: bool) -> Tensor:
     """``gates + hidden @ weight`` in float32, the product in ``weight``'s dtype; ``in_place``
     (without autograd) in the storage of ``gates``.
 
     Shapes: ``gates`` (2, rows, 4 * lstm_dim), ``hidden`` (2, rows, projection_dim) float32.
     """
+    if not in_place:
+        return gates + _product(hidden.to(weight.dtype), weight)
     if weight.dtype == torch.float32:
-        return gates.baddbmm_(hidden, weight) if in_place else torch.baddbmm(gates, hidden, weight)
-    product = torch.bmm(hidden.to(weight.dtype), weight)
-    return gates.add_(product) if in_place else gates + product
+        return gates.baddbmm_(hidden, weight)
+    return gates.add_(torch.bmm(hidden.to(weight.dtype), weight))
 
 
 def _project(cell_output: Tensor, projection: Weight) -> Tensor:
     """(directions, rows, lstm_dim) float32 -> (directions, rows, projection_dim) float32, the product
     in ``projection``'s dtype; an int8 pack serves one direction (see :meth:`ProjectedLSTM.forward_int8`)."""
-    if not isinstance(projection, Tensor):
+    if not isinstance(projection, (Tensor, GatheredWeight)):
         return int8.linear(cell_output[0], projection).unsqueeze(0)
     if projection.dtype == torch.float32:
-        return torch.bmm(cell_output, projection)
-    return torch.bmm(cell_output.to(projection.dtype), projection).float()
+        return _product(cell_output, projection)
+    return _product(cell_output.to(projection.dtype), projection).float()
+
+
+def _product(x: Tensor, weight: Weight) -> Tensor:
+    """``torch.bmm(x, weight)``, the weight's gradient gathered where it is a :class:`GatheredWeight`."""
+    return weight(x) if isinstance(weight, GatheredWeight) else torch.bmm(x, weight)
 
 
 class BiLSTMStack(nn.Module):
