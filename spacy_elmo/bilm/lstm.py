@@ -6,7 +6,9 @@ sentence reversed *within its own length*, so both directions step through time 
 padding never reaches a state. Per layer, the input half of the gate pre-activations is
 computed before the time loop, in large matrix products over many timesteps; the time loop
 only does the recurrent product, for both directions at once and, with rows sorted longest
-first, only for the prefix of rows still running, so padding costs no recurrent work. In int8
+first, only for the prefix of rows still running, so padding costs no recurrent work. With
+autograd, each weight's gradient is gathered over the steps into a few large products
+(:mod:`.gathered_gradients`) rather than computed per step. In int8
 (inference only) each step's input and recurrent products are one product instead, over the
 step's input beside the previous output, and the directions run one after the other
 (:meth:`ProjectedLSTM.forward_int8`).
