@@ -11,7 +11,8 @@ The first lines name the CPU and the GPU. Then one row per measurement:
   (they cost what trained ones do), on the GPU in fp32 and bf16 products, with the fused LSTM loop
   replayed from CUDA graphs (the default: spacy_elmo/bilm/cuda_graphs.py), the fused loop launched
   step by step (spacy_elmo/bilm/fused_lstm.py) and the eager one, and on the CPU in fp32 (bf16
-  too where the CPU has AMX: elsewhere it is emulated, slower than fp32). The biLM's forward
+  too where the CPU multiplies it in hardware, AVX512-BF16 or AMX: elsewhere it is emulated, far
+  slower than fp32). The biLM's forward
   pass over length-sorted batches of ``--max-batch-tokens``, layers left on the device, token
   cache off; the best of ``--repeats`` runs after a warm-up (on a GPU two passes: the graphs are
   captured in the second). Sentences: benchmarks/bilm_speed.py's.
