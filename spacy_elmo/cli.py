@@ -339,9 +339,9 @@ def bench(
     ),
     threads: Optional[int] = typer.Option(None, help="Torch threads" + default("torch's choice")),
 ) -> None:
-    """Time the biLM's inference in each precision this CPU runs, and its training steps in fp32
-    and bf16, and record what precision = "auto" picks here for its shapes, for each use (as their
-    first use would; this measures again and replaces them).
+    """Time the biLM's inference in each precision this CPU runs, and its training step in each
+    but int8 (no gradient), and record what precision = "auto" picks here for its shapes, for each
+    use (as their first use would; this measures again and replaces them).
 
     It prints the biLM, its sizes and the batch it times: the biLM's forward pass alone, in tokens/s,
     not the pipeline's nlp.pipe words/s (benchmarks/component_speed.py times that).
