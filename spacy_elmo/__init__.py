@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 _SPACY_EXPORTS = {
     "Elmo": "spacy_elmo.pipeline_component",
-    "install_vector_hooks": "spacy_elmo.pipeline_component",
+    "install_vector_hooks": "spacy_elmo.vector_hooks",
     "ElmoListener": "spacy_elmo.layers",
 }
 __all__ = ["BiLM", "ElmoFileError", "ElmoOptions", "pretrained_files", "__version__", *_SPACY_EXPORTS]

@@ -1,9 +1,12 @@
 """The ``elmo`` pipeline component: contextual vectors for spaCy, and ELMo features for listeners.
 
-The pipe runs the biLM once per batch. It sets ``doc.tensor`` (a fixed mix of the layers,
-default their average) and vector/similarity user hooks, optionally ``doc._.elmo_layers``, and
-feeds every downstream :class:`~spacy_elmo.layers.ElmoListener` (``ner``, ``textcat`` ...), each
-of which learns its own mix of the layers.
+The pipe runs the biLM once per batch. It sets ``doc._.elmo_vectors`` (a fixed mix of the
+layers, default their average), read by the vector/similarity user hooks, and ``doc.tensor`` where
+no other component wrote it; optionally ``doc._.elmo_layers``; and it feeds every downstream
+:class:`~spacy_elmo.layers.ElmoListener` (``ner``, ``textcat`` ...), each of which learns its own
+mix of the layers. It coexists with spaCy's ``tok2vec`` anywhere in a pipeline, and its biLM's
+weights come from files, never from training: added to a trained pipeline, it reads them on first
+use, without the ``nlp.initialize()`` that would reset the other components.
 """
 
 import os
@@ -16,21 +19,22 @@ import srsly
 import torch
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
-from spacy.attrs import IS_SPACE
-from spacy.tokens import Doc, Span, Token
+from spacy.tokens import Doc
 from spacy.training import Example, validate_examples
 from spacy.util import SimpleFrozenList, minibatch
 from spacy.vocab import Vocab
-from thinc.api import Model, Optimizer, get_array_module
+from thinc.api import Model, Optimizer
 from thinc.types import Floats1d, Floats3d
 
 from . import architectures  # noqa: F401  (registers the architectures named in DEFAULT_MODEL)
+from .bilm import BiLM
 from .layers import ElmoBiLMSettings, ElmoListener, get_bilm, set_bilm
 from .layers.arrays import no_backprop
 from .layers.language import choose_pretrained
 from .bilm.serialize import bilm_from_bytes, bilm_from_directory, bilm_to_bytes, bilm_to_directory
 from .layers.listener import FEATURES_ATTR, UNREAD_ATTR
 from .threads import Threads, check_threads, torch_threads
+from .vector_hooks import VECTORS_ATTR, install_vector_hooks
 
 LAYERS_ATTR = "elmo_layers"
 
@@ -42,15 +46,17 @@ for _attr in (FEATURES_ATTR, UNREAD_ATTR, LAYERS_ATTR):
         Doc.set_extension(_attr, default=None)
 
 
-# What the component sets, for ``nlp.analyze_pipes()``: the tensor and the vector/similarity hooks
-# always, the layers for the listeners (and which of them have yet to read them) when there are
-# listeners, every layer as numpy with ``store_layers``. It requires nothing but tokens: a doc's
+# What the component sets, for ``nlp.analyze_pipes()``: its vectors and the vector/similarity hooks
+# always, the tensor where no component before it wrote one, the layers for the listeners (and
+# which of them have yet to read them) when there are listeners, every layer as numpy with
+# ``store_layers``. It requires nothing but tokens: a doc's
 # sentences, where it has them, are run one by one, and without them the doc is run whole.
 ASSIGNS = [
     "doc.tensor",
     "doc.user_hooks",
     "doc.user_span_hooks",
     "doc.user_token_hooks",
+    f"doc._.{VECTORS_ATTR}",
     f"doc._.{FEATURES_ATTR}",
     f"doc._.{UNREAD_ATTR}",
     f"doc._.{LAYERS_ATTR}",
@@ -80,10 +86,11 @@ def make_elmo(
     threads: Threads,
     features: Optional[str],
 ) -> "Elmo":
-    """ELMo vectors for ``doc.tensor``, ``token.vector`` & co, and features for listeners.
+    """ELMo vectors for ``token.vector`` & co (``doc._.elmo_vectors``), and features for listeners.
 
     ``store_layers``: also keep every layer, as numpy, in ``doc._.elmo_layers``.
-    ``tensor_weights``: one weight per biLM output layer for ``doc.tensor``; null = average.
+    ``tensor_weights``: one weight per biLM output layer for ``doc._.elmo_vectors`` (and
+    ``doc.tensor`` where elmo writes it); null = average.
     ``pipe_batch_tokens``: in ``nlp.pipe``, docs are sorted by length and processed in groups of
     at most this many tokens, which bounds the memory the layers of a batch take.
     ``threads``: torch threads for the biLM; ``"auto"`` takes all cores on an idle machine and
@@ -140,6 +147,7 @@ class Elmo(TrainablePipe):
             "features": str(features) if features is not None else None,
         }
         self._pid = os.getpid()
+        self._loaded = False  # the biLM's weights are in place (see _load_once)
         self._backprop_pending = False  # a fine-tuning forward pass awaits its listeners' gradients
         self._deferred_sgd: Optional[Optimizer] = None
         if features is not None:
@@ -206,21 +214,29 @@ class Elmo(TrainablePipe):
         docs = list(docs)
         if not docs:
             return []
+        self._load_once()
         with torch_threads(self._threads()):
             return self.model.predict(docs)
 
     def set_annotations(self, docs: Sequence[Doc], layers: Sequence[Floats3d]) -> None:
-        """Set ``doc.tensor`` (n_tokens, width), the vector hooks, and the layers where needed.
+        """Set ``doc._.elmo_vectors`` (n_tokens, width), the vector hooks that read it, the tensor
+        where it is free, and the layers where needed.
 
-        The layers go to ``doc._.elmo_features`` only for the listeners, with the ids of those
-        that have yet to read them; the last of them to read releases them (see
-        :mod:`spacy_elmo.layers.listener`). Without listeners nothing is kept but what the user
-        asked for: ``doc.tensor`` and, with ``store_layers``, ``doc._.elmo_layers``.
+        ``doc.tensor`` gets the same array only when it is empty or was written by elmo itself:
+        spaCy's ``tok2vec`` listeners read ``doc.tensor`` at prediction time, so a tensor that a
+        ``tok2vec`` before elmo wrote stays its own, and one after elmo overwrites it as spaCy
+        expects. The layers go to ``doc._.elmo_features`` only for the listeners, with the ids of
+        those that have yet to read them; the last of them to read releases them (see
+        :mod:`spacy_elmo.layers.listener`). Without listeners nothing is kept but the vectors and,
+        with ``store_layers``, ``doc._.elmo_layers``.
         """
         weights = self._tensor_weights()
         unread = tuple(listener.id for listener in self.listeners)
         for doc, doc_layers in zip(docs, layers):
-            doc.tensor = self.model.ops.xp.tensordot(weights, doc_layers, axes=1)
+            vectors = self.model.ops.xp.tensordot(weights, doc_layers, axes=1)
+            if doc.tensor.size == 0 or doc.tensor is doc._.get(VECTORS_ATTR):
+                doc.tensor = vectors
+            doc._.set(VECTORS_ATTR, vectors)
             if unread:
                 doc._.set(FEATURES_ATTR, doc_layers)
                 doc._.set(UNREAD_ATTR, unread)
@@ -283,6 +299,7 @@ class Elmo(TrainablePipe):
         docs = [eg.predicted for eg in examples]
         if not self.listeners:
             return losses
+        self._load_once()
         with torch_threads(self._threads()):
             outputs, backprop_layers = self.model.begin_update(docs)
         batch_id = ElmoListener.get_batch_id(docs)
@@ -332,13 +349,28 @@ class Elmo(TrainablePipe):
 
     def initialize(self, get_examples: Optional[Callable[[], Iterable[Example]]] = None, *, nlp: Optional[Language] = None) -> None:
         """Load or build the biLM, once, and open the feature store if one is set; no examples are needed."""
-        self.model.initialize()
+        self._load()
         store = self.model.attrs.get("feature_store")
         if store is not None:
             store.check()  # training with a missing or wrong store is an error; a loaded pipeline only warns
+
+    def _load(self) -> None:
+        """Read the biLM's weights (loaded weights stay), check ``tensor_weights``, size the listeners."""
+        self.model.initialize()
         self._tensor_weights()
         for listener in self.listeners:
             self._size_listener(listener)
+        self._loaded = True
+
+    def _load_once(self) -> None:
+        """:meth:`_load` on first use (predict, update, saving) where no weights are in place.
+
+        The weights come from files (or the bundled or a published biLM), never from training:
+        ``elmo`` added to a trained pipeline needs no ``nlp.initialize()``, which would reset the
+        trained components. Deserialized weights count as in place: their model is left alone.
+        """
+        if not self._loaded:
+            self._load()
 
     def add_label(self, label: str) -> int:
         raise NotImplementedError("The elmo component has no labels")
@@ -356,13 +388,18 @@ class Elmo(TrainablePipe):
         path.mkdir(parents=True, exist_ok=True)
         serializers: Dict[str, Callable[[Path], object]] = {
             "cfg": lambda p: srsly.write_json(p, self.cfg),
-            "bilm": lambda p: bilm_to_directory(get_bilm(self.model), p),
+            "bilm": lambda p: bilm_to_directory(self._loaded_bilm(), p),
         }
         spacy.util.to_disk(path, serializers, _excluded(exclude))
 
+    def _loaded_bilm(self) -> BiLM:
+        """The biLM, its weights read first if need be: a pipeline saved before its first doc holds them."""
+        self._load_once()
+        return get_bilm(self.model)
+
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> "Elmo":
         def load_bilm(p: Path) -> None:
-            set_bilm(self.model, bilm_from_directory(p, self.model.attrs["bilm_settings"].to_dict()))
+            self._set_bilm(bilm_from_directory(p, self.model.attrs["bilm_settings"].to_dict()))
 
         deserializers: Dict[str, Callable[[Path], object]] = {
             "cfg": lambda p: self.cfg.update(srsly.read_json(p)),
@@ -375,7 +412,7 @@ class Elmo(TrainablePipe):
         """``cfg`` and the bytes of the biLM's files (see :func:`~spacy_elmo.bilm.serialize.bilm_to_bytes`)."""
         serializers: Dict[str, Callable[[], object]] = {
             "cfg": lambda: self.cfg,
-            "bilm": lambda: bilm_to_bytes(get_bilm(self.model)),
+            "bilm": lambda: bilm_to_bytes(self._loaded_bilm()),
         }
         return spacy.util.to_bytes(serializers, _excluded(exclude))
 
@@ -383,10 +420,15 @@ class Elmo(TrainablePipe):
         """What ``to_bytes`` wrote, less ``exclude``; a part the bytes lack is left as it is."""
         deserializers: Dict[str, Callable[[object], object]] = {
             "cfg": self.cfg.update,
-            "bilm": lambda data: set_bilm(self.model, bilm_from_bytes(data, settings=self.model.attrs["bilm_settings"])),
+            "bilm": lambda data: self._set_bilm(bilm_from_bytes(data, settings=self.model.attrs["bilm_settings"])),
         }
         spacy.util.from_bytes(bytes_data, deserializers, _excluded(exclude))
         return self
+
+    def _set_bilm(self, bilm: BiLM) -> None:
+        """Install deserialized weights: their first use reads no files."""
+        set_bilm(self.model, bilm)
+        self._loaded = True
 
 
 def _excluded(exclude: Iterable[str]) -> Set[str]:
@@ -395,60 +437,6 @@ def _excluded(exclude: Iterable[str]) -> Set[str]:
     if "model" in names:
         names.add("bilm")
     return names
-
-
-# ---------------------------------------------------------------------- vector hooks
-def install_vector_hooks(doc: Doc) -> None:
-    """Make ``token.vector``, ``span.vector``, ``doc.vector`` and ``.similarity`` use ``doc.tensor``.
-
-    The hooks take precedence over the vocab's static vectors. A span's or doc's vector is the
-    mean over its non-whitespace tokens (whitespace tokens have zero vectors); similarity is the
-    cosine, 0.0 when either vector is zero. Hooks are not serialized: after ``Doc.from_bytes`` or
-    ``nlp.pipe(n_process=...)``, call this function again on the doc (``doc.tensor`` survives).
-    """
-    doc.user_hooks["vector"] = _doc_vector
-    doc.user_hooks["has_vector"] = _has_vector
-    doc.user_hooks["similarity"] = _similarity
-    doc.user_span_hooks["vector"] = _span_vector
-    doc.user_span_hooks["has_vector"] = _has_vector
-    doc.user_span_hooks["similarity"] = _similarity
-    doc.user_token_hooks["vector"] = _token_vector
-    doc.user_token_hooks["has_vector"] = _has_vector
-    doc.user_token_hooks["similarity"] = _similarity
-
-
-def _token_vector(token: Token):
-    return token.doc.tensor[token.i]
-
-
-def _span_vector(span: Span):
-    return _mean_of_words(span.doc, span.start, span.end)
-
-
-def _doc_vector(doc: Doc):
-    return _mean_of_words(doc, 0, len(doc))
-
-
-def _mean_of_words(doc: Doc, start: int, end: int):
-    """Mean of ``doc.tensor[start:end]`` over non-whitespace tokens: shape (width,)."""
-    xp = get_array_module(doc.tensor)
-    rows = doc.tensor[start:end]
-    words = xp.asarray(doc.to_array(IS_SPACE)[start:end] == 0) if end > start else None
-    if words is None or not bool(words.any()):
-        return xp.zeros(doc.tensor.shape[1], dtype="float32")
-    return rows[words].mean(axis=0)
-
-
-def _has_vector(obj: Union[Doc, Span, Token]) -> bool:
-    doc = obj if isinstance(obj, Doc) else obj.doc
-    return doc.tensor.size > 0
-
-
-def _similarity(obj: Union[Doc, Span, Token], other: Union[Doc, Span, Token]) -> float:
-    """Cosine similarity of the two vectors; 0.0 if either is all zeros."""
-    a, b = obj.vector, other.vector
-    norms = float((a**2).sum() ** 0.5) * float((b**2).sum() ** 0.5)
-    return float((a * b).sum()) / norms if norms else 0.0
 
 
 def _token_budget_groups(docs: List[Doc], max_tokens: int) -> Iterator[List[Doc]]:
