@@ -60,11 +60,16 @@ def test_unknown_name_is_a_clear_error() -> None:
         nlp.initialize()
 
 
-def test_use_before_initialize_is_a_clear_error(bilm_files) -> None:
+def test_first_use_reads_the_weights_once_without_initialize(bilm_files) -> None:
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files))
-    with pytest.raises(ValueError, match="nlp.initialize"):
-        nlp("No weights yet .")
+    doc = nlp("No initialize needed .")
+    expected = BiLM.from_files(*bilm_files).embed_sentences([words_of(doc)])[0].mean(axis=0)
+    assert_float32_close(doc.tensor, expected)
+    bilm = get_bilm(nlp.get_pipe("elmo").model)
+    nlp("Once is enough .")
+    nlp.initialize()
+    assert get_bilm(nlp.get_pipe("elmo").model) is bilm
 
 
 def test_layers_equal_embed_sentences_over_the_same_sentences(nlp_elmo, bilm_files) -> None:
