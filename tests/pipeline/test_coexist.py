@@ -11,6 +11,7 @@ from typing import Dict, List, Tuple
 import numpy
 import pytest
 import spacy
+import srsly
 from spacy.cli.init_config import init_config
 from spacy.cli.train import train
 from spacy.language import Language
@@ -23,15 +24,16 @@ from ..helpers import WIDTH, assert_float32_close, elmo_config
 
 pytestmark = pytest.mark.slow  # trains a pipeline (about 3 s), and two tests run spacy train
 
-# (words, tags, heads, deps, entities as (start token, end token, label)): the tags and the
+# (text, tags, heads, deps, entities as (start token, end token, label)): the tags and the
 # dependencies of the Universal Dependencies scheme, made up for these sentences.
+VERB_OBJECT, COPULA = ([1, 1, 1, 1], "nsubj ROOT obj punct"), ([2, 2, 2, 2], "nsubj cop ROOT punct")
 SENTENCES = [
-    ("Alice went home .", "PROPN VERB NOUN PUNCT", [1, 1, 1, 1], "nsubj ROOT obj punct", [(0, 1, "PERSON")]),
-    ("Bob saw Paris .", "PROPN VERB PROPN PUNCT", [1, 1, 1, 1], "nsubj ROOT obj punct", [(0, 1, "PERSON"), (2, 3, "GPE")]),
-    ("London is big .", "PROPN AUX ADJ PUNCT", [2, 2, 2, 2], "nsubj cop ROOT punct", [(0, 1, "GPE")]),
-    ("We like London .", "PRON VERB PROPN PUNCT", [1, 1, 1, 1], "nsubj ROOT obj punct", [(2, 3, "GPE")]),
-    ("Alice saw Bob .", "PROPN VERB PROPN PUNCT", [1, 1, 1, 1], "nsubj ROOT obj punct", [(0, 1, "PERSON"), (2, 3, "PERSON")]),
-    ("Paris is old .", "PROPN AUX ADJ PUNCT", [2, 2, 2, 2], "nsubj cop ROOT punct", [(0, 1, "GPE")]),
+    ("Alice went home .", "PROPN VERB NOUN PUNCT", *VERB_OBJECT, [(0, 1, "PERSON")]),
+    ("Bob saw Paris .", "PROPN VERB PROPN PUNCT", *VERB_OBJECT, [(0, 1, "PERSON"), (2, 3, "GPE")]),
+    ("London is big .", "PROPN AUX ADJ PUNCT", *COPULA, [(0, 1, "GPE")]),
+    ("We like London .", "PRON VERB PROPN PUNCT", *VERB_OBJECT, [(2, 3, "GPE")]),
+    ("Alice saw Bob .", "PROPN VERB PROPN PUNCT", *VERB_OBJECT, [(0, 1, "PERSON"), (2, 3, "PERSON")]),
+    ("Paris is old .", "PROPN AUX ADJ PUNCT", *COPULA, [(0, 1, "GPE")]),
 ]
 TEXTS = ["Alice saw Paris .", "We like Bob .", "London is old .", "Bob went home ."]
 
@@ -42,7 +44,8 @@ def annotated(nlp: Language) -> List[Example]:
     for text, tags, heads, deps, entities in SENTENCES:
         doc = nlp.make_doc(text)
         spans = [(doc[start:end].start_char, doc[start:end].end_char, label) for start, end, label in entities]
-        examples.append(Example.from_dict(doc, {"tags": tags.split(), "heads": heads, "deps": deps.split(), "entities": spans}))
+        annotations = {"tags": tags.split(), "heads": heads, "deps": deps.split(), "entities": spans}
+        examples.append(Example.from_dict(doc, annotations))
     return examples
 
 
@@ -79,14 +82,17 @@ def assert_vectors_are_elmo(doc: Doc, mix: numpy.ndarray) -> None:
     assert doc[0].similarity(doc[2]) == pytest.approx(cosine, rel=1e-5)
 
 
-@pytest.mark.parametrize("where", [{"first": True}, {"after": "tok2vec"}, {"last": True}], ids=["first", "middle", "last"])
-def test_elmo_added_to_a_trained_pipeline_changes_no_prediction(trained: Path, bilm_files, where: Dict[str, object]) -> None:
+WHERE = {"first": {"first": True}, "middle": {"after": "tok2vec"}, "last": {"last": True}}  # add_pipe's arguments
+
+
+@pytest.mark.parametrize("where", list(WHERE))
+def test_elmo_added_to_a_trained_pipeline_changes_no_prediction(trained: Path, bilm_files, where: str) -> None:
     """Added anywhere, without nlp.initialize(): tags, entities and doc.tensor stay tok2vec's,
     while token.vector & co are ELMo's."""
     alone = list(spacy.load(trained).pipe(TEXTS))
     assert any(doc.ents for doc in alone) and any(t.tag_ for doc in alone for t in doc)  # something to keep
     nlp = spacy.load(trained)
-    nlp.add_pipe("elmo", config=elmo_config(bilm_files), **where)
+    nlp.add_pipe("elmo", config=elmo_config(bilm_files), **WHERE[where])
     docs = list(nlp.pipe(TEXTS))
     assert predictions(docs) == predictions(alone)
     for doc, before, mix in zip(docs, alone, elmo_mix(bilm_files, docs)):
@@ -116,7 +122,7 @@ def test_docs_without_elmo_vectors_get_no_hooks(trained: Path, bilm_files) -> No
         install_vector_hooks(doc)
 
 
-def test_elmo_loads_its_biLM_on_first_use_and_a_saved_pipeline_holds_it(trained: Path, bilm_files, tmp_path: Path) -> None:
+def test_elmo_reads_its_biLM_on_first_use_and_a_saved_pipeline_holds_it(trained: Path, bilm_files, tmp_path) -> None:
     nlp = spacy.load(trained)
     nlp.add_pipe("elmo", config=elmo_config(bilm_files))
     nlp.to_disk(tmp_path / "with_elmo")  # before any doc: the biLM is read for the save
@@ -151,6 +157,8 @@ def test_init_config_with_elmo_trains_and_evaluates(pipeline: List[str], bilm_fi
     if "parser" in pipeline:  # six sentences have each dependency label fewer times than spaCy's 30
         overrides["components.parser.min_action_freq"] = 1
     train(tmp_path / "config.cfg", tmp_path / "out", overrides=overrides)
+    scores = srsly.read_json(tmp_path / "out" / "model-last" / "meta.json")["performance"]
+    assert scores["ents_f"] is not None and ("dep_uas" in scores) == ("parser" in pipeline)  # evaluated
     nlp = spacy.load(tmp_path / "out" / "model-last")
     doc = nlp(TEXTS[0])
     assert doc.tensor.shape == (len(doc), nlp.get_pipe("tok2vec").model.get_dim("nO"))
