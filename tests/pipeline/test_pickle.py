@@ -2,18 +2,19 @@
 and Spark, Dask or Ray workers, are sent. A pickled copy gives the docs the original gives and needs
 no file outside the pickle. Listeners follow spaCy's ``upstream = "*"``: renaming keeps them fed."""
 
+import io
 import multiprocessing
 import pickle
 import shutil
 from pathlib import Path
-from typing import Iterator, List, Sequence, Tuple
+from typing import Iterator, List, Sequence, Set, Tuple
 
 import pytest
 import spacy
 import torch
 from spacy.language import Language
 from spacy.tokens import Doc
-from thinc.api import fix_random_seed
+from thinc.api import Optimizer, fix_random_seed
 
 from spacy_elmo.bilm import offload
 from spacy_elmo.bilm.int8 import int8_available
@@ -88,6 +89,19 @@ def pickled(nlp: Language) -> Language:
     return pickle.loads(pickle.dumps(nlp))
 
 
+def pickled_types(obj: object) -> Set[type]:
+    """The type of every object that pickling ``obj`` writes."""
+    seen: Set[type] = set()
+
+    class Recorder(pickle.Pickler):
+        def reducer_override(self, value: object) -> object:
+            seen.add(type(value))
+            return NotImplemented
+
+    Recorder(io.BytesIO()).dump(obj)
+    return seen
+
+
 # ---------------------------------------------------------------------- pickle round trips
 @pytest.mark.parametrize("freeze", [True, False], ids=["frozen", "fine-tuned"])
 def test_a_trained_ner_pipeline_pickles_to_the_same_docs(bilm_files, freeze: bool) -> None:
@@ -97,6 +111,8 @@ def test_a_trained_ner_pipeline_pickles_to_the_same_docs(bilm_files, freeze: boo
     assert_same_docs(list(copy.pipe(TEXTS)), expected)
     listeners = [node for node in copy.get_pipe("ner").model.walk() if isinstance(node, ElmoListener)]
     assert copy.get_pipe("elmo").listeners == listeners  # the copy's own, not the original's
+    # training's optimizer stays behind (spaCy's Language keeps one of its own from nlp.initialize())
+    assert not any(issubclass(kind, Optimizer) for kind in pickled_types(nlp.get_pipe("elmo")))
     cache = nlp.get_pipe("elmo").model.attrs["feature_cache"]
     assert (len(cache) > 0) == freeze  # training filled it (a fine-tuned biLM's outputs change: none)
     assert len(copy.get_pipe("elmo").model.attrs["feature_cache"]) == 0  # a copy starts empty
