@@ -16,9 +16,11 @@ from spacy.language import Language
 from spacy.tokens import Doc
 from thinc.api import Optimizer, fix_random_seed
 
+from spacy_elmo import BiLM
 from spacy_elmo.bilm import offload
-from spacy_elmo.bilm.int8 import int8_available
+from spacy_elmo.bilm.int8 import Int8Weights, int8_available
 from spacy_elmo.bilm.offload import on_disk
+from spacy_elmo.bilm.precision import LowPrecisionWeights
 from spacy_elmo.embed import EmbedSettings, run_embed
 from spacy_elmo.layers import ElmoListener, get_bilm
 
@@ -134,8 +136,18 @@ def test_each_precision_pickles_to_the_same_layers(bilm_files, precision: str, m
     nlp = elmo_alone(bilm_files, precision=precision)
     expected = [doc._.elmo_layers for doc in nlp.pipe(TEXTS)]  # the low-precision copies are made now
     copy = pickled(nlp)
-    assert get_bilm(copy.get_pipe("elmo").model).precision == precision
+    copied = get_bilm(copy.get_pipe("elmo").model)
+    assert copied.precision == precision
+    made = product_copies(get_bilm(nlp.get_pipe("elmo").model))
+    assert made > 0 or precision == "fp32"  # fp32 multiplies with the weights themselves
+    assert product_copies(copied) == 0  # remade on first use: the pickle does not carry them
     assert_same_layers(copy, expected)
+
+
+def product_copies(bilm: BiLM) -> int:
+    """How many weight copies and int8 packs for its products ``bilm`` holds."""
+    return sum(len(cache) for m in bilm.modules() for cache in vars(m).values()
+               if isinstance(cache, (LowPrecisionWeights, Int8Weights)))
 
 
 def test_offloaded_weights_travel_in_the_pickle(bilm_files, monkeypatch) -> None:
