@@ -7,7 +7,7 @@ import multiprocessing
 import pickle
 import shutil
 from pathlib import Path
-from typing import Iterator, List, Sequence, Set, Tuple
+from typing import Iterable, Iterator, List, Sequence, Set, Tuple
 
 import pytest
 import spacy
@@ -69,7 +69,8 @@ def elmo_alone(bilm_files: Tuple[Path, Path], **model: object) -> Language:
     return nlp
 
 
-def entities(docs) -> List[Tuple[int, str]]:
+def entities(docs: Iterable[Doc]) -> List[Tuple[int, str, str]]:
+    """(doc number, text, label) of every entity."""
     return [(i, ent.text, ent.label_) for i, doc in enumerate(docs) for ent in doc.ents]
 
 
@@ -102,6 +103,12 @@ def pickled_types(obj: object) -> Set[type]:
 
     Recorder(io.BytesIO()).dump(obj)
     return seen
+
+
+def product_copies(bilm: BiLM) -> int:
+    """How many weight copies and int8 packs for its products ``bilm`` holds."""
+    return sum(len(cache) for m in bilm.modules() for cache in vars(m).values()
+               if isinstance(cache, (LowPrecisionWeights, Int8Weights)))
 
 
 # ---------------------------------------------------------------------- pickle round trips
@@ -142,12 +149,6 @@ def test_each_precision_pickles_to_the_same_layers(bilm_files, precision: str, m
     assert made > 0 or precision == "fp32"  # fp32 multiplies with the weights themselves
     assert product_copies(copied) == 0  # remade on first use: the pickle does not carry them
     assert_same_layers(copy, expected)
-
-
-def product_copies(bilm: BiLM) -> int:
-    """How many weight copies and int8 packs for its products ``bilm`` holds."""
-    return sum(len(cache) for m in bilm.modules() for cache in vars(m).values()
-               if isinstance(cache, (LowPrecisionWeights, Int8Weights)))
 
 
 def test_offloaded_weights_travel_in_the_pickle(bilm_files, monkeypatch) -> None:
