@@ -229,7 +229,8 @@ def test_rename_pipe_keeps_a_trained_pipeline_working(bilm_files, tmp_path) -> N
 
 
 def test_a_named_upstream_listens_to_that_name_only(bilm_files) -> None:
-    """As spaCy's own listeners: ``upstream = "elmo"`` works while the component is named so."""
+    """``upstream = "elmo"`` registers the listener with the component of that name, as spaCy registers
+    its Tok2VecListener: fed while the component is named so, a clear error while it is not."""
     nlp = initialized(shipped_ner(bilm_files, **{"components.ner.model.tok2vec.upstream": "elmo"}))
     expected = list(nlp.pipe(TEXTS))
     nlp.rename_pipe("elmo", "contextual")
