@@ -1,5 +1,6 @@
 """Registered architectures of spacy-elmo: they compose the layers in :mod:`spacy_elmo.layers`."""
 
+import functools
 from typing import Any, Callable, List, Optional
 
 from spacy.tokens import Doc
@@ -143,9 +144,11 @@ def bow_beside_elmo(
 
 
 def without_labels(init: Callable) -> Callable:
-    """``init`` with the labels Y it is handed dropped: a tok2vec's widths come from its parts."""
+    """``init`` with the labels Y it is handed dropped: a tok2vec's widths come from its parts.
 
-    def init_from_inputs(model: Model, X: Optional[Any] = None, Y: Optional[Any] = None) -> None:
-        init(model, X=X, Y=None)
+    A partial of a module-level function, not a closure, so that the model pickles."""
+    return functools.partial(_init_without_labels, init)
 
-    return init_from_inputs
+
+def _init_without_labels(init: Callable, model: Model, X: Optional[Any] = None, Y: Optional[Any] = None) -> None:
+    init(model, X=X, Y=None)

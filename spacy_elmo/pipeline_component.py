@@ -321,6 +321,7 @@ class Elmo(TrainablePipe):
             backprop_layers(d_outputs)
             self._backprop_pending = False
             optimizer = sgd if sgd is not None else self._deferred_sgd
+            self._deferred_sgd = None  # held no longer than the step: a pickled pipeline must not carry it
             if optimizer is not None:
                 self.finish_update(optimizer)
             return []

@@ -308,8 +308,9 @@ class LowPrecisionWeights:
         """Forget everything made; the next :meth:`get` makes it again."""
         self._copies.clear()
 
-    def __deepcopy__(self, memo: Dict) -> "LowPrecisionWeights":
-        return LowPrecisionWeights()  # copies are cheap to remake, and would point at old storage
+    def __reduce__(self) -> Tuple[type, Tuple[()]]:
+        """Copies and pickles start empty: copies are cheap to remake, keyed on this process's storage."""
+        return LowPrecisionWeights, ()
 
     def get(self, name: str, dtype: torch.dtype, sources: Sequence[Tensor], make: Callable[[], Tensor]) -> Tensor:
         """``make().to(dtype)``, from the cache when ``sources`` have not changed since."""

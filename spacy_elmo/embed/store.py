@@ -47,9 +47,10 @@ class FeatureStore:
     def __len__(self) -> int:
         return len(self._open())
 
-    def __deepcopy__(self, memo: Dict) -> "FeatureStore":
-        """Thinc copies models (e.g. ``nlp.replace_listeners``): the copy reopens the same path."""
-        return FeatureStore(self.path)
+    def __reduce__(self) -> Tuple[type, Tuple[Path]]:
+        """Thinc copies models (e.g. ``nlp.replace_listeners``), and a pipeline sent to worker processes
+        is pickled: the copy reopens the same path on first use, without the index read here."""
+        return FeatureStore, (self.path,)
 
     def get_many(self, keys: Sequence[Hashable], bilm: BiLM) -> List[Optional[numpy.ndarray]]:
         """The stored layers of each key (a tuple of token strings), or None where not stored.

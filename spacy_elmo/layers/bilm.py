@@ -12,6 +12,7 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy
+import torch
 from spacy.tokens import Doc
 from thinc.api import (
     ArgsKwargs, Model, Optimizer, PyTorchGradScaler, PyTorchShim, get_array_module, get_torch_default_device,
@@ -49,6 +50,13 @@ UNTRAINED_WARNING = (
 )
 
 
+def _bilm_from_shim_bytes(_previous: Optional[BiLM], data: bytes, device: torch.device) -> Optional[BiLM]:
+    """thinc's ``deserialize_model`` hook: the biLM of ``data`` (:func:`bilm_to_bytes`) on ``device``.
+
+    A module-level function, not a lambda, so that the shim, and the pipeline holding it, pickle."""
+    return bilm_from_bytes(data, device)
+
+
 class BiLMShim(PyTorchShim):
     """A PyTorchShim that may start empty and serializes its biLM as standard ELMo files.
 
@@ -70,7 +78,7 @@ class BiLMShim(PyTorchShim):
             mixed_precision=mixed_precision,
             grad_scaler=grad_scaler,
             serialize_model=bilm_to_bytes,
-            deserialize_model=lambda _model, data, device: bilm_from_bytes(data, device),
+            deserialize_model=_bilm_from_shim_bytes,
         )
 
     def copy(self) -> "BiLMShim":
@@ -120,7 +128,6 @@ def ElmoBiLMLayer(settings: ElmoBiLMSettings) -> Model[List[Doc], List[Floats3d]
             "window": settings.window,
             "overlap": settings.overlap,
             "feature_cache": FeatureCache(int(settings.feature_cache_mb * 2**20)),
-            "replace_listener": lambda copied_model: copied_model,
             "replace_listener_cfg": replace_listener_cfg,
         },
     )

@@ -22,8 +22,8 @@ class FeatureCache:
     the first stored kept (see the module's docstring).
 
     Arrays stay on the device they were made on. A copy of the cache (thinc copies models, e.g.
-    in ``nlp.replace_listeners``) starts empty, as does a cache whose weights ``fingerprint``
-    changed since the last lookup.
+    in ``nlp.replace_listeners``) or a pickled one starts empty, as does a cache whose weights
+    ``fingerprint`` changed since the last lookup.
     """
 
     def __init__(self, max_bytes: int) -> None:
@@ -38,8 +38,9 @@ class FeatureCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def __deepcopy__(self, memo: Dict) -> "FeatureCache":
-        return FeatureCache(self.max_bytes)
+    def __reduce__(self) -> Tuple[type, Tuple[int]]:
+        """Copies and pickles (a pipeline sent to worker processes) start empty, unused."""
+        return FeatureCache, (self.max_bytes,)
 
     def clear(self) -> None:
         self._entries.clear()

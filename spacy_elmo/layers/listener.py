@@ -45,6 +45,12 @@ MISSING_UPSTREAM = (
     "on it again first."
 )
 
+NAMED_UPSTREAM = (
+    " This listener listens to a component named '{upstream}' only (upstream = \"{upstream}\"): if the "
+    "elmo component has another name (nlp.rename_pipe, add_pipe(..., name=...)), set upstream = \"*\", "
+    "which listens to the elmo component before it whatever its name."
+)
+
 
 def size_mismatch(
     listener_sizes: Tuple[int, int], bilm_sizes: Tuple[int, int], component: Optional[str] = None, upstream: Optional[str] = None
@@ -152,7 +158,15 @@ def forward(model: ElmoListener, docs: List[Doc], is_train: bool) -> Tuple[List[
         # Only for shape inference during initialization: zeros of the right shape.
         shape = (model.get_dim("nL"), model.get_dim("nO"))
         return [model.ops.alloc3f(shape[0], len(doc), shape[1]) for doc in docs], no_backprop
-    raise ValueError(MISSING_UPSTREAM.format(component=model.component_name))
+    raise missing_upstream(model)
+
+
+def missing_upstream(listener: ElmoListener) -> ValueError:
+    """The error for docs the upstream did not run on; for a named upstream, how a renamed one is found."""
+    message = MISSING_UPSTREAM.format(component=listener.component_name)
+    if listener.upstream_name != "*":
+        message += NAMED_UPSTREAM.format(upstream=listener.upstream_name)
+    return ValueError(message)
 
 
 def release_read_features(docs: List[Doc], listener_id: int) -> None:
