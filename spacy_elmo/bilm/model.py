@@ -159,7 +159,7 @@ class BiLM(nn.Module):
         """:attr:`precision` resolved on the model's device for training or for inference, whatever
         the gradient mode now (an ``embed`` manifest records inference's): see
         :class:`.precision.Products`. ``"auto"`` on a CPU is this model's measured decision for
-        that use, made once per machine and shapes (:mod:`.autotune`)."""
+        that use, made once per machine, shapes and weights (:mod:`.autotune`)."""
         return Products.resolve(self.precision, self.device, training, measured=lambda: self._measured_auto(training))
 
     def _measured_auto(self, training: bool) -> str:
