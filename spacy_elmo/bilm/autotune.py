@@ -379,4 +379,5 @@ def describe(decision: Decision) -> str:
     if not decision.trials:
         return {"env": f"set by {PRECISION_ENV}", "tiny": "a model this small runs fp32 unmeasured"}[decision.source]
     rates = ", ".join(f"{p} {t.tokens_per_s:,.0f} tokens/s (cosine {t.cosine:.5f})" for p, t in decision.trials.items())
-    return f"{decision.source}: {rates}"
+    source = "accuracy checked at the speeds recorded for these shapes" if decision.source == "checked" else decision.source
+    return f"{source}: {rates}"
