@@ -379,5 +379,6 @@ def describe(decision: Decision) -> str:
     if not decision.trials:
         return {"env": f"set by {PRECISION_ENV}", "tiny": "a model this small runs fp32 unmeasured"}[decision.source]
     rates = ", ".join(f"{p} {t.tokens_per_s:,.0f} tokens/s (cosine {t.cosine:.5f})" for p, t in decision.trials.items())
-    source = "accuracy checked at the speeds recorded for these shapes" if decision.source == "checked" else decision.source
-    return f"{source}: {rates}"
+    if decision.source == "checked":
+        return f"accuracy checked at the speeds recorded for these shapes: {rates}"
+    return f"{decision.source}: {rates}"

@@ -46,7 +46,9 @@ def read_decisions(path: Path) -> Dict[str, Dict]:
 def _well_formed(entry: object) -> bool:
     try:
         check_precision(entry["choice"])  # type: ignore[index]
-        return isinstance(entry["fields"], dict) and all(set(t) == {"tokens_per_s", "cosine"} for t in entry["trials"].values())  # type: ignore[index]
+        trials = entry["trials"].values()  # type: ignore[index]
+        fields = entry["fields"]  # type: ignore[index]
+        return isinstance(fields, dict) and all(set(t) == {"tokens_per_s", "cosine"} for t in trials)
     except (TypeError, KeyError, ValueError, AttributeError):
         return False
 
@@ -82,19 +84,22 @@ def record_decision(path: Path, key: str, entry: Dict[str, object]) -> None:
 
 def decision_key(fields: Dict[str, object]) -> str:
     """The cache file's key of a decision's fields."""
-    return hashlib.sha256(canonical(fields).encode()).hexdigest()[:16]
+    return hashlib.sha256(_canonical(fields).encode()).hexdigest()[:16]
 
 
-def canonical(fields: Dict[str, object]) -> str:
+def _canonical(fields: Dict[str, object]) -> str:
+    """``fields`` as the JSON text that keys and compares them (a tuple and its JSON list alike)."""
     return json.dumps(fields, sort_keys=True)
 
 
-def recorded_rates(entries: Iterable[Dict], fields: Dict[str, object], precisions: Sequence[str]) -> Optional[Dict[str, float]]:
+def recorded_rates(
+    entries: Iterable[Dict], fields: Dict[str, object], precisions: Sequence[str]
+) -> Optional[Dict[str, float]]:
     """Tokens/s of each of ``precisions`` from a record of the same speed ``fields`` (another model's
     weights, or a record from before decisions named them), or None."""
-    wanted = canonical(fields)
+    wanted = _canonical(fields)
     for entry in entries:
         speed_fields = {name: value for name, value in entry["fields"].items() if name != "weights"}
-        if canonical(speed_fields) == wanted and set(precisions) <= set(entry["trials"]):
+        if _canonical(speed_fields) == wanted and set(precisions) <= set(entry["trials"]):
             return {p: float(entry["trials"][p]["tokens_per_s"]) for p in precisions}
     return None
