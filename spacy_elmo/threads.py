@@ -6,14 +6,28 @@ parks one of them, and throughput collapses far below a fair share (measured by
 ``benchmarks/shared_cpu.py``, figures in docs/component.md). ``"auto"``
 counts the runnable threads of other processes before each biLM call and leaves them their
 cores: all cores on an idle machine, fewer when others are busy.
+
+torch's thread count belongs to the process: set from one thread, it reaches the torch calls of
+the others (those that never set their own count). So ``"auto"`` changes it only while the
+process runs a single Python thread (:func:`shares_torch`); beside other threads (a server's
+workers) it runs at torch's count as it finds it, and leaves it alone: set it once yourself
+(``torch.set_num_threads``), or set a fixed ``threads``, which each call sets and restores,
+other threads' torch calls meanwhile included.
+
+``precision = "auto"`` decides for the count a setting plans (:func:`planned_threads`), not for
+the count of the moment: a busy machine runs a call on fewer threads, but neither changes the
+decision nor measures again (:func:`spacy_elmo.bilm.autotune.deciding_for_threads`).
 """
 
 import os
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Literal, Optional, Union
 
 import torch
+
+from .bilm.autotune import deciding_for_threads
 
 Threads = Union[int, Literal["auto"]]
 
@@ -48,10 +62,28 @@ def busy_elsewhere() -> Optional[int]:
     return max(0, running - own)
 
 
-def resolve_threads(threads: Threads) -> int:
-    """The thread count for the next biLM call: ``threads`` itself, or the cores others leave free."""
+def shares_torch() -> bool:
+    """Whether other Python threads run in this process: their torch calls would feel a change of
+    torch's thread count, so ``"auto"`` makes none."""
+    return threading.active_count() > 1
+
+
+def planned_threads(threads: Threads) -> int:
+    """The count a setting runs the biLM at on an idle machine, which ``precision = "auto"``
+    decides for: ``threads`` itself; for ``"auto"`` the cores this process may use, or torch's
+    count where ``"auto"`` leaves it alone (:func:`shares_torch`)."""
     if threads != "auto":
         return int(threads)
+    return torch.get_num_threads() if shares_torch() else available_cores()
+
+
+def resolve_threads(threads: Threads) -> int:
+    """The thread count for the next biLM call: ``threads`` itself, or for ``"auto"`` the cores
+    others leave free (torch's count where ``"auto"`` leaves it alone: :func:`shares_torch`)."""
+    if threads != "auto":
+        return int(threads)
+    if shares_torch():
+        return torch.get_num_threads()
     cores = available_cores()
     others = busy_elsewhere()
     if others is None:
@@ -61,16 +93,18 @@ def resolve_threads(threads: Threads) -> int:
 
 @contextmanager
 def torch_threads(threads: Threads) -> Iterator[int]:
-    """Run the block with the resolved number of torch threads, then restore the previous count."""
+    """Run the block with the resolved number of torch threads, then restore the previous count;
+    ``precision = "auto"`` decides in it for :func:`planned_threads`."""
     wanted = resolve_threads(threads)
     previous = torch.get_num_threads()
-    if wanted != previous:
-        torch.set_num_threads(wanted)
-    try:
-        yield wanted
-    finally:
+    with deciding_for_threads(planned_threads(threads)):
         if wanted != previous:
-            torch.set_num_threads(previous)
+            torch.set_num_threads(wanted)
+        try:
+            yield wanted
+        finally:
+            if wanted != previous:
+                torch.set_num_threads(previous)
 
 
 def _task_state(task: Path) -> str:

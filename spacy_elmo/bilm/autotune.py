@@ -14,11 +14,21 @@ This is what :class:`~.precision.Products` takes for ``auto`` on a CPU.
 
 The decision is kept in memory for the process and in ``precision.json`` under the model cache
 (``SPACY_ELMO_CACHE``, see :mod:`spacy_elmo.published.cache`), keyed by what it depends on: the
-pass timed (inference or training), the CPU's name and flags, torch's thread count, the torch
-version and quantized engine, and the model's shapes (:func:`decision_fields`). Later loads read
-it without timing; an unreadable file is ignored and rewritten. Processes that start together
+pass timed (inference or training), the CPU's name and flags, the thread count it is for, the
+torch version and quantized engine, the model's shapes (:func:`decision_fields`), and for the
+accuracy the model's weights (:func:`.identity.model_digest`). Speeds depend on the shapes alone:
+another model of the same shapes (every ELMoForManyLangs model has one) takes them from the record
+and checks only its own accuracy, one untimed pass per precision. Later loads read the decision
+without timing; an unreadable file is ignored and rewritten. Records made before decisions named
+the weights lend their speeds only, never their accuracy. Processes that start together
 (``n_process`` workers, ``torchrun`` ranks) wait for the one that measures (a file lock) and read
 its decision. Each decision is logged once (logger ``spacy_elmo``, INFO).
+
+The thread count a decision is for is torch's, or the one a caller plans for a block
+(:func:`deciding_for_threads`): the ``elmo`` component's ``threads = "auto"`` plans the cores the
+process may use and runs a call on fewer while other processes are busy
+(:mod:`spacy_elmo.threads`), so a busy moment neither changes the decision nor measures again.
+The measurement runs at the planned count.
 
 ``SPACY_ELMO_PRECISION=fp32|bf16|int8`` decides ``auto`` on the CPU without measuring (``int8``
 inference only: training still measures); an explicit ``precision`` wins over both. Models below
@@ -27,23 +37,20 @@ what costs, and timing would cost more than it could save.
 """
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import statistics
 import threading
 import time
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple
 
 import numpy
 import torch
-from filelock import FileLock
 
-from ..fileio import atomic_path
-from ..published.cache import CACHE_ENV, cache_root
+from .decision_file import decision_key, decisions_path, locked, read_decisions, record_decision, recorded_rates
+from .identity import model_digest
 from .int8 import int8_available
 from .options import ElmoOptions
 from .precision import PRECISION_ENV, check_precision, cpu_has_native_bf16
@@ -51,10 +58,13 @@ from .roofline import flops_per_token
 
 
 class TunedModel(Protocol):
-    """What the decision needs of a biLM (:class:`~spacy_elmo.bilm.BiLM` has it): its shapes, and
-    its layers from a pass in a given precision, inference's or a training step's."""
+    """What the decision needs of a biLM (:class:`~spacy_elmo.bilm.BiLM` has it): its shapes, its
+    weights (``state_dict``, for :func:`.identity.model_digest`), and its layers from a pass in a
+    given precision, inference's or a training step's."""
 
     options: ElmoOptions
+
+    def state_dict(self) -> Dict[str, torch.Tensor]: ...
 
     def layers_at(self, sentences: Sequence[Sequence[str]], precision: str, training: bool = False) -> torch.Tensor: ...
 
@@ -63,7 +73,6 @@ class TunedModel(Protocol):
 
 logger = logging.getLogger("spacy_elmo")
 
-DECISIONS_NAME = "precision.json"
 MIN_MEAN_COSINE = 0.999  # the accuracy contract of every precision, per layer, against float32
 # Nominal FLOPs per token (char CNN + LSTM) below which auto is float32 without measuring: the
 # tiny models of tests and experiments, where Python overhead, not the products, sets the speed.
@@ -124,11 +133,31 @@ class Decision:
 
     choice: str
     trials: Dict[str, Trial]
-    source: str  # "measured", "cache", "env", "tiny"
+    # "measured"; "checked": speeds recorded for these shapes, accuracy measured for these weights;
+    # "cache"; "env"; "tiny"
+    source: str
 
 
 _decided: Dict[Tuple, Decision] = {}
 _lock = threading.Lock()
+_planned: ContextVar[Optional[int]] = ContextVar("spacy_elmo_decision_threads", default=None)
+
+
+@contextlib.contextmanager
+def deciding_for_threads(threads: int) -> Iterator[None]:
+    """Decisions made in the block, in this thread, are for ``threads`` torch threads, whatever
+    torch's count in it now (:func:`decision_threads`)."""
+    token = _planned.set(threads)
+    try:
+        yield
+    finally:
+        _planned.reset(token)
+
+
+def decision_threads() -> int:
+    """The thread count a decision now is for: the planned one (:func:`deciding_for_threads`), else torch's."""
+    planned = _planned.get()
+    return torch.get_num_threads() if planned is None else planned
 
 
 def cpu_auto_precision(model: TunedModel, training: bool = False) -> str:
@@ -140,7 +169,7 @@ def cpu_auto_precision(model: TunedModel, training: bool = False) -> str:
 def decide(
     model: TunedModel, run: Optional[Run] = None, clock: Clock = time.perf_counter, training: bool = False
 ) -> Decision:
-    """The decision for ``model``'s inference (or training) at this thread count: from the
+    """The decision for ``model``'s inference (or training) at :func:`decision_threads`: from the
     environment, memory, the cache file, or measured now and recorded (``run`` and ``clock``
     replace the biLM's passes and the timer in tests)."""
     override = os.environ.get(PRECISION_ENV, "").strip()
@@ -148,11 +177,11 @@ def decide(
         return Decision(override, {}, "env")
     if flops_per_token(model.options).total < MIN_MEASURED_FLOPS:
         return Decision("fp32", {}, "tiny")
-    memo = (model.options, torch.get_num_threads(), training)
+    memo = (model.options, decision_threads(), training, model_digest(model))  # type: ignore[arg-type]
     with _lock:
         if memo in _decided:
             return _decided[memo]
-        decision = _decided[memo] = _decide_once(model, _passes(model, run, training), clock, training, force=False)
+        decision = _decided[memo] = _decide_once(_passes(model, run, training), clock, memo, force=False)
     logger.info("spacy-elmo: precision 'auto' on this CPU is %s for this biLM's %s (%s)",
                 decision.choice, PASSES[training], describe(decision))
     return decision
@@ -169,62 +198,57 @@ def remeasure(
     if not record:
         trials = measure(passes, _candidates_for(training, candidates()), BATCH_ROWS * BATCH_WORDS, clock)
         return Decision(choose(trials), trials, "measured")
+    memo = (model.options, decision_threads(), training, model_digest(model))  # type: ignore[arg-type]
     with _lock:
-        decision = _decided[(model.options, torch.get_num_threads(), training)] = _decide_once(
-            model, passes, clock, training, force=True
-        )
+        decision = _decided[memo] = _decide_once(passes, clock, memo, force=True)
     return decision
 
 
-def _decide_once(model: TunedModel, passes: Passes, clock: Clock, training: bool, force: bool) -> Decision:
-    """Read the decision from the cache file, or measure and record it, holding the file's lock.
+def _decide_once(passes: Passes, clock: Clock, memo: Tuple[ElmoOptions, int, bool, str], force: bool) -> Decision:
+    """Read the decision of ``memo``, (shapes, threads, training, weights digest), from the cache
+    file, or make and record it, holding the file's lock: measured, or, where the speeds of these
+    shapes are recorded (another model's), only the accuracy checked (:func:`accuracies`).
 
     A cache directory that cannot be written (a read-only home) costs a measurement per process,
     never an error.
     """
-    fields = decision_fields(model.options, torch.get_num_threads(), training)
-    key = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+    options, threads, training, weights = memo
+    fields = decision_fields(options, threads, training)
+    key = decision_key({**fields, "weights": weights})
     path = decisions_path()
-    with _locked(path) as usable:
-        recorded = read_decisions(path).get(key) if usable and not force else None
-        if recorded is not None:
-            return Decision(recorded["choice"], {p: Trial(**t) for p, t in recorded["trials"].items()}, "cache")
-        trials = measure(passes, _candidates_for(training, candidates()), BATCH_ROWS * BATCH_WORDS, clock)
-        decision = Decision(choose(trials), trials, "measured")
+    precisions = _candidates_for(training, candidates())
+    with locked(path) as usable:
+        recorded = read_decisions(path) if usable and not force else {}
+        if key in recorded:
+            entry = recorded[key]
+            return Decision(entry["choice"], {p: Trial(**t) for p, t in entry["trials"].items()}, "cache")
+        rates = recorded_rates(recorded.values(), fields, precisions)
+        with _torch_at(threads):
+            if rates is None:
+                trials, source = measure(passes, precisions, BATCH_ROWS * BATCH_WORDS, clock), "measured"
+            else:
+                cosines = accuracies(passes, precisions)
+                trials, source = {p: Trial(rates[p], cosines[p]) for p in precisions}, "checked"
+        decision = Decision(choose(trials), trials, source)
         if usable:
             entry = {"choice": decision.choice, "trials": {p: asdict(t) for p, t in trials.items()},
-                     "fields": fields, "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
-            _record(path, key, entry)
+                     "fields": {**fields, "weights": weights}, "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
+            record_decision(path, key, entry)
     return decision
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[bool]:
-    """Hold the decisions file's lock; yields False where the cache directory cannot be used."""
+def _torch_at(threads: int) -> Iterator[None]:
+    """torch at ``threads`` threads for the block (a measurement), restored after; left alone where it is
+    there already. They differ only under a plan (:func:`deciding_for_threads`) that changes torch's count."""
+    previous = torch.get_num_threads()
+    if previous != threads:
+        torch.set_num_threads(threads)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(path) + ".lock")
-        lock.acquire()
-    except OSError as err:
-        logger.warning("spacy-elmo: cannot keep precision decisions in %s (%s); set %s to a writable "
-                       "directory, or %s to skip measuring", path.parent, err, CACHE_ENV, PRECISION_ENV)
-        yield False
-        return
-    try:
-        yield True
+        yield
     finally:
-        lock.release()
-
-
-def _record(path: Path, key: str, entry: Dict[str, object]) -> None:
-    """Add ``entry`` to the decisions file, replacing an unreadable file."""
-    decisions = read_decisions(path)
-    decisions[key] = entry
-    try:
-        with atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(decisions, indent=1, sort_keys=True) + "\n", encoding="utf8")
-    except OSError as err:
-        logger.warning("spacy-elmo: cannot write %s (%s): precision 'auto' will be measured again", path, err)
+        if previous != threads:
+            torch.set_num_threads(previous)
 
 
 def _passes(model: TunedModel, run: Optional[Run], training: bool) -> Passes:
@@ -250,33 +274,10 @@ def _checked_override(value: str) -> str:
     return value
 
 
-def decisions_path() -> Path:
-    """``precision.json`` in the model cache (``SPACY_ELMO_CACHE``, else the user's cache directory)."""
-    return cache_root() / DECISIONS_NAME
-
-
-def read_decisions(path: Path) -> Dict[str, Dict]:
-    """The recorded decisions, by key; ``{}`` for a missing or unreadable file (rewritten at the next decision)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {key: entry for key, entry in data.items() if _well_formed(entry)}
-
-
-def _well_formed(entry: object) -> bool:
-    try:
-        check_precision(entry["choice"])  # type: ignore[index]
-        return all(set(t) == {"tokens_per_s", "cosine"} for t in entry["trials"].values())  # type: ignore[index]
-    except (TypeError, KeyError, ValueError, AttributeError):
-        return False
-
-
 def decision_fields(options: ElmoOptions, threads: int, training: bool = False) -> Dict[str, object]:
-    """What a measured decision depends on: the pass, the CPU, torch, the thread count, the
-    model's shapes, and how the biLM computes (:data:`KERNELS`)."""
+    """What the speeds of a decision depend on: the pass, the CPU, torch, the thread count, the
+    model's shapes, and how the biLM computes (:data:`KERNELS`). Its accuracy depends on the
+    weights too: the cache file keys a decision on these and the weights' digest."""
     capabilities = torch.cpu.get_capabilities()
     flags = sorted(name for name, value in capabilities.items() if value is True)
     shapes = {name: value for name, value in options.to_dict().items() if name in ("lstm", "char_cnn")}
@@ -327,6 +328,16 @@ def measure(passes: Passes, precisions: Sequence[str], n_tokens: int, clock: Clo
     }
 
 
+def accuracies(passes: Passes, precisions: Sequence[str]) -> Dict[str, float]:
+    """Each precision's worst layer's mean per-token cosine to fp32 (:func:`worst_cosine`), from one
+    untimed pass each: the accuracy check of a model whose shapes' speeds are known."""
+    layers: Dict[str, torch.Tensor] = {}
+    for precision in precisions:
+        layers[precision] = passes.run(precision)
+        passes.release()
+    return {precision: worst_cosine(layers[precision], layers["fp32"]) for precision in precisions}
+
+
 def worst_cosine(found: torch.Tensor, expected: torch.Tensor) -> float:
     """The smallest over layers of the mean per-token cosine; ``layers`` as :meth:`BiLM.layers_at` gives them.
 
@@ -368,4 +379,6 @@ def describe(decision: Decision) -> str:
     if not decision.trials:
         return {"env": f"set by {PRECISION_ENV}", "tiny": "a model this small runs fp32 unmeasured"}[decision.source]
     rates = ", ".join(f"{p} {t.tokens_per_s:,.0f} tokens/s (cosine {t.cosine:.5f})" for p, t in decision.trials.items())
+    if decision.source == "checked":
+        return f"accuracy checked at the speeds recorded for these shapes: {rates}"
     return f"{decision.source}: {rates}"

@@ -159,7 +159,7 @@ class BiLM(nn.Module):
         """:attr:`precision` resolved on the model's device for training or for inference, whatever
         the gradient mode now (an ``embed`` manifest records inference's): see
         :class:`.precision.Products`. ``"auto"`` on a CPU is this model's measured decision for
-        that use, made once per machine and shapes (:mod:`.autotune`)."""
+        that use, made once per machine, shapes and weights (:mod:`.autotune`)."""
         return Products.resolve(self.precision, self.device, training, measured=lambda: self._measured_auto(training))
 
     def _measured_auto(self, training: bool) -> str:
@@ -333,13 +333,16 @@ class BiLM(nn.Module):
 
     def fingerprint(self) -> Tuple:
         """Changes whenever a parameter or buffer is replaced, moved or written, or the precision
-        of the products changes.
+        of inference's products changes.
 
-        Caches of what the model computed (token encodings, features) key on it, so a result
-        computed in one precision, or from older weights, is never served. Writes that torch does
-        not track must be reported with :meth:`weights_written`.
+        Caches of what the model computes without gradients (token encodings, features, a store's
+        check) key on it, so a result of another precision, or of older weights, is never served.
+        Inference's products computed those values, whatever the gradient mode now (a frozen biLM
+        under ``spacy train`` is fingerprinted with gradients on, and must not decide training's
+        ``auto``). Writes that torch does not track must be reported with :meth:`weights_written`.
         """
-        return (self.products.dtype, tensor_versions(itertools.chain(self.parameters(), self.buffers())))
+        dtype = self.products_for(training=False).dtype
+        return (dtype, tensor_versions(itertools.chain(self.parameters(), self.buffers())))
 
     def weights_written(self) -> None:
         """Report that the parameters were written outside torch (thinc's optimizer writes them

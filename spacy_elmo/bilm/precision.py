@@ -107,8 +107,10 @@ class Products:
     - ``"auto"`` on a CPU is ``measured``, for the use at hand: whether bf16 or int8 beats fp32
       there depends on the CPU, on the model's shapes and on the pass (a training step's backward
       pass has products of other shapes, and int8 none), and no CPU flag predicts it, so a biLM
-      times its own inference, or its own training step, once per machine and shapes, or takes
-      ``SPACY_ELMO_PRECISION`` instead (:func:`.autotune.cpu_auto_precision`). A caller without a
+      times its own inference, or its own training step, once per machine and shapes, checks its
+      accuracy once per weights, or takes ``SPACY_ELMO_PRECISION`` instead
+      (:func:`.autotune.cpu_auto_precision`). A frozen biLM runs inference alone, and never
+      decides training's. A caller without a
       model to time gets fp32, or what ``SPACY_ELMO_PRECISION`` names of fp32 and bf16.
 
     A pretraining run resolves its setting once and keeps it, held-out evaluation included; an

@@ -6,15 +6,14 @@ written with other settings or another model must never be mixed into one store.
 products the manifest records.
 """
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy
-import torch
 
 from ..bilm import BiLM, ElmoOptions
+from ..bilm.identity import weights_digest
 from ..bilm.model import STATE_MODES, StateMode
 from ..bilm.precision import Precision, check_precision
 from ..option_fields import setting
@@ -121,13 +120,8 @@ def model_identity(bilm: BiLM) -> Dict[str, Any]:
     Unlike :meth:`BiLM.fingerprint`, which only tells in-process changes apart, this names the
     same weights the same way in every process and on every machine, however they were loaded.
     """
-    digest = hashlib.sha256()
-    for name, tensor in sorted(bilm.state_dict().items()):
-        array = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}:{array.dtype}:{tuple(array.shape)};".encode("utf8"))
-        digest.update(array.view(-1).view(torch.uint8).numpy().tobytes() if array.numel() else b"")
     products = bilm.products_for(training=False).recorded
-    return {"fingerprint": digest.hexdigest(), "products": products, "options": bilm.options.to_dict()}
+    return {"fingerprint": weights_digest(bilm), "products": products, "options": bilm.options.to_dict()}
 
 
 def resume_identity(settings: Dict[str, Any]) -> Dict[str, Any]:

@@ -4,6 +4,7 @@ No test times a real model: the passes and the clock are replaced (``run``, ``cl
 measurement is (``autotune.measure``), so that the suite stays deterministic on any CPU.
 """
 
+import hashlib
 import json
 from typing import Dict, List
 
@@ -14,6 +15,7 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM
 from spacy_elmo.bilm import autotune
 from spacy_elmo.bilm.autotune import Trial
+from spacy_elmo.bilm.identity import weights_digest
 from spacy_elmo.bilm.precision import LowPrecisionWeights
 from spacy_elmo.bilm.int8 import Int8Weights, int8_available
 from spacy_elmo.cli import app
@@ -26,6 +28,12 @@ PRECISIONS = ["fp32", "bf16", "int8"]
 def measured_options(**overrides):
     """Shapes costly enough to be measured (above MIN_MEASURED_FLOPS), yet quick to build."""
     return tiny_options(**{"lstm_dim": 512, "projection_dim": 64, **overrides})
+
+
+def measured_bilm(seed: int = 0) -> BiLM:
+    """A biLM of :func:`measured_options` whose weights ``seed`` decides: the same seed, the same weights."""
+    torch.manual_seed(seed)
+    return BiLM(measured_options())
 
 
 @pytest.fixture(autouse=True)
@@ -92,16 +100,71 @@ def test_a_less_accurate_precision_must_win_clearly(seconds, expected):
 
 
 def test_a_recorded_decision_is_read_back_without_timing(monkeypatch):
-    model = BiLM(measured_options())
+    model = measured_bilm()
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
     first = autotune.decide(model, machine.run, machine.clock)
     assert (first.choice, first.source) == ("bf16", "measured")
-    monkeypatch.setattr(autotune, "_decided", {})  # a new process
-    again = autotune.decide(BiLM(measured_options()), never, never)
+    monkeypatch.setattr(autotune, "_decided", {})  # a new process, which loads the same weights
+    again = autotune.decide(measured_bilm(), never, never)
     assert (again.choice, again.source, again.trials) == ("bf16", "cache", first.trials)
     recorded = json.loads(autotune.decisions_path().read_text())
     (entry,) = recorded.values()
     assert entry["fields"]["threads"] == torch.get_num_threads() and entry["choice"] == "bf16"
+    assert entry["fields"]["weights"] == weights_digest(model)
+
+
+def test_another_model_of_the_same_shapes_checks_its_own_accuracy_at_the_recorded_speeds():
+    """The speeds are the shapes'; the accuracy is the weights': a second model runs one untimed
+    pass per precision (no clock), and decides by its own cosines."""
+    first = autotune.decide(measured_bilm(0), *clocked(FakeMachine({"fp32": 1.0, "bf16": 0.8, "int8": 0.5}, {})))
+    assert (first.choice, first.source) == ("int8", "measured")
+    machine = FakeMachine({"fp32": 1.0, "bf16": 0.8, "int8": 0.5}, noise={"bf16": 1e-4, "int8": 0.2})
+    other = autotune.decide(measured_bilm(1), machine.run, never)
+    assert (other.choice, other.source) == ("bf16", "checked") and machine.runs == PRECISIONS
+    assert {p: t.tokens_per_s for p, t in other.trials.items()} == {p: t.tokens_per_s for p, t in first.trials.items()}
+    assert autotune.decide(measured_bilm(0), never, never).choice == "int8"  # each model keeps its own
+    recorded = json.loads(autotune.decisions_path().read_text())
+    assert sorted(e["choice"] for e in recorded.values()) == ["bf16", "int8"]
+
+
+def test_a_record_from_before_decisions_named_their_weights_lends_its_speeds_not_its_accuracy():
+    fields = autotune.decision_fields(measured_options(), torch.get_num_threads())
+    old_key = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]  # the key format before
+    trials = {"fp32": {"tokens_per_s": 100.0, "cosine": 1.0}, "bf16": {"tokens_per_s": 150.0, "cosine": 1.0},
+              "int8": {"tokens_per_s": 300.0, "cosine": 1.0}}
+    path = autotune.decisions_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({old_key: {"choice": "int8", "trials": trials, "fields": fields, "measured": "then"}}))
+    machine = FakeMachine({"fp32": 1.0, "bf16": 0.8, "int8": 0.5}, noise={"bf16": 1e-4, "int8": 0.2})
+    decision = autotune.decide(measured_bilm(), machine.run, never)
+    assert (decision.choice, decision.source) == ("bf16", "checked")  # int8 is too far from fp32 with these weights
+    assert decision.trials["int8"].tokens_per_s == 300.0 and len(json.loads(path.read_text())) == 2
+
+
+def test_a_decision_is_for_the_planned_thread_count_and_measured_at_it(monkeypatch):
+    """Under a plan (the component's threads = "auto"), the count of the moment changes nothing."""
+    seen: List[int] = []
+
+    def measure(passes, precisions, n_tokens, clock):
+        seen.append(torch.get_num_threads())
+        return {p: Trial(100.0, 1.0) for p in precisions}
+
+    monkeypatch.setattr(autotune, "measure", measure)
+    model, before = measured_bilm(), torch.get_num_threads()
+    with autotune.deciding_for_threads(before + 2):
+        autotune.decide(model)
+        torch.set_num_threads(before + 1)  # a busy moment: fewer threads for a call
+        try:
+            autotune.decide(model)
+        finally:
+            torch.set_num_threads(before)
+    assert seen == [before + 2] and torch.get_num_threads() == before
+    (entry,) = json.loads(autotune.decisions_path().read_text()).values()
+    assert entry["fields"]["threads"] == before + 2
+
+
+def clocked(machine: FakeMachine):
+    return machine.run, machine.clock
 
 
 def test_the_decision_is_kept_in_memory_for_the_process(monkeypatch):

@@ -1,15 +1,19 @@
-"""The ``threads`` setting: fixed counts are honoured, ``"auto"`` leaves busy cores to others."""
+"""The ``threads`` setting: fixed counts are honoured, ``"auto"`` leaves busy cores to others, never
+changes torch's count under other threads' feet, and ``precision = "auto"`` decides for its plan."""
 
 import subprocess
 import sys
+import threading
 import time
+from typing import List
 
 import pytest
 import spacy
 import torch
 
 from spacy_elmo import threads as threads_module
-from spacy_elmo.bilm import BiLM
+from spacy_elmo.bilm import BiLM, autotune
+from spacy_elmo.bilm.precision import PRECISION_ENV
 from spacy_elmo.threads import available_cores, busy_elsewhere, resolve_threads
 
 from ..helpers import elmo_config
@@ -21,8 +25,27 @@ def test_a_fixed_count_is_used_as_given() -> None:
     assert resolve_threads(3) == 3
 
 
+@pytest.fixture
+def alone(monkeypatch) -> None:
+    """This process runs one Python thread, whatever else the test runner started."""
+    monkeypatch.setattr(threads_module, "shares_torch", lambda: False)
+
+
+def recording_threads(monkeypatch) -> List[int]:
+    """torch's thread count at each biLM call from now on."""
+    seen: List[int] = []
+    forward = BiLM.forward
+
+    def recording_forward(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(BiLM, "forward", recording_forward)
+    return seen
+
+
 @pytest.mark.parametrize("others, expected", [(0, "all"), (1, "all-1"), (99, 1), (None, "all")])
-def test_auto_leaves_the_cores_other_processes_use(monkeypatch, others, expected) -> None:
+def test_auto_leaves_the_cores_other_processes_use(monkeypatch, alone, others, expected) -> None:
     monkeypatch.setattr(threads_module, "busy_elsewhere", lambda: others)
     cores = available_cores()
     wanted = {"all": cores, "all-1": max(1, cores - 1)}.get(expected, expected)
@@ -51,14 +74,7 @@ def test_the_component_runs_the_bilm_with_its_threads_and_restores_the_count(
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={**elmo_config(bilm_files), "threads": setting})
     nlp.initialize()
-    seen = []
-    forward = BiLM.forward
-
-    def recording_forward(self, *args, **kwargs):
-        seen.append(torch.get_num_threads())
-        return forward(self, *args, **kwargs)
-
-    monkeypatch.setattr(BiLM, "forward", recording_forward)
+    seen = recording_threads(monkeypatch)
     before = torch.get_num_threads()
     nlp("Threads are a setting of the pipe .")
     assert seen and set(seen) == {setting}
@@ -70,3 +86,51 @@ def test_a_bad_threads_setting_is_a_clear_error(bilm_files, bad) -> None:
     nlp = spacy.blank("en")
     with pytest.raises(Exception, match="threads"):
         nlp.add_pipe("elmo", config={**elmo_config(bilm_files), "threads": bad})
+
+
+def test_auto_leaves_torchs_count_alone_beside_other_python_threads(bilm_files, monkeypatch) -> None:
+    """Their torch calls would run at the count set for ours: ``auto`` keeps torch's."""
+    monkeypatch.setattr(threads_module, "available_cores", lambda: torch.get_num_threads() + 1)
+    monkeypatch.setattr(threads_module, "busy_elsewhere", lambda: 0)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config(bilm_files))
+    nlp.initialize()
+    seen = recording_threads(monkeypatch)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        nlp("Another thread runs .")
+    finally:
+        stop.set()
+        other.join()
+    assert seen and set(seen) == {torch.get_num_threads()}
+
+
+def test_a_pipe_that_decided_on_an_idle_machine_measures_nothing_new_beside_a_busy_one(
+    bilm_files, monkeypatch, tmp_path, alone
+) -> None:
+    """``precision = "auto"`` decides for the cores the process may use (2 here) on the first call;
+    a call beside a busy process runs on 1 thread, and neither measures nor decides again."""
+    monkeypatch.delenv(PRECISION_ENV)
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
+    monkeypatch.setattr(autotune, "_decided", {})
+    monkeypatch.setattr(autotune, "MIN_MEASURED_FLOPS", 0)  # the tiny biLM measured (by the fake below)
+    measured: List[int] = []  # torch's thread count at each measurement
+
+    def measure(passes, precisions, n_tokens, clock):
+        measured.append(torch.get_num_threads())
+        return {precision: autotune.Trial(100.0, 1.0) for precision in precisions}
+
+    monkeypatch.setattr(autotune, "measure", measure)
+    monkeypatch.setattr(threads_module, "available_cores", lambda: 2)
+    load = {"others": 0}
+    monkeypatch.setattr(threads_module, "busy_elsewhere", lambda: load["others"])
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config(bilm_files, precision="auto"))
+    nlp.initialize()
+    seen = recording_threads(monkeypatch)
+    nlp("An idle machine .")
+    load["others"] = 1
+    nlp("A busy one .")
+    assert seen == [2, 1] and measured == [2]
