@@ -6,7 +6,7 @@ meets and keeps it for the life of the process: about half a MB each (0.5 MB for
 every row count from one to a batch's rows (an LSTM step runs the rows still running; the char
 CNN's rows are tokens times positions), so a service fed batches of varying sizes grew by tens of
 MB per thousand docs, without bound. Rounding the rows up to one of at most eight counts per
-doubling bounds the kernels (71 up to 2,048 rows) for at most an eighth more rows. float32
+doubling bounds the kernels (72 up to 2,048 rows) for at most an eighth more rows. float32
 products (MKL) and GPUs compile nothing per shape and run unpadded.
 """
 
