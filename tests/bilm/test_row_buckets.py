@@ -53,3 +53,25 @@ def test_the_int8_kernel_sees_padded_rows_and_returns_the_given_ones(monkeypatch
     out = int8.linear(x, packed)
     assert seen == [20] and out.shape == (19, 16)
     torch.testing.assert_close(out, expected)
+
+
+def test_a_bf16_pass_multiplies_only_padded_row_counts(monkeypatch) -> None:
+    from ..helpers import random_bilm
+
+    bilm = random_bilm(precision="bf16", cache_size=0).eval()
+    rows_seen = set()
+    products = {"bmm": torch.bmm, "linear": torch.nn.functional.linear}
+
+    def recording(name: str, rows_dim: int):
+        def product(x, *args, **kwargs):
+            if x.dtype == torch.bfloat16:
+                rows_seen.add(x.shape[rows_dim] if x.dim() == 3 else x.shape[0])
+            return products[name](x, *args, **kwargs)
+        return product
+
+    monkeypatch.setattr(torch, "bmm", recording("bmm", 1))
+    monkeypatch.setattr(torch.nn.functional, "linear", recording("linear", 0))
+    with torch.no_grad():
+        for n_sentences in (3, 17, 23):
+            bilm([["word"] * (5 + i % 7) for i in range(n_sentences)])
+    assert rows_seen and all(rows == padded_rows(rows) for rows in rows_seen)
