@@ -14,6 +14,7 @@ from torch.nn import functional as F
 from .chars import CHAR_PADDING
 from .options import ElmoOptions
 from .precision import LowPrecisionWeights
+from .row_buckets import on_padded_rows
 
 
 def linear(x: Tensor, layer: nn.Linear, dtype: torch.dtype, copies: LowPrecisionWeights, name: str) -> Tensor:
@@ -25,7 +26,7 @@ def linear(x: Tensor, layer: nn.Linear, dtype: torch.dtype, copies: LowPrecision
     if dtype == torch.float32:
         return layer(x)
     weight = copies.get(name, dtype, [layer.weight], lambda: layer.weight)
-    return F.linear(x.to(dtype), weight).float() + layer.bias
+    return on_padded_rows(lambda rows: F.linear(rows, weight), x.to(dtype), 0).float() + layer.bias
 
 
 class Highway(nn.Module):
@@ -86,6 +87,18 @@ class CharCNN(nn.Module):
         """Convolution ``index``'s maximum per filter over positions (see :func:`filter_maxima`)."""
         return filter_maxima(self.convolutions[index], chars, self.low_precision, f"conv{index}")
 
+    def positions_per_token(self, written: numpy.ndarray) -> numpy.ndarray:
+        """The character positions a chunk ending at each token needs, from the tokens' written
+        (non-padding) ids, as :meth:`positions_needed` counts them. Shape: (n_tokens,) -> (n_tokens,)."""
+        widest = max(width for width, _ in self.options.filters)
+        return numpy.minimum(written + widest, self.options.max_characters_per_token)
+
+    def bytes_per_position(self) -> int:
+        """The float32 bytes that one token position takes in the largest convolution: its unfolded
+        window (char_dim x width) and its products (one per filter)."""
+        char_dim = self.options.char_embedding_dim
+        return 4 * max(char_dim * width + count for width, count in self.options.filters)
+
     def positions_needed(self, char_ids: numpy.ndarray) -> int:
         """How many leading character positions give the same maxima as all of them (see
         :func:`positions_needed`). Shape: (n_tokens, max_characters)."""
@@ -111,8 +124,14 @@ def filter_maxima(conv: nn.Conv1d, chars: Tensor, copies: LowPrecisionWeights, n
     if chars.dtype != torch.float32:
         weight = copies.get(name, chars.dtype, [conv.weight], lambda: conv.weight)
     windows = chars.unfold(1, width, 1)  # (n_tokens, positions - width + 1, char_dim, width), a view
-    products = F.linear(windows.reshape(*windows.shape[:2], char_dim * width), weight.reshape(count, char_dim * width))
-    return products.amax(dim=1).float() + conv.bias
+    n_tokens, n_windows = windows.shape[:2]
+    rows = windows.reshape(n_tokens * n_windows, char_dim * width)
+    filters = weight.reshape(count, char_dim * width)
+    if chars.dtype == torch.float32:
+        products = F.linear(rows, filters)
+    else:
+        products = on_padded_rows(lambda padded: F.linear(padded, filters), rows, 0)
+    return products.view(n_tokens, n_windows, count).amax(dim=1).float() + conv.bias
 
 
 def positions_needed(char_ids: numpy.ndarray, padding: int, filters: Sequence[Tuple[int, int]]) -> int:

@@ -32,6 +32,7 @@ from torch import Tensor
 
 from .offload import MOVING, offload
 from .precision import tensor_versions
+from .row_buckets import on_padded_rows
 
 # What `torch.backends.quantized.engine` must be for prepacked int8 linears: fbgemm on x86 (the
 # "x86" engine picks fbgemm or onednn), qnnpack on ARM.
@@ -105,8 +106,9 @@ def pack(weight: Tensor, bias: Optional[Tensor]) -> Packed:
 
 
 def linear(x: Tensor, packed: Packed) -> Tensor:
-    """``x @ weight.T + bias`` through the int8 kernel. Shape: (n, in) float32 -> (n, out) float32."""
-    return torch.ops.quantized.linear_dynamic(x.contiguous(), packed, False)
+    """``x @ weight.T + bias`` through the int8 kernel, on bounded row counts (see
+    :mod:`.row_buckets`). Shape: (n, in) float32 -> (n, out) float32."""
+    return on_padded_rows(lambda rows: torch.ops.quantized.linear_dynamic(rows.contiguous(), packed, False), x, 0)
 
 
 class Int8Weights:

@@ -15,6 +15,7 @@ step's input beside the previous output, and the directions run one after the ot
 """
 
 import math
+from functools import partial
 from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
@@ -27,6 +28,7 @@ from .fused_lstm import use_fused_lstm
 from .gathered_gradients import GatheredWeight
 from .options import ElmoOptions
 from .precision import INT8, LowPrecisionWeights
+from .row_buckets import on_padded_rows
 
 # The float32 gates of a window of timesteps whose input products are computed in one product:
 # small enough to stay in a CPU's cache between the product that writes them and the steps that
@@ -316,7 +318,7 @@ def _input_gates(flat: Tensor, weight: Weight, bias: Optional[Tensor], out: Opti
         return product if bias is None else torch.add(product, bias)
     if bias is None:
         return torch.bmm(flat, weight, out=out)
-    return out.copy_(torch.bmm(flat, weight)).add_(bias)
+    return out.copy_(_product(flat, weight)).add_(bias)
 
 
 def _add_recurrent(gates: Tensor, hidden: Tensor, weight: Weight, in_place: bool) -> Tensor:
@@ -329,7 +331,7 @@ def _add_recurrent(gates: Tensor, hidden: Tensor, weight: Weight, in_place: bool
         return gates + _product(hidden.to(weight.dtype), weight)
     if weight.dtype == torch.float32:
         return gates.baddbmm_(hidden, weight)
-    return gates.add_(torch.bmm(hidden.to(weight.dtype), weight))
+    return gates.add_(_product(hidden.to(weight.dtype), weight))
 
 
 def _project(cell_output: Tensor, projection: Weight) -> Tensor:
@@ -343,8 +345,10 @@ def _project(cell_output: Tensor, projection: Weight) -> Tensor:
 
 
 def _product(x: Tensor, weight: Weight) -> Tensor:
-    """``torch.bmm(x, weight)``, the weight's gradient gathered where it is a :class:`GatheredWeight`."""
-    return weight(x) if isinstance(weight, GatheredWeight) else torch.bmm(x, weight)
+    """``torch.bmm(x, weight)``, the weight's gradient gathered where it is a :class:`GatheredWeight`;
+    in low precision on bounded row counts (see :mod:`.row_buckets`). Shape: (2, rows, in) -> (2, rows, out)."""
+    product = weight if isinstance(weight, GatheredWeight) else partial(torch.bmm, mat2=weight)
+    return product(x) if weight.dtype == torch.float32 else on_padded_rows(product, x, 1)
 
 
 class BiLSTMStack(nn.Module):

@@ -30,7 +30,9 @@ STATE_MODES: Tuple[str, ...] = ("zero", "warm", "carry")
 SENTENCE_START: Hashable = ("<boundary>", "start")
 SENTENCE_END: Hashable = ("<boundary>", "end")
 
-CHAR_CNN_CHUNK = 1024  # tokens per char-CNN call: bounds the convolution activations
+# The char CNN runs in chunks of tokens whose largest convolution's unfolded windows and products
+# take at most this many bytes: bounded working memory whatever the batch and the token lengths.
+CHAR_CNN_CHUNK_BYTES = 16 * 2**20
 
 
 @dataclass(frozen=True)
@@ -291,10 +293,13 @@ class BiLM(nn.Module):
         lstm_layers, final_state = self.lstm(tokens, host_lengths, state, dtype)
         if carry:
             self._remember(final_state)
-        layers = torch.stack([torch.cat([tokens, tokens], dim=-1), *lstm_layers])
-        mask = torch.arange(tokens.shape[0], device=self.device).unsqueeze(1) < lengths  # (time, batch)
-        layers = layers * mask.unsqueeze(-1).to(layers.dtype)
-        return BiLMOutput(layers.transpose(1, 2), lengths, final_state)
+        # One copy into the output's layout, (n_layers + 1, batch, time, width), contiguous, so that
+        # callers can view a batch's positions as rows; padding is zeroed in place.
+        by_row = [layer.transpose(0, 1) for layer in (torch.cat([tokens, tokens], dim=-1), *lstm_layers)]
+        layers = torch.stack(by_row)
+        mask = torch.arange(tokens.shape[0], device=self.device) < lengths.unsqueeze(1)  # (batch, time)
+        layers.mul_(mask.unsqueeze(-1).to(layers.dtype))
+        return BiLMOutput(layers, lengths, final_state)
 
     def embed_sentences(self, sentences: Sequence[Sequence[str]]) -> List[numpy.ndarray]:
         """ELMo layers for each sentence, without boundary positions.
@@ -438,13 +443,14 @@ class BiLM(nn.Module):
         if not len(positions):
             return self.char_cnn.projection.weight.new_zeros((0, self.options.projection_dim))
         char_ids = self.char_ids([tokens[p] for p in positions])
-        order = numpy.argsort((char_ids != CHAR_PADDING).sum(axis=1), kind="stable")
+        written = (char_ids != CHAR_PADDING).sum(axis=1)
+        order = numpy.argsort(written, kind="stable")
         sorted_ids = char_ids[order]
         encoded = []
-        for begin in range(0, len(sorted_ids), CHAR_CNN_CHUNK):
-            chunk = sorted_ids[begin : begin + CHAR_CNN_CHUNK]
-            chunk = torch.from_numpy(chunk[:, : self.char_cnn.positions_needed(chunk)]).to(self.device)
-            encoded.append(self.char_cnn(chunk, cnn_dtype, trimmed=True))
+        for chunk in _chunks(self.char_cnn.positions_per_token(written[order]), self.char_cnn.bytes_per_position()):
+            ids = sorted_ids[chunk]
+            ids = torch.from_numpy(ids[:, : self.char_cnn.positions_needed(ids)]).to(self.device)
+            encoded.append(self.char_cnn(ids, cnn_dtype, trimmed=True))
         restore = torch.from_numpy(numpy.argsort(order)).to(self.device)
         return torch.cat(encoded)[restore]
 
@@ -471,6 +477,21 @@ class BiLM(nn.Module):
             batch.append(i)
         if batch:
             yield batch
+
+
+def _chunks(positions: numpy.ndarray, bytes_per_position: int) -> Iterator[slice]:
+    """Consecutive slices of tokens, each needing at most :data:`CHAR_CNN_CHUNK_BYTES` (or one token).
+
+    ``positions``: the character positions each token needs, non-decreasing (tokens sorted by
+    length), so a chunk's padded width is that of its last token.
+    """
+    budget = CHAR_CNN_CHUNK_BYTES // bytes_per_position  # positions a chunk may hold
+    begin = 0
+    while begin < len(positions):
+        padded = numpy.arange(1, len(positions) - begin + 1) * positions[begin:]  # a chunk ending at each token
+        end = begin + max(1, int(numpy.searchsorted(padded, budget, side="right")))
+        yield slice(begin, end)
+        begin = end
 
 
 def _token_index(sequences: Sequence[Sequence[Hashable]]) -> Tuple[List[Hashable], Tensor]:

@@ -245,32 +245,43 @@ def _run_frozen(model: Model, docs: List[Doc], plan: SegmentPlan, use_cache: boo
         missing = [k for k, value in enumerate(found) if value is None]
         for k, value in zip(missing, store.get_many([keys[groups[k][0]] for k in missing], bilm)):
             found[k] = ops.asarray3f(value) if value is not None else None
-    place([(i, value) for group, value in zip(groups, found) if value is not None for i in group])
+    known = [(group, value) for group, value in zip(groups, found) if value is not None]
+    if known:
+        columns = numpy.cumsum([0] + [value.shape[1] for _, value in known[:-1]])
+        values = ops.xp.concatenate([value for _, value in known], axis=1)
+        place([(i, first) for (group, _), first in zip(known, columns) for i in group], values)
     todo = [g for g, value in zip(groups, found) if value is None]
     shim = model.shims[0]
     for batch in bilm.batches([plan.sentences[g[0]] for g in todo]) if todo else ():
         output = shim.predict(ArgsKwargs(args=([plan.sentences[todo[b][0]] for b in batch],), kwargs={}))
-        layers = torch2xp(output.layers.float(), ops=ops)
-        values = [layers[:, row, 1 : len(plan.sentences[todo[b][0]]) + 1] for row, b in enumerate(batch)]
-        place([(i, value) for b, value in zip(batch, values) for i in todo[b]])
+        layers = torch2xp(output.layers.float(), ops=ops)  # (n_layers + 1, rows, time, width)
+        del output
+        n_layers, rows, n_steps, width = layers.shape
+        # the rows' positions as columns: row r's sentence starts at column r * n_steps + 1
+        place([(i, row * n_steps + 1) for row, b in enumerate(batch) for i in todo[b]],
+              layers.reshape(n_layers, rows * n_steps, width))
         if cache is not None:
-            for b, value in zip(batch, values):
+            for row, b in enumerate(batch):
+                value = layers[:, row, 1 : len(plan.sentences[todo[b][0]]) + 1]
                 cache.put(keys[todo[b][0]], ops.xp.ascontiguousarray(value))
+        del layers  # freed before the next batch's are made: one batch's layers at a time
     return split_by_lengths(ops.xp, flat, doc_lengths, axis=1)
 
 
 def _placements(
     flat: Floats3d, plan: SegmentPlan, doc_lengths: Sequence[int]
-) -> Callable[[Sequence[Tuple[int, Floats3d]]], None]:
+) -> Callable[[Sequence[Tuple[int, int]], Floats3d], None]:
     """A function that writes sentences' layers into ``flat``, (n_layers + 1, n_tokens, width), the
-    docs' tokens one after another: ``place([(i, layers of sentence i), ...])``, each
-    (n_layers + 1, len, width).
+    docs' tokens one after another: ``place([(i, first), ...], values)`` writes sentence ``i``'s
+    layers, ``values[:, first : first + len(sentence i)]``, where ``values`` is
+    (n_layers + 1, columns, width): a biLM batch's rows viewed as columns, or cached layers side by side.
 
     Which token each sentence position fills is worked out once, on the host, from
     ``plan.sources``; overlap positions that another window owns, and whitespace tokens, are
-    left out (their rows stay as they are: zero, or the owning window's). A call is one
-    concatenation and one scatter, whatever the number of sentences: on a GPU, a scatter and
-    two copies per sentence were a large part of a training step.
+    left out (their rows stay as they are: zero, or the owning window's). A call is one scatter
+    per layer, whatever the number of sentences (on a GPU, a scatter and two copies per sentence
+    were a large part of a training step), and its temporary holds one layer of the written
+    positions, not a copy of the batch.
     """
     flat_token = numpy.full(plan.n_positions, -1, dtype=numpy.int64)
     offset = 0
@@ -280,15 +291,17 @@ def _placements(
         offset += length
     starts = numpy.cumsum([0] + [len(sentence) for sentence in plan.sentences])
 
-    def place(sentences: Sequence[Tuple[int, Floats3d]]) -> None:
+    def place(sentences: Sequence[Tuple[int, int]], values: Floats3d) -> None:
         if not sentences:
             return
         targets = numpy.concatenate([flat_token[starts[i] : starts[i + 1]] for i, _ in sentences])
-        owned = numpy.flatnonzero(targets >= 0)
-        if len(owned):
+        columns = numpy.concatenate([numpy.arange(first, first + starts[i + 1] - starts[i]) for i, first in sentences])
+        owned = targets >= 0
+        if owned.any():
             xp = get_array_module(flat)
-            values = xp.concatenate([value for _, value in sentences], axis=1)
-            flat[:, xp.asarray(targets[owned])] = values[:, xp.asarray(owned)]
+            targets, columns = xp.asarray(targets[owned]), xp.asarray(columns[owned])
+            for layer in range(flat.shape[0]):
+                flat[layer, targets] = values[layer, columns]
 
     return place
 
