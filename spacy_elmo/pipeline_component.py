@@ -362,6 +362,7 @@ class Elmo(TrainablePipe):
         for listener in self.listeners:
             self._size_listener(listener)
         self._loaded = True
+        self._prepare_inference()
 
     def _load_once(self) -> None:
         """:meth:`_load` on first use (predict, update, saving) where no weights are in place.
@@ -430,6 +431,15 @@ class Elmo(TrainablePipe):
         """Install deserialized weights: their first use reads no files."""
         set_bilm(self.model, bilm)
         self._loaded = True
+        self._prepare_inference()
+
+    def _prepare_inference(self) -> None:
+        """A frozen biLM on the CPU makes its inference weights as it loads (see
+        :meth:`BiLM.prepare_inference`), with the threads it will run with."""
+        bilm = get_bilm(self.model)
+        if self.model.attrs["freeze"] and bilm.device.type == "cpu":
+            with torch_threads(self._threads()):
+                bilm.prepare_inference()
 
 
 def _excluded(exclude: Iterable[str]) -> Set[str]:

@@ -253,6 +253,16 @@ class BiLM(nn.Module):
             table, index = self.token_table([(SENTENCE_START, *sentence, SENTENCE_END) for sentence in sentences])
             return self._forward(sentences, table, index, state, products.dtype)
 
+    def prepare_inference(self) -> None:
+        """Make now, not in the first call, what inference's products need: ``auto``'s decision,
+        and the low-precision weight copies or int8 packs, after which their float32 sources move
+        to disk (:mod:`.offload`). The first batch then does not hold the weights in two forms
+        beside its own working memory, and a service's first request waits for none of it. One
+        zero-state pass over one token, its outputs dropped; nothing to make in fp32."""
+        precision = self.products_for(training=False).precision
+        if precision != "fp32":
+            self.layers_at([["."]], precision)
+
     def layers_at(self, sentences: Sequence[Sequence[str]], precision: Precision, training: bool = False) -> Tensor:
         """:attr:`BiLMOutput.layers` of one zero-state pass with the products in ``precision``
         (explicit), without the token cache: what ``"auto"`` times (:mod:`.autotune`). The

@@ -35,6 +35,11 @@ TRAINING_KEYS = {
 }
 ACTIVATIONS = ("relu", "tanh")
 
+# The published 'Original' model's sizes where they differ from :class:`ElmoOptions`' defaults (the
+# 'Small' model's): ``ElmoOptions(**ORIGINAL_SIZES)``, or the same keys in ``[components.elmo.model]``
+# for a random biLM of that size, as benchmarks build one.
+ORIGINAL_SIZES: Dict[str, int] = {"lstm_dim": 4096, "projection_dim": 512, "n_layers": 2, "n_highway": 2}
+
 
 @dataclass(frozen=True)
 class ElmoOptions:

@@ -73,3 +73,25 @@ def test_int8_serves_a_pipeline_and_refuses_fine_tuning_it(bilm_files) -> None:
         nlp.update(make_examples(nlp), sgd=nlp.create_optimizer())
     frozen = build_ner_textcat(bilm_files, precision="int8", freeze=True)
     frozen.update(make_examples(frozen), sgd=frozen.create_optimizer())  # a frozen biLM needs no gradient
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_a_frozen_biLM_makes_its_inference_weights_as_it_loads(bilm_files, tmp_path, freeze: bool) -> None:
+    """bf16 copies are made at initialize and at load, not in the first batch; a biLM to be
+    fine-tuned makes none (its weights change with every step)."""
+
+    def copies(nlp) -> int:
+        return len(get_bilm(nlp.get_pipe("elmo").model).char_cnn.low_precision)
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config(bilm_files, precision="bf16", freeze=freeze))
+    nlp.initialize()
+    assert (copies(nlp) > 0) == freeze
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert (copies(loaded) > 0) == freeze
+    made = copies(loaded)
+    first = [doc._.elmo_vectors for doc in loaded.pipe(TEXTS)]
+    assert not freeze or copies(loaded) == made
+    for got, expected in zip(first, [doc._.elmo_vectors for doc in nlp.pipe(TEXTS)]):
+        numpy.testing.assert_allclose(got, expected, rtol=1e-5)
