@@ -11,7 +11,7 @@ use, without the ``nlp.initialize()`` that would reset the other components.
 
 import os
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy
 import spacy.util
@@ -267,11 +267,19 @@ class Elmo(TrainablePipe):
             )
         return self.model.ops.asarray1f(weights)
 
-    def _threads(self) -> Threads:
-        """The ``threads`` setting; one thread in a worker forked by ``nlp.pipe(n_process=...)``.
+    def __setstate__(self, state: Tuple) -> None:
+        """Unpickled (a ``spawn`` or ``forkserver`` worker, Spark, Dask, Ray): the component runs
+        in this process as its own, with its ``threads`` setting (see :meth:`_threads`)."""
+        super().__setstate__(state)  # spaCy's pipes pickle their fields as a tuple
+        self._pid = os.getpid()
 
-        Several processes each running torch's full thread pool oversubscribe the cores and
-        can deadlock in a thread pool inherited through fork.
+    def _threads(self) -> Threads:
+        """The ``threads`` setting; one thread in a process forked from the one that made or
+        unpickled the component (``nlp.pipe(n_process=...)`` under ``fork``).
+
+        Several processes each running torch's full thread pool oversubscribe the cores, and a
+        thread pool inherited through fork can deadlock. An unpickled copy keeps its setting:
+        ``"auto"`` leaves other busy processes (the other workers) their cores.
         """
         if os.getpid() != self._pid:
             torch.set_num_threads(1)

@@ -238,3 +238,28 @@ def test_a_named_upstream_listens_to_that_name_only(bilm_files) -> None:
         nlp(TEXTS[0])
     nlp.rename_pipe("contextual", "elmo")
     assert_same_docs(list(nlp.pipe(TEXTS)), expected)
+
+
+def threads_of_the_unpickled(data: bytes) -> object:
+    """In a fresh process: the thread setting the unpickled component runs with."""
+    return pickle.loads(data).get_pipe("elmo")._threads()
+
+
+def threads_in_a_fork(nlp: Language) -> object:
+    """In a child forked with ``nlp`` in its memory, not pickled: the thread setting it runs with."""
+    context = multiprocessing.get_context("fork")
+    found = context.Queue()
+    child = context.Process(target=lambda: found.put(nlp.get_pipe("elmo")._threads()))
+    child.start()
+    child.join(60)
+    return found.get(timeout=1)
+
+
+@pytest.mark.slow
+def test_an_unpickled_pipeline_keeps_its_threads_and_a_forked_one_takes_one(bilm_files) -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={**elmo_config(bilm_files, precision="fp32"), "threads": 2})
+    nlp.initialize()
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(threads_of_the_unpickled, (pickle.dumps(nlp),)) == 2
+    assert threads_in_a_fork(nlp) == 1
