@@ -107,7 +107,7 @@ def pipe(
 
 
 @app.command("measure-stream", hidden=True)
-def measure_stream(docs: int, every: int, zones: bool, threads: int) -> None:
+def measure_stream(docs: int, every: int, threads: int, zones: bool = typer.Option(False, "--zones/--no-zones")) -> None:
     nlp = pipeline("bundled", "auto", threads)
     rows = [{"docs": 0, "rss": rss_mib(), "strings": len(nlp.vocab.strings)}]
     texts = made_up_texts(docs)
@@ -131,7 +131,7 @@ def stream(
     threads: int = typer.Option(1, help="torch threads"),
 ) -> None:
     """RSS over a long stream through the bundled biLM, with and without nlp.memory_zone()."""
-    runs = {zones: child(["measure-stream", str(docs), str(every), "--zones" if zones else "--no-zones", str(threads)])
+    runs = {zones: child(["measure-stream", str(docs), str(every), str(threads), "--zones" if zones else "--no-zones"])
             for zones in (False, True)}
     typer.echo(f"bundled biLM, precision auto, fresh made-up words; {machine()}")
     typer.echo(f"{'docs':>7} {'RSS':>6} {'strings':>8} | {'RSS, zones':>10} {'strings':>8}  (MiB)")
