@@ -44,6 +44,7 @@ from filelock import FileLock
 
 from ..fileio import atomic_path
 from ..published.cache import CACHE_ENV, cache_root
+from . import compat
 from .int8 import int8_available
 from .options import ElmoOptions
 from .precision import PRECISION_ENV, check_precision, cpu_has_native_bf16
@@ -277,7 +278,7 @@ def _well_formed(entry: object) -> bool:
 def decision_fields(options: ElmoOptions, threads: int, training: bool = False) -> Dict[str, object]:
     """What a measured decision depends on: the pass, the CPU, torch, the thread count, the
     model's shapes, and how the biLM computes (:data:`KERNELS`)."""
-    capabilities = torch.cpu.get_capabilities()
+    capabilities = compat.cpu_capabilities()
     flags = sorted(name for name, value in capabilities.items() if value is True)
     shapes = {name: value for name, value in options.to_dict().items() if name in ("lstm", "char_cnn")}
     return {"pass": PASSES[training], "cpu": capabilities.get("cpu_name", ""), "flags": flags, "threads": threads,
