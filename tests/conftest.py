@@ -9,7 +9,10 @@ import torch
 
 from spacy_elmo import BiLM
 
-from .helpers import FIXTURE_DIR, cuda_fp32_precision, random_bilm, record_bilm_sentences, write_bilm_files, write_examples_corpus
+from .helpers import (
+    FIXTURE_DIR, cuda_fp32_precision, random_bilm, record_bilm_sentences, set_cuda_fp32_precision, write_bilm_files,
+    write_examples_corpus,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -65,6 +68,6 @@ def tf32_allowed() -> Iterator[None]:
     The settings are plain process-wide values, also in a torch built without CUDA.
     """
     matmul, conv = cuda_fp32_precision()
-    torch.backends.cuda.matmul.fp32_precision = torch.backends.cudnn.conv.fp32_precision = "tf32"
+    set_cuda_fp32_precision("tf32", "tf32")
     yield
-    torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = matmul, conv
+    set_cuda_fp32_precision(matmul, conv)
