@@ -9,10 +9,7 @@ import torch
 
 from spacy_elmo import BiLM
 
-from .helpers import (
-    FIXTURE_DIR, cuda_fp32_precision, random_bilm, record_bilm_sentences, set_cuda_fp32_precision, write_bilm_files,
-    write_examples_corpus,
-)
+from .helpers import FIXTURE_DIR, cuda_fp32_precision, random_bilm, record_bilm_sentences, write_bilm_files, write_examples_corpus
 
 
 @pytest.fixture(autouse=True)
@@ -68,6 +65,6 @@ def tf32_allowed() -> Iterator[None]:
     The settings are plain process-wide values, also in a torch built without CUDA.
     """
     matmul, conv = cuda_fp32_precision()
-    set_cuda_fp32_precision("tf32", "tf32")
+    torch.backends.cuda.matmul.fp32_precision = torch.backends.cudnn.conv.fp32_precision = "tf32"
     yield
-    set_cuda_fp32_precision(matmul, conv)
+    torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = matmul, conv

@@ -120,20 +120,8 @@ def hdf5_arrays(path: Path) -> Dict[str, numpy.ndarray]:
 
 def cuda_fp32_precision() -> Tuple[str, str]:
     """How CUDA may compute float32 products: torch's matmul and cuDNN's convolution settings
-    ("ieee" or "tf32"), process-wide values that exist also in a torch built without CUDA.
-    Before torch 2.9 (no ``torch.backends.cudnn.conv``), the ``allow_tf32`` flags, so named."""
-    if hasattr(torch.backends.cudnn, "conv"):
-        return torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision
-    matmul, conv = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    return "tf32" if matmul else "ieee", "tf32" if conv else "ieee"
-
-
-def set_cuda_fp32_precision(matmul: str, conv: str) -> None:
-    """Set what :func:`cuda_fp32_precision` reads: ``"ieee"`` or ``"tf32"`` each."""
-    if hasattr(torch.backends.cudnn, "conv"):
-        torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = matmul, conv
-    else:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul == "tf32", conv == "tf32"
+    ("ieee" or "tf32"), process-wide values that exist also in a torch built without CUDA."""
+    return torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision
 
 
 def record_own_precision(monkeypatch, module) -> List[Tuple[torch.device, torch.dtype]]:

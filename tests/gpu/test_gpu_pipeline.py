@@ -19,7 +19,6 @@ from ..helpers import (
     assert_float32_close,
     build_ner_textcat,
     count_bilm_calls,
-    cuda_fp32_precision,
     elmo_config,
     make_examples,
 )
@@ -110,7 +109,7 @@ def test_fp32_is_float32_on_the_gpu_even_where_tf32_is_allowed(bilm_files, tf32_
     found = elmo_layers(elmo_only(bilm_files, precision="fp32"))
     for got, want in zip(found, expected):
         assert_float32_close(got, want, rtol=FLOAT32_RTOL)
-    assert cuda_fp32_precision() == ("tf32", "tf32")
+    assert (torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision) == ("tf32", "tf32")
 
 
 def test_auto_is_bf16_on_a_gpu_with_native_bf16_and_close_to_fp32() -> None:
