@@ -345,8 +345,7 @@ class BiLM(nn.Module):
     def weights_written(self) -> None:
         """Report that the parameters were written outside torch (thinc's optimizer writes them
         in place through array views), so that :meth:`fingerprint` changes as for any torch write."""
-        for parameter in self.parameters():  # one at a time: a list needs torch >= 2.8
-            torch.autograd.graph.increment_version(parameter)
+        torch.autograd.graph.increment_version(list(self.parameters()))
 
     def release_product_copies(self) -> None:
         """Forget every low-precision weight copy and int8 pack (the next pass remakes those of

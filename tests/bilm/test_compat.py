@@ -83,10 +83,3 @@ def test_other_errors_under_a_property_pass_unchanged(monkeypatch):
     monkeypatch.setattr(BiLM, "_measured_auto", lambda self, training: "fp64")
     with pytest.raises(ValueError, match="fp64"):
         bilm.products
-
-
-def test_weights_written_advances_every_parameters_version():
-    bilm = BiLM(tiny_options())
-    before = [parameter._version for parameter in bilm.parameters()]
-    bilm.weights_written()
-    assert [parameter._version for parameter in bilm.parameters()] == [v + 1 for v in before]
