@@ -49,8 +49,9 @@ test: install
 test-fast: install
 	$(BIN)/python -m pytest -q $(FAST_TESTS)
 
-# Its torch like install's: the CPU build from PyTorch's CPU index, else PyPI's (CUDA) build, which
-# runs on the CPU too; then everything else at its floor, the test extras included.
+# torch found as install finds it (the CPU build from PyTorch's CPU index, else PyPI's CUDA build,
+# which runs on the CPU too), then every other requirement at its floor, the test extra's included;
+# pip check: the floors must fit each other's requirements.
 $(FLOORS_BIN)/.installed: setup.cfg pyproject.toml $(FLOORS)
 	$(FLOORS_PYTHON) -c "import sys; sys.exit(sys.version_info[:2] != (3, 10))" \
 		|| { echo "test-floors needs Python 3.10, setup.cfg's python_requires floor: FLOORS_PYTHON=/path/to/python3.10"; exit 1; }
