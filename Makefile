@@ -12,8 +12,17 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 GPU_VENV ?= .venv-gpu
 GPU_BIN := $(GPU_VENV)/bin
 TORCH_GPU ?= torch==2.13.0
+# test-floors: the oldest release of each dependency that setup.cfg allows (constraints/floors.txt),
+# on the oldest Python it allows, in an environment of its own.
+FLOORS := constraints/floors.txt
+FLOORS_PYTHON ?= python3.10
+FLOORS_VENV ?= .venv-floors
+FLOORS_BIN := $(FLOORS_VENV)/bin
+TORCH_FLOOR := $(shell grep '^torch==' $(FLOORS))
+# make test-fast's selection, which test-floors runs too.
+FAST_TESTS := -m "not slow and not gpu" --ignore=tests/project tests
 
-.PHONY: install test test-fast test-gpu demo parity benchmark
+.PHONY: install test test-fast test-floors test-gpu demo parity benchmark
 
 # The index attempt gives up fast (--timeout 10 --retries 0) and logs to $(VENV)/torch-index.log.
 $(BIN)/.installed: setup.cfg pyproject.toml
@@ -38,7 +47,30 @@ test: install
 # The library's tests without the slow end-to-end runs (marked slow: spacy train, pretraining runs,
 # subprocesses, Ray, torchrun, n_process) and the project's scripts: for edit-test loops, under a minute.
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow and not gpu" --ignore=tests/project tests
+	$(BIN)/python -m pytest -q $(FAST_TESTS)
+
+# torch found as install finds it (the CPU build from PyTorch's CPU index, else PyPI's CUDA build,
+# which runs on the CPU too), then every other requirement at its floor, the test extra's included;
+# pip check: the floors must fit each other's requirements.
+$(FLOORS_BIN)/.installed: setup.cfg pyproject.toml $(FLOORS)
+	$(FLOORS_PYTHON) -c "import sys; sys.exit(sys.version_info[:2] != (3, 10))" \
+		|| { echo "test-floors needs Python 3.10, setup.cfg's python_requires floor: FLOORS_PYTHON=/path/to/python3.10"; exit 1; }
+	$(FLOORS_PYTHON) -m venv $(FLOORS_VENV)
+	$(FLOORS_BIN)/pip install --quiet --upgrade pip
+	$(FLOORS_BIN)/pip install --quiet --timeout 10 --retries 0 --index-url $(TORCH_CPU_INDEX) $(TORCH_FLOOR) \
+		> $(FLOORS_VENV)/torch-index.log 2>&1 \
+		|| { echo "no $(TORCH_FLOOR) from $(TORCH_CPU_INDEX) (see $(FLOORS_VENV)/torch-index.log): from the default index"; \
+		     $(FLOORS_BIN)/pip install --quiet -c $(FLOORS) $(TORCH_FLOOR); }
+	$(FLOORS_BIN)/pip install --quiet -c $(FLOORS) -e ".[test]"
+	$(FLOORS_BIN)/pip check
+	touch $@
+
+# test-fast's selection on the floors: run it before any change to a dependency, its floor or
+# its use of a newer API (README, development notes).
+test-floors: $(FLOORS_BIN)/.installed
+	$(FLOORS_BIN)/python -c "import torch, numpy, spacy, thinc; print('floors: torch', torch.__version__, \
+		'numpy', numpy.__version__, 'spacy', spacy.__version__, 'thinc', thinc.__version__)"
+	$(FLOORS_BIN)/python -m pytest -q $(FAST_TESTS)
 
 $(GPU_BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(GPU_VENV)

@@ -353,6 +353,7 @@ def bench(
 
     from .bilm import ElmoFileError
     from .bilm.autotune import BATCH_ROWS, BATCH_WORDS, PRECISION_ENV, decisions_path, remeasure, timing_batch
+    from .bilm.compat import cpu_capabilities
     from .bilm.roofline import bilm_products, flops_per_token, product_rates, report, roofline
 
     if threads is not None:
@@ -362,7 +363,7 @@ def bench(
     except (ValueError, OSError, ElmoFileError) as err:
         typer.secho(f"Error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
-    capabilities = torch.cpu.get_capabilities()
+    capabilities = cpu_capabilities()
     flags = ", ".join(f for f in ("avx512_bf16", "amx_bf16", "avx512_vnni", "avx_vnni") if capabilities.get(f))
     typer.echo(f"CPU {capabilities.get('cpu_name', '?')} ({flags or 'none of avx512_bf16, amx_bf16, avx512_vnni'}), "
                f"{torch.get_num_threads()} threads, torch {torch.__version__}; biLM {label}")

@@ -51,6 +51,7 @@ import torch
 
 from .decision_file import decision_key, decisions_path, locked, read_decisions, record_decision, recorded_rates
 from .identity import model_digest
+from . import compat
 from .int8 import int8_available
 from .options import ElmoOptions
 from .precision import PRECISION_ENV, check_precision, cpu_has_native_bf16
@@ -278,7 +279,7 @@ def decision_fields(options: ElmoOptions, threads: int, training: bool = False) 
     """What the speeds of a decision depend on: the pass, the CPU, torch, the thread count, the
     model's shapes, and how the biLM computes (:data:`KERNELS`). Its accuracy depends on the
     weights too: the cache file keys a decision on these and the weights' digest."""
-    capabilities = torch.cpu.get_capabilities()
+    capabilities = compat.cpu_capabilities()
     flags = sorted(name for name, value in capabilities.items() if value is True)
     shapes = {name: value for name, value in options.to_dict().items() if name in ("lstm", "char_cnn")}
     return {"pass": PASSES[training], "cpu": capabilities.get("cpu_name", ""), "flags": flags, "threads": threads,

@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from . import compat
 from .offload import MOVING, offload
 from .precision import tensor_versions
 from .row_buckets import on_padded_rows
@@ -72,7 +73,7 @@ def pack_engine() -> str:
     """The quantized engine the weights are packed for: ``onednn`` where this CPU has int8 dot
     products that oneDNN runs (:data:`ONEDNN_FEATURES`) and torch has the engine, else torch's
     current engine. A pack carries its engine: :func:`linear` runs it whatever the current one."""
-    capabilities = torch.cpu.get_capabilities()
+    capabilities = compat.cpu_capabilities()
     native = any(capabilities.get(feature, False) for feature in ONEDNN_FEATURES)
     if native and "onednn" in torch.backends.quantized.supported_engines:
         return "onednn"

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from ..fileio import PathLike
 from .char_cnn import CharCNN
 from .chars import CHAR_PADDING, boundary_char_ids, tokens_char_ids
+from .errors import module_property
 from .files import load_files, write_files
 from .lstm import BiLSTMStack, LSTMState
 from .offload import evict, return_freed_memory
@@ -120,19 +121,19 @@ class BiLM(nn.Module):
         self._carried: Optional[LSTMState] = None
         self._boundary_char_ids = boundary_char_ids(options.max_characters_per_token)
 
-    @property
+    @module_property
     def device(self) -> torch.device:
         return self.char_cnn.projection.weight.device
 
-    @property
+    @module_property
     def output_dim(self) -> int:
         return self.options.output_dim
 
-    @property
+    @module_property
     def n_output_layers(self) -> int:
         return self.options.n_layers + 1
 
-    @property
+    @module_property
     def dropout(self) -> float:
         """Dropout between the LSTM layers (active in training mode only)."""
         return float(self.lstm.dropout.p)
@@ -141,7 +142,7 @@ class BiLM(nn.Module):
     def dropout(self, p: float) -> None:
         self.lstm.dropout.p = p
 
-    @property
+    @module_property
     def precision(self) -> Precision:
         """``"fp32"``, ``"bf16"``, ``"int8"`` or ``"auto"``: the setting, as given (see :attr:`products`)."""
         return self._precision
@@ -151,7 +152,7 @@ class BiLM(nn.Module):
         check_precision(precision)
         self._precision = precision
 
-    @property
+    @module_property
     def products(self) -> Products:
         """What a call now runs its matrix products in: :meth:`products_for` training while
         gradients reach the parameters, else inference."""
@@ -169,7 +170,7 @@ class BiLM(nn.Module):
 
         return cpu_auto_precision(self, training)
 
-    @property
+    @module_property
     def settings(self) -> BiLMSettings:
         """The constructor arguments that the files do not hold."""
         return BiLMSettings(

@@ -41,6 +41,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Optio
 import torch
 from torch import Tensor
 
+from . import compat
 from .offload import MOVING, offload
 
 Precision = Literal["fp32", "bf16", "int8", "auto"]
@@ -71,7 +72,7 @@ def cpu_has_native_bf16() -> bool:
 
     Without either, torch emulates bf16 products, several times slower than float32.
     """
-    capabilities = torch.cpu.get_capabilities()
+    capabilities = compat.cpu_capabilities()
     return bool(capabilities.get("avx512_bf16", False) or capabilities.get("amx_bf16", False))
 
 

@@ -13,7 +13,7 @@ import torch
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm import autotune
+from spacy_elmo.bilm import autotune, compat
 from spacy_elmo.bilm.autotune import Trial
 from spacy_elmo.bilm.identity import weights_digest
 from spacy_elmo.bilm.precision import LowPrecisionWeights
@@ -189,7 +189,7 @@ def test_another_thread_count_or_other_shapes_are_measured_again(monkeypatch):
     fields = autotune.decision_fields(measured_options(), 1)
     assert fields != autotune.decision_fields(measured_options(), 2)
     assert fields != autotune.decision_fields(measured_options(lstm_dim=256), 1)
-    assert fields["cpu"] == torch.cpu.get_capabilities().get("cpu_name", "") and fields["torch"] == torch.__version__
+    assert fields["cpu"] == compat.cpu_capabilities().get("cpu_name", "") and fields["torch"] == torch.__version__
 
 
 @pytest.mark.parametrize("content", ["{not json", "[1, 2]", '{"k": {"choice": "fp64", "trials": {}}}', ""])

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM, pretrained_files
-from spacy_elmo.bilm import int8, precision
+from spacy_elmo.bilm import compat, int8, precision
 from spacy_elmo.pretraining.config import TrainingConfig
 
 from ..helpers import MIN_MEAN_COSINE, REAL_TEXT, mean_cosines, random_bilm
@@ -141,7 +141,7 @@ def test_packs_are_made_for_onednn_where_the_cpu_has_int8_dot_products(monkeypat
     runs whatever the current engine, which packing leaves as it was."""
     if "onednn" not in torch.backends.quantized.supported_engines:
         pytest.skip("this torch build has no oneDNN quantized engine")
-    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: features)
+    monkeypatch.setattr(compat, "cpu_capabilities", lambda: features)
     current = torch.backends.quantized.engine
     assert int8.pack_engine() == (expected or current)
     generator = torch.Generator().manual_seed(0)

@@ -261,3 +261,10 @@ def test_char_cnn_cut_at_the_padding_gives_the_maxima_of_all_positions(seed):
     with torch.no_grad():
         cut, full = model.char_cnn(short), model.char_cnn(with_long)[: len(words)]
     assert_float32_close(cut, full)
+
+
+def test_weights_written_advances_every_parameters_version():
+    bilm = BiLM(tiny_options())
+    before = [parameter._version for parameter in bilm.parameters()]
+    bilm.weights_written()
+    assert [parameter._version for parameter in bilm.parameters()] == [v + 1 for v in before]

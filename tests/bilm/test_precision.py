@@ -14,7 +14,7 @@ import torch
 
 from spacy_elmo import BiLM, pretrained_files
 from spacy_elmo.bilm import model as model_module
-from spacy_elmo.bilm import precision
+from spacy_elmo.bilm import compat, precision
 
 from ..helpers import (
     MIN_MEAN_COSINE,
@@ -153,7 +153,7 @@ def test_an_explicit_setting_is_what_the_products_run_in():
     ],
 )
 def test_the_probe_reads_torchs_cpu_capabilities(monkeypatch, features, native):
-    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: features)
+    monkeypatch.setattr(compat, "cpu_capabilities", lambda: features)
     assert precision.cpu_has_native_bf16() is native
 
 
