@@ -71,7 +71,7 @@ ASSIGNS = [
         "model": DEFAULT_MODEL,
         "store_layers": False,
         "tensor_weights": None,
-        "pipe_batch_tokens": 8192,
+        "pipe_batch_tokens": 4096,
         "threads": "auto",
         "features": None,
     },
@@ -128,7 +128,7 @@ class Elmo(TrainablePipe):
         *,
         store_layers: bool = False,
         tensor_weights: Optional[List[float]] = None,
-        pipe_batch_tokens: int = 8192,
+        pipe_batch_tokens: int = 4096,
         threads: Threads = "auto",
         features: Optional[Union[str, Path]] = None,
     ) -> None:
