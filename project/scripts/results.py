@@ -212,6 +212,7 @@ def bars_figure(scores: Scores) -> Any:
     columns = [c for c in COLUMNS if any((s, c[0], c[1]) in scores for s in systems)]
     width = 0.8 / max(len(systems), 1)
     fig, ax = pyplot().subplots(figsize=(max(6.0, 1.6 * len(columns)), 4.0))
+    borrowed_bars = []
     for i, system in enumerate(systems):
         found = [system_scores(scores, system, task, metric) for task, metric, _ in columns]
         stats = [mean_sd(values) if values else (math.nan, None) for values, _ in found]
@@ -219,12 +220,12 @@ def bars_figure(scores: Scores) -> Any:
         errors = [100 * sd if sd is not None else math.nan for _, sd in stats]
         bars = ax.bar(xs, [100 * m for m, _ in stats], width, yerr=errors, capsize=2,
                       color=colour(system), label=SYSTEMS.get(system, system))
-        for bar, (_, borrowed) in zip(bars, found):
-            if borrowed:
-                bar.set_hatch("//")
+        borrowed_bars += [bar for bar, (_, borrowed) in zip(bars, found) if borrowed]
     ax.set_xticks(range(len(columns)), [title for _, _, title in columns], rotation=15)
     ax.set_ylabel("test score (%)")
     ax.legend(fontsize="small")
+    for bar in borrowed_bars:  # after the legend, whose keys copy a system's first bar
+        bar.set_hatch("//")
     ax.grid(axis="y", alpha=0.3)
     if borrows(scores, systems, columns):
         fig.text(0.01, 0.01, f"{BORROWED_NOTE} (hatched).", fontsize="small")
