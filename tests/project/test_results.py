@@ -130,7 +130,33 @@ def test_one_seed_prints_scores_without_spread_and_s_beside_ner(tmp_path: Path) 
     scores, ner_labels, _ = results.load_metrics(tmp_path)
     lines = results.results_markdown(scores, ner_labels, [300]).splitlines()
     assert "one seed per system" in lines[0]
-    assert "| (s) spaCy's efficiency config | = (a) | 95.0 |" in lines
+    assert "| (s) spaCy's efficiency config | 30.0 ¹ | 95.0 |" in lines  # (a)'s NER score, marked
+    assert "¹ For NER, spaCy's efficiency config (s) is the CNN tok2vec (a): (s) shows (a)'s runs." in lines
     assert "| (a) CNN tok2vec | 30.0 | 50.0 |" in lines and "| (d) ELMo | 35.0 | – |" in lines
     assert "| person | 30.0 | 35.0 |" in lines
     assert not any("(1)" in line or "±" in line for line in lines[1:])
+
+
+def test_a_system_has_one_colour_in_every_panel_and_s_has_an_ner_bar() -> None:
+    """The NER panel lacks (s) and the topics panel has it: ELMo keeps its colour in both, and in the bars."""
+    from matplotlib.colors import to_rgba
+    from matplotlib.container import BarContainer
+
+    curves = {("cnn", "ner"): {100: [0.3]}, ("elmo", "ner"): {100: [0.4]},
+              ("spacy", "topics"): {100: [0.9]}, ("cnn", "topics"): {100: [0.5]}, ("elmo", "topics"): {100: [0.6]}}
+    figure = results.curves_figure(curves)
+    colours = {(ax.get_title(), line.get_label()): to_rgba(line.get_color()) for ax in figure.axes for line in ax.get_lines()}
+    elmo = results.SYSTEMS["elmo"]
+    assert colours[("ner", elmo)] == colours[("topics", elmo)]  # matplotlib's cycle gave orange, then green
+    assert colours[("ner", elmo)] == to_rgba(results.colour("elmo"))
+    assert len({colours[("topics", results.SYSTEMS[s])] for s in ("spacy", "cnn", "elmo")}) == 3
+
+    scores = {("spacy", "topics", "accuracy"): [0.9], ("cnn", "ner", "f1"): [0.3], ("cnn", "topics", "accuracy"): [0.5],
+              ("elmo", "ner", "f1"): [0.4], ("elmo", "topics", "accuracy"): [0.6]}
+    ax = results.bars_figure(scores).axes[0]
+    bars = {container.get_label(): list(container) for container in ax.containers if isinstance(container, BarContainer)}
+    spacy_bars = bars[results.SYSTEMS["spacy"]]
+    assert [bar.get_height() for bar in spacy_bars] == pytest.approx([30.0, 90.0])  # NER: (a)'s runs
+    assert spacy_bars[0].get_hatch() == "//" and not spacy_bars[1].get_hatch()
+    assert all(bar.get_facecolor() == to_rgba(results.colour("elmo")) for bar in bars[elmo])
+    assert results.colour("another") == results.colour("another") in results.EXTRA_COLOURS
