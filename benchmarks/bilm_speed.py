@@ -100,8 +100,8 @@ def step_by_step(model: BiLM, sentences: Sequence[Sequence[str]]) -> List[numpy.
 
 def _char_cnn_every_position(model: BiLM, tokens: Sequence) -> torch.Tensor:
     """The char CNN as published: all 50 character positions of every token, 1024 at a time."""
-    cnn = model.char_cnn
-    char_ids = torch.from_numpy(model.char_ids(tokens))
+    cnn = model.token_encoder
+    char_ids = torch.from_numpy(cnn.token_ids(tokens).chars)
     encoded = []
     for chunk in char_ids.split(1024):
         chars = cnn.char_embedding(chunk).transpose(1, 2)

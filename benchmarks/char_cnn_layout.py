@@ -1,6 +1,6 @@
 """The char CNN's filters two ways: ``conv1d`` then the maximum over positions, against the windows
 unfolded into rows, one matrix product and the maximum over rows (what
-``spacy_elmo.bilm.char_cnn.filter_maxima`` does), at the published Original size's filters.
+``spacy_elmo.bilm.token_encoder.filter_maxima`` does), at the published Original size's filters.
 
     python benchmarks/char_cnn_layout.py [--threads 2] [--tokens 800] [--positions 20] [--repeats 20]
 

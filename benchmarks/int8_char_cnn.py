@@ -3,8 +3,9 @@
 Runs the bundled English biLM over the first lines of a text file (a sentence per line, split on
 whitespace) in float32, in the shipped int8 (LSTM products int8, char CNN float32), and in int8
 with the char CNN's highways and projection int8 too (``spacy_elmo.bilm.int8.pack`` and ``linear``,
-patched into ``spacy_elmo.bilm.char_cnn.linear`` for the run). Prints per layer the mean per-token
-cosine to float32; the contract is at least 0.999 in every layer.
+patched into ``spacy_elmo.bilm.char_cnn.linear`` and ``spacy_elmo.bilm.token_encoder.linear`` for
+the run). Prints per layer the mean per-token cosine to float32; the contract is at least 0.999 in
+every layer.
 
     python benchmarks/int8_char_cnn.py TEXT [--lines 500] [--pretrained en]
 """
@@ -16,7 +17,7 @@ import numpy
 import typer
 
 from spacy_elmo import BiLM, pretrained_files
-from spacy_elmo.bilm import char_cnn, int8
+from spacy_elmo.bilm import char_cnn, int8, token_encoder
 
 app = typer.Typer(add_completion=False)
 
@@ -28,18 +29,21 @@ def layers(bilm: BiLM, sentences: List[List[str]]) -> numpy.ndarray:
 def with_int8_char_cnn(bilm: BiLM, sentences: List[List[str]]) -> numpy.ndarray:
     """The layers with every char-CNN linear (highways, projection) through the int8 kernel as well."""
     packs: Dict[int, int8.Packed] = {}
-    shipped = char_cnn.linear
+    modules = (char_cnn, token_encoder)  # the highways' linear, and the projection's
+    shipped = [module.linear for module in modules]
 
     def linear(x, layer, dtype, copies, name):
         if id(layer) not in packs:
             packs[id(layer)] = int8.pack(layer.weight, layer.bias)
         return int8.linear(x, packs[id(layer)])
 
-    char_cnn.linear = linear
+    for module in modules:
+        module.linear = linear
     try:
         return layers(bilm, sentences)
     finally:
-        char_cnn.linear = shipped
+        for module, original in zip(modules, shipped):
+            module.linear = original
 
 
 @app.command()

@@ -21,6 +21,7 @@ from .char_cnn import CharCNN
 from .errors import ElmoFileError
 from .lstm import BiLSTMStack
 from .options import ElmoOptions
+from .token_encoder import TokenEncoder
 
 WARM_HIDDEN = "spacy_elmo/warm_hidden"
 WARM_MEMORY = "spacy_elmo/warm_memory"
@@ -46,7 +47,7 @@ class ElmoWeights(Protocol):
     """What the files hold of a biLM (:class:`~spacy_elmo.bilm.BiLM` has it)."""
 
     options: ElmoOptions
-    char_cnn: CharCNN
+    token_encoder: TokenEncoder
     lstm: BiLSTMStack
     warm_hidden: Optional[torch.Tensor]
     warm_memory: Optional[torch.Tensor]
@@ -165,8 +166,9 @@ def skip_random_init() -> Iterator[None]:
 
 def write_files(model: ElmoWeights, options_file: PathLike, weight_file: PathLike) -> None:
     """Write both files, each atomically: a crash leaves the old file or the new one."""
+    datasets = layout(model)
     with atomic_path(Path(weight_file)) as tmp, h5py.File(tmp, "w") as f:
-        for name, dataset in layout(model).items():
+        for name, dataset in datasets.items():
             f.create_dataset(name, data=dataset.get())
         if model.warm_hidden is not None and model.warm_memory is not None:
             f.create_dataset(WARM_HIDDEN, data=model.warm_hidden.float().cpu().numpy())
@@ -182,8 +184,18 @@ def layout(model: ElmoWeights) -> Dict[str, Dataset]:
     Convolutions are stored (1, width, in, out); ``nn.Conv1d`` holds (out, in, width).
     ``char_embed`` lacks row 0, the padding character. ``W_0`` stacks the input rows over the
     recurrent rows, which the model keeps as two parameters.
+
+    The datasets are bilm-tf's char CNN's: a biLM with another token encoder is refused
+    (ValueError), before any file is written.
     """
-    cnn = model.char_cnn
+    cnn = model.token_encoder
+    if not isinstance(cnn, CharCNN):
+        raise ValueError(
+            "elmo: this biLM's token encoder (an ELMoForManyLangs model's character vocabulary and word "
+            "embedding) does not fit the standard options.json + weights.hdf5 layout, so it cannot be "
+            "written there; write it in its own layout with spacy_elmo.bilm.manylangs.write_manylangs(bilm, "
+            "directory) (nlp.to_disk does so), which BiLM.from_pretrained(directory) reads back"
+        )
     datasets: Dict[str, Dataset] = {}
 
     def bind(name: str, param: torch.Tensor, to_file: Callable[[torch.Tensor], torch.Tensor],

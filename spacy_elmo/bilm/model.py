@@ -1,4 +1,4 @@
-"""The ELMo biLM: char-CNN token encoder + bidirectional LSTM stack (Peters et al., 2018).
+"""The ELMo biLM: a token encoder (:mod:`.token_encoder`) + bidirectional LSTM stack (Peters et al., 2018).
 
 Pure PyTorch. Reads and writes the standard ``options.json`` + ``weights.hdf5`` files through
 :mod:`spacy_elmo.bilm.files`.
@@ -14,7 +14,6 @@ from torch import Tensor, nn
 
 from ..fileio import PathLike
 from .char_cnn import CharCNN
-from .chars import CHAR_PADDING, boundary_char_ids, tokens_char_ids
 from .errors import module_property
 from .files import load_files, write_files
 from .lstm import BiLSTMStack, LSTMState
@@ -23,17 +22,10 @@ from .options import ElmoOptions
 from .int8 import Int8Weights, check_no_gradient
 from .precision import LowPrecisionWeights, Precision, Products, check_precision, own_precision, tensor_versions
 from .token_cache import TokenCache
+from .token_encoder import SENTENCE_END, SENTENCE_START, TokenEncoder
 
 StateMode = Literal["zero", "warm", "carry"]
 STATE_MODES: Tuple[str, ...] = ("zero", "warm", "carry")
-
-# Keys of the two boundary tokens in the token table; no string can be equal to them.
-SENTENCE_START: Hashable = ("<boundary>", "start")
-SENTENCE_END: Hashable = ("<boundary>", "end")
-
-# The char CNN runs in chunks of tokens whose largest convolution's unfolded windows and products
-# take at most this many bytes: bounded working memory whatever the batch and the token lengths.
-CHAR_CNN_CHUNK_BYTES = 16 * 2**20
 
 
 @dataclass(frozen=True)
@@ -99,7 +91,7 @@ class BiLM(nn.Module):
         max_batch_tokens: int = BiLMSettings.max_batch_tokens,
         dropout: float = BiLMSettings.dropout,
         precision: Precision = BiLMSettings.precision,
-        token_encoder: Optional[nn.Module] = None,
+        token_encoder: Optional[TokenEncoder] = None,
     ) -> None:
         super().__init__()
         if state not in STATE_MODES:
@@ -110,20 +102,19 @@ class BiLM(nn.Module):
         self.state_mode: StateMode = state
         self.precision = precision
         self.max_batch_tokens = max_batch_tokens
-        # Layer 0: the char CNN of ``options``, unless the model brings a token encoder of its own
-        # (ELMoForManyLangs: a char vocabulary and a word embedding, see .manylangs).
-        self.char_cnn = CharCNN(options) if token_encoder is None else token_encoder
+        # Layer 0: bilm-tf's char CNN of ``options``, unless the model brings a token encoder of its
+        # own (ELMoForManyLangs: a char vocabulary and a word embedding, see .manylangs).
+        self.token_encoder: TokenEncoder = CharCNN(options) if token_encoder is None else token_encoder
         self.lstm = BiLSTMStack(options)
         self.dropout = dropout
         self.token_cache = TokenCache(cache_size)
         self.register_buffer("warm_hidden", None)
         self.register_buffer("warm_memory", None)
         self._carried: Optional[LSTMState] = None
-        self._boundary_char_ids = boundary_char_ids(options.max_characters_per_token)
 
     @module_property
     def device(self) -> torch.device:
-        return self.char_cnn.projection.weight.device
+        return self.token_encoder.projection.weight.device
 
     @module_property
     def output_dim(self) -> int:
@@ -156,7 +147,8 @@ class BiLM(nn.Module):
     def products(self) -> Products:
         """What a call now runs its matrix products in: :meth:`products_for` training while
         gradients reach the parameters, else inference."""
-        return self.products_for(training=torch.is_grad_enabled() and self.char_cnn.projection.weight.requires_grad)
+        trained = self.token_encoder.projection.weight.requires_grad
+        return self.products_for(training=torch.is_grad_enabled() and trained)
 
     def products_for(self, training: bool) -> Products:
         """:attr:`precision` resolved on the model's device for training or for inference, whatever
@@ -226,14 +218,8 @@ class BiLM(nn.Module):
         )
 
     def to_files(self, options_file: PathLike, weight_file: PathLike) -> None:
-        """Write ``options.json`` and ``weights.hdf5`` in the standard layout, each atomically."""
-        if not isinstance(self.char_cnn, CharCNN):
-            raise ValueError(
-                "elmo: this biLM's token encoder (an ELMoForManyLangs model's character vocabulary and word "
-                "embedding) does not fit the standard options.json + weights.hdf5 layout, so it cannot be "
-                "written there; write it in its own layout with spacy_elmo.bilm.manylangs.write_manylangs(bilm, "
-                "directory) (nlp.to_disk does so), which BiLM.from_pretrained(directory) reads back"
-            )
+        """Write ``options.json`` and ``weights.hdf5`` in the standard layout, each atomically. That
+        layout holds bilm-tf's char CNN only: an ELMoForManyLangs biLM is refused (:func:`.files.layout`)."""
         write_files(self, options_file, weight_file)
 
     # ----------------------------------------------------------------- forward pass
@@ -389,7 +375,7 @@ class BiLM(nn.Module):
         if not sentences:
             raise ValueError("warm_up needs at least one sentence")
         with torch.no_grad():
-            state = self.lstm.zero_state(1, self.char_cnn.projection.weight)
+            state = self.lstm.zero_state(1, self.token_encoder.projection.weight)
             for sentence in sentences:
                 state = self.forward([sentence], state=state).state
         self.warm_hidden = state.hidden[:, :, 0].clone()
@@ -419,7 +405,7 @@ class BiLM(nn.Module):
                 self.warm_hidden.unsqueeze(2).expand(-1, -1, batch, -1),
                 self.warm_memory.unsqueeze(2).expand(-1, -1, batch, -1),
             )
-        zeros = self.lstm.zero_state(batch, self.char_cnn.projection.weight)
+        zeros = self.lstm.zero_state(batch, self.token_encoder.projection.weight)
         carried = self._carried if carried is None else carried
         if mode == "zero" or carried is None:
             return zeros
@@ -442,36 +428,10 @@ class BiLM(nn.Module):
 
     # ------------------------------------------------------------------ helpers
     def _encode(self, tokens: Sequence[Hashable], positions: Sequence[int], products: Products) -> Tensor:
-        """Run the char CNN over ``tokens[p] for p in positions``, in bounded chunks, products in
+        """Layer 0 of ``tokens[p] for p in positions`` (:meth:`.TokenEncoder.encode`), products in
         the token encoder's dtype of ``products`` (:attr:`.precision.Products.token_encoder_dtype`).
-
-        Tokens go through shortest first, so that each chunk's padding is cut short
-        (see :meth:`CharCNN.positions_needed`). Shape: (len(positions), projection_dim).
-        """
-        cnn_dtype = products.token_encoder_dtype
-        if not isinstance(self.char_cnn, CharCNN):  # a token encoder of its own (see .manylangs)
-            return self.char_cnn.encode([tokens[p] for p in positions], cnn_dtype, (SENTENCE_START, SENTENCE_END))
-        if not len(positions):
-            return self.char_cnn.projection.weight.new_zeros((0, self.options.projection_dim))
-        char_ids = self.char_ids([tokens[p] for p in positions])
-        written = (char_ids != CHAR_PADDING).sum(axis=1)
-        order = numpy.argsort(written, kind="stable")
-        sorted_ids = char_ids[order]
-        encoded = []
-        for chunk in _chunks(self.char_cnn.positions_per_token(written[order]), self.char_cnn.bytes_per_position()):
-            ids = sorted_ids[chunk]
-            ids = torch.from_numpy(ids[:, : self.char_cnn.positions_needed(ids)]).to(self.device)
-            encoded.append(self.char_cnn(ids, cnn_dtype, trimmed=True))
-        restore = torch.from_numpy(numpy.argsort(order)).to(self.device)
-        return torch.cat(encoded)[restore]
-
-    def char_ids(self, tokens: Sequence[Hashable]) -> numpy.ndarray:
-        """Character ids of tokens (strings, or the boundary keys). Shape: (len(tokens), max_characters_per_token)."""
-        ids = tokens_char_ids([str(token) for token in tokens], self.options.max_characters_per_token)
-        for row, token in enumerate(tokens):
-            if token == SENTENCE_START or token == SENTENCE_END:
-                ids[row] = self._boundary_char_ids[token == SENTENCE_END]
-        return ids
+        Shape: (len(positions), projection_dim)."""
+        return self.token_encoder.encode([tokens[p] for p in positions], products.token_encoder_dtype)
 
     def batches(self, sentences: Sequence[Sequence[str]]) -> Iterator[List[int]]:
         """Indices of sentences per batch: all as given in carry mode, else length-sorted."""
@@ -488,21 +448,6 @@ class BiLM(nn.Module):
             batch.append(i)
         if batch:
             yield batch
-
-
-def _chunks(positions: numpy.ndarray, bytes_per_position: int) -> Iterator[slice]:
-    """Consecutive slices of tokens, each needing at most :data:`CHAR_CNN_CHUNK_BYTES` (or one token).
-
-    ``positions``: the character positions each token needs, non-decreasing (tokens sorted by
-    length), so a chunk's padded width is that of its last token.
-    """
-    budget = CHAR_CNN_CHUNK_BYTES // bytes_per_position  # positions a chunk may hold
-    begin = 0
-    while begin < len(positions):
-        padded = numpy.arange(1, len(positions) - begin + 1) * positions[begin:]  # a chunk ending at each token
-        end = begin + max(1, int(numpy.searchsorted(padded, budget, side="right")))
-        yield slice(begin, end)
-        begin = end
 
 
 def _token_index(sequences: Sequence[Sequence[Hashable]]) -> Tuple[List[Hashable], Tensor]:

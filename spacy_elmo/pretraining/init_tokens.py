@@ -100,7 +100,8 @@ def fit_init_tokens(
     with torch.random.fork_rng(devices=[bilm.device] if bilm.device.type == "cuda" else []):
         torch.manual_seed(seed)
         init_tokens.head.reset_parameters()
-        optimizer = torch.optim.Adam([*bilm.char_cnn.parameters(), *init_tokens.head.parameters()], lr=LEARNING_RATE)
+        trained = [*bilm.token_encoder.parameters(), *init_tokens.head.parameters()]
+        optimizer = torch.optim.Adam(trained, lr=LEARNING_RATE)
         for epoch in range(epochs):
             total = 0.0
             for rows in torch.randperm(n_words).split(BATCH_WORDS):

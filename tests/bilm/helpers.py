@@ -12,7 +12,9 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 import torch
 
 from spacy_elmo.bilm.lstm import ProjectedLSTM, _active_rows
-from spacy_elmo.bilm.manylangs import ElmoOptions, ManyLangsNetwork, encoder_shapes, token_embedder_shapes
+from spacy_elmo.bilm.manylangs.network import ManyLangsNetwork
+from spacy_elmo.bilm.manylangs.weights import encoder_shapes, token_embedder_shapes
+from spacy_elmo.bilm.options import ElmoOptions
 
 # Small network configs in the reference's format. "full": word embedding, relu, two highways,
 # clipping that the random weights reach. "plain": no word embedding, tanh, one highway, three

@@ -4,7 +4,7 @@ import numpy
 import pytest
 
 from spacy_elmo.bilm.chars import BEGIN_OF_WORD, CHAR_PADDING, END_OF_WORD, tokens_char_ids
-from spacy_elmo.bilm.model import SENTENCE_END, SENTENCE_START
+from spacy_elmo.bilm.token_encoder import SENTENCE_END, SENTENCE_START
 
 from ..helpers import random_bilm
 
@@ -33,7 +33,7 @@ def test_no_tokens_give_no_rows() -> None:
 
 def test_the_boundary_tokens_keep_their_own_characters() -> None:
     model = random_bilm()
-    ids = model.char_ids([SENTENCE_START, "<S>", SENTENCE_END])
+    ids = model.token_encoder.token_ids([SENTENCE_START, "<S>", SENTENCE_END]).chars
     assert ids[0, :3].tolist() == [BEGIN_OF_WORD, 257, END_OF_WORD]
     assert ids[2, :3].tolist() == [BEGIN_OF_WORD, 258, END_OF_WORD]
     assert ids[1].tolist() == one_token("<S>", 50)

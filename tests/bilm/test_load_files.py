@@ -46,7 +46,7 @@ def test_load_files_fills_every_parameter_as_a_drawn_model_reads_them(tmp_path, 
         fresh_pages(model, *args)
         for param in model.parameters():
             param.data.fill_(float("nan"))
-        model.char_cnn.char_embedding.weight.data[0] = 0.0  # computed, not read: nn.Embedding's padding row
+        model.token_encoder.char_embedding.weight.data[0] = 0.0  # computed, not read: nn.Embedding's padding row
 
     monkeypatch.setattr(files, "_fresh_pages", poisoned)
     loaded = load_files(BiLM, tmp_path / "options.json", tmp_path / "weights.hdf5", cache_size=0)
@@ -76,7 +76,7 @@ def test_the_file_layout_covers_every_parameter():
             base = target if target._base is None else target._base
             mask = covered[id(base)]
             mask.as_strided(target.shape, target.stride(), target.storage_offset() - base.storage_offset())[...] = True
-    covered[id(model.char_cnn.char_embedding.weight)][0] = True
+    covered[id(model.token_encoder.char_embedding.weight)][0] = True
     assert [name for name, p in model.named_parameters() if not covered[id(p)].all()] == []
 
 
@@ -116,7 +116,7 @@ def test_large_but_finite_values_are_not_taken_for_infinities(weight_files):
     options, weights = weight_files
     with h5py.File(weights, "r+") as f:
         f["CNN_proj/b_proj"][...] = 3e38  # their sum overflows float32
-    assert float(load_files(BiLM, options, weights).char_cnn.projection.bias.detach().max()) == pytest.approx(3e38)
+    assert float(load_files(BiLM, options, weights).token_encoder.projection.bias.detach().max()) == pytest.approx(3e38)
 
 
 def test_float64_datasets_are_converted_while_read(weight_files):

@@ -20,20 +20,12 @@ import srsly
 import torch
 
 from spacy_elmo import BiLM, ElmoFileError
-from spacy_elmo.bilm.manylangs import (
-    PACKAGE_CONFIGS,
-    WARM_NAME,
-    ManyLangsNetwork,
-    ManyLangsTokenEncoder,
-    Vocabulary,
-    dictionary_text,
-    is_manylangs,
-    read_dictionary,
-    read_network,
-    write_manylangs,
-)
-from spacy_elmo.bilm.model import SENTENCE_END, SENTENCE_START
+from spacy_elmo.bilm.manylangs import ManyLangsTokenEncoder, is_manylangs, write_manylangs
+from spacy_elmo.bilm.manylangs.layout import WARM_NAME
+from spacy_elmo.bilm.manylangs.network import PACKAGE_CONFIGS, ManyLangsNetwork, read_network
+from spacy_elmo.bilm.manylangs.vocabulary import Vocabulary, dictionary_text, read_dictionary
 from spacy_elmo.bilm.serialize import bilm_from_bytes, bilm_from_directory, bilm_to_bytes, bilm_to_directory
+from spacy_elmo.bilm.token_encoder import SENTENCE_END, SENTENCE_START
 from spacy_elmo.published.resolve import directory_files, manylangs_directory
 
 from ..helpers import write_bilm_files
@@ -263,7 +255,7 @@ def test_the_format_is_detected_by_directory(tmp_path, bilm_files) -> None:
     with pytest.raises(ValueError, match="ELMoForManyLangs"):
         directory_files(str(directory))
     bilm = BiLM.from_pretrained(directory.as_uri(), cache_size=0, max_batch_tokens=7)
-    assert isinstance(bilm.char_cnn, ManyLangsTokenEncoder)
+    assert isinstance(bilm.token_encoder, ManyLangsTokenEncoder)
     assert (bilm.token_cache.max_entries, bilm.max_batch_tokens) == (0, 7)
 
 
@@ -296,8 +288,8 @@ def test_gradients_reach_the_token_encoder(tmp_path) -> None:
     bilm = BiLM.from_pretrained(str(write_random_model(tmp_path / "m")))
     output = bilm([["the", "中文"], []])
     output.layers.sum().backward()
-    assert bilm.char_cnn.word_embedding.weight.grad is not None
-    assert bilm.char_cnn.char_embedding.weight.grad.abs().sum() > 0
+    assert bilm.token_encoder.word_embedding.weight.grad is not None
+    assert bilm.token_encoder.char_embedding.weight.grad.abs().sum() > 0
 
 
 def test_a_dictionary_without_a_special_entry_is_refused(tmp_path) -> None:

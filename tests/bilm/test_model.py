@@ -131,7 +131,7 @@ def test_cache_gives_the_same_vectors_and_follows_weight_changes(cache_size, max
     assert len(cached.token_cache) == entries
     with torch.no_grad():
         for model in (cached, uncached):
-            model.char_cnn.projection.bias.add_(1.0)
+            model.token_encoder.projection.bias.add_(1.0)
     for a, b in zip(cached.embed_sentences(SENTENCES), uncached.embed_sentences(SENTENCES)):
         numpy.testing.assert_allclose(a, b, **TOL)
 
@@ -253,13 +253,13 @@ def test_a_deep_copy_gives_the_same_vectors():
 @pytest.mark.parametrize("seed", range(3))
 def test_char_cnn_cut_at_the_padding_gives_the_maxima_of_all_positions(seed):
     """Short tokens skip windows wholly in padding: the same vectors as over all 50 positions."""
-    model = random_bilm(seed)
+    encoder = random_bilm(seed).token_encoder
     words = ["a", "I", "to", "ELMo", "naïve", "🙂", "x" * 9, "<S>"]
-    short = torch.from_numpy(model.char_ids(words))
-    with_long = torch.from_numpy(model.char_ids(words + ["y" * 60]))
-    assert model.char_cnn.positions_needed(short.numpy()) < 50 == model.char_cnn.positions_needed(with_long.numpy())
+    ids = encoder.token_ids(words).chars
+    needed = encoder.positions_needed(ids)
+    assert needed < 50 == encoder.positions_needed(encoder.token_ids(words + ["y" * 60]).chars)
     with torch.no_grad():
-        cut, full = model.char_cnn(short), model.char_cnn(with_long)[: len(words)]
+        cut, full = encoder(torch.from_numpy(ids[:, :needed])), encoder(torch.from_numpy(ids))
     assert_float32_close(cut, full)
 
 

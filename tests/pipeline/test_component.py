@@ -178,7 +178,7 @@ def test_n_process_2_works_and_gives_the_same_tensors(nlp_elmo) -> None:
 def test_initialize_never_overwrites_loaded_weights(nlp_elmo) -> None:
     bilm = get_bilm(nlp_elmo.get_pipe("elmo").model)
     with torch.no_grad():
-        bilm.char_cnn.projection.bias.add_(1.0)
+        bilm.token_encoder.projection.bias.add_(1.0)
     before = nlp_elmo("Keep my weights .").tensor
     nlp_elmo.initialize()
     assert get_bilm(nlp_elmo.get_pipe("elmo").model) is bilm
