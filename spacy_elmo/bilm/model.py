@@ -111,6 +111,7 @@ class BiLM(nn.Module):
         self.register_buffer("warm_hidden", None)
         self.register_buffer("warm_memory", None)
         self._carried: Optional[LSTMState] = None
+        self.register_load_state_dict_pre_hook(_renamed_token_encoder)
 
     @module_property
     def device(self) -> torch.device:
@@ -448,6 +449,19 @@ class BiLM(nn.Module):
             batch.append(i)
         if batch:
             yield batch
+
+
+# The token encoder's weights were named ``char_cnn.*`` before it was ``token_encoder``: state
+# dicts of then (pretraining checkpoints) load, and weights' digests (:mod:`.identity`) keep the old name.
+LEGACY_TOKEN_ENCODER = "char_cnn."
+
+
+def _renamed_token_encoder(module: nn.Module, state_dict: Dict[str, Any], prefix: str, *args: Any) -> None:
+    """A ``load_state_dict`` pre-hook: ``char_cnn.*`` keys of a state dict saved before the rename
+    load as ``token_encoder.*``."""
+    legacy = prefix + LEGACY_TOKEN_ENCODER
+    for key in [key for key in state_dict if key.startswith(legacy)]:
+        state_dict[prefix + "token_encoder." + key[len(legacy):]] = state_dict.pop(key)
 
 
 def _token_index(sequences: Sequence[Sequence[Hashable]]) -> Tuple[List[Hashable], Tensor]:

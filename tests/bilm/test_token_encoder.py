@@ -49,3 +49,23 @@ def test_encode_in_chunks_gives_each_token_the_vector_of_all_its_positions(encod
 
 def test_no_tokens_give_no_rows(encoder) -> None:
     assert encoder.encode([], torch.float32).shape == (0, encoder.options.projection_dim)
+
+
+def test_a_state_dict_from_before_the_rename_loads_and_digests_name_the_old_tensors() -> None:
+    import hashlib
+
+    from spacy_elmo.bilm.identity import weights_digest
+
+    source, target = random_bilm(seed=0), random_bilm(seed=1)
+    legacy = {key.replace("token_encoder.", "char_cnn.", 1): value for key, value in source.state_dict().items()}
+    assert any(key.startswith("char_cnn.") for key in legacy)
+    target.load_state_dict(legacy)  # strict: every key found under its new name
+    for (name, mine), theirs in zip(target.state_dict().items(), source.state_dict().values()):
+        assert torch.equal(mine, theirs), name
+    before = hashlib.sha256()  # the digest as computed before the rename
+    for name, tensor in sorted(legacy.items()):
+        array = tensor.detach().cpu().contiguous()
+        before.update(f"{name}:{array.dtype}:{tuple(array.shape)};".encode("utf8"))
+        if array.numel():
+            before.update(memoryview(array.view(-1).view(torch.uint8).numpy()))
+    assert weights_digest(source) == before.hexdigest()
