@@ -17,31 +17,24 @@ with AMX).
         [--batches 2] [--repeats 5] [--cache DIR]   # default: a fresh temporary directory, so that auto measures
 """
 
-import statistics
+import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
-import numpy
 import torch
 import typer
+from harness import fresh_sentences, interleaved, machine
 
 from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm import autotune
+from spacy_elmo.bilm.options import ORIGINAL_SIZES
 from spacy_elmo.bilm.roofline import DTYPES, bilm_products, flops_per_token, product_rates
 
-ORIGINAL = ElmoOptions(lstm_dim=4096, projection_dim=512, n_layers=2, n_highway=2)
+ORIGINAL = ElmoOptions(**ORIGINAL_SIZES)
 
-app = typer.Typer(add_completion=False)
-
-
-def random_words(rows: int, words: int, max_words: int, seed: int) -> List[List[str]]:
-    """``rows`` sentences of ``words`` to ``max_words`` made-up lowercase words of 1-10 letters."""
-    rng = numpy.random.default_rng(seed)
-    letters = list("abcdefghijklmnopqrstuvwxyz")
-    lengths = rng.integers(words, max_words + 1, size=rows)
-    return [["".join(rng.choice(letters, rng.integers(1, 11))) for _ in range(n)] for n in lengths]
+app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
 
 
 def roofline_fractions(found: Dict[str, float], batches: List[List[List[str]]]) -> None:
@@ -72,20 +65,22 @@ def first_and_second_decision(model: BiLM) -> None:
 
 
 def rates(model: BiLM, batches: List[List[List[str]]], precisions: List[str], repeats: int) -> Dict[str, float]:
-    """Median tokens/s of each precision over interleaved rounds of every batch."""
+    """Median tokens/s of each precision over interleaved rounds of every batch (each warmed up once:
+    kernels, bf16 copies, int8 packs); each median's range is printed."""
     n_tokens = sum(len(sentence) for batch in batches for sentence in batch)
-    for precision in precisions:  # warm-up: kernels, bf16 copies, int8 packs
-        model.precision = precision  # type: ignore[assignment]
-        model.embed_sentences(batches[0][:4])
-    times: Dict[str, List[float]] = {p: [] for p in precisions}
-    for _ in range(repeats):
-        for precision in precisions:
+
+    def embed(precision: str) -> Callable[[], None]:
+        def run() -> None:
             model.precision = precision  # type: ignore[assignment]
-            start = time.perf_counter()
             for batch in batches:
                 model.embed_sentences(batch)
-            times[precision].append(time.perf_counter() - start)
-    return {p: n_tokens / statistics.median(t) for p, t in times.items()}
+
+        return run
+
+    timings = interleaved({p: embed(p) for p in precisions}, repeats)
+    for precision, timing in timings.items():
+        typer.echo(f"{precision}: {timing.rate(n_tokens, ' tokens/s')}")
+    return {p: n_tokens / timing.median for p, timing in timings.items()}
 
 
 @app.command()
@@ -98,17 +93,14 @@ def main(
     repeats: int = typer.Option(5, help="Interleaved rounds; the median counts"),
     cache: Optional[Path] = typer.Option(None, help="SPACY_ELMO_CACHE for the decision [default: a fresh one]"),
 ) -> None:
-    import os
-
     torch.set_num_threads(threads)
     os.environ.pop(autotune.PRECISION_ENV, None)
     os.environ["SPACY_ELMO_CACHE"] = str(cache or tempfile.mkdtemp(prefix="spacy-elmo-auto-"))
     torch.manual_seed(0)  # untrained weights, as pretraining starts from: they cost what trained ones do
     model = BiLM(ORIGINAL, cache_size=0, max_batch_tokens=10**9).eval()
-    typer.echo(f"torch {torch.__version__}, {threads} threads, CPU {torch.cpu.get_capabilities().get('cpu_name', '?')}, "
-               f"decisions in {autotune.decisions_path()}")
+    typer.echo(f"{machine()}; decisions in {autotune.decisions_path()}")
     first_and_second_decision(model)
-    batch_list = [random_words(rows, words, max_words or words, seed) for seed in range(batches)]
+    batch_list = [list(fresh_sentences(rows, (words, max_words or words), (1, 10), seed)) for seed in range(batches)]
     found = rates(model, batch_list, ["auto", *autotune.candidates()], repeats)
     typer.echo("| precision | tokens/s |\n|---|---|")
     for precision, rate in found.items():

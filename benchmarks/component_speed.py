@@ -17,16 +17,18 @@ from typing import Dict, List
 import spacy
 import torch
 import typer
+from harness import machine, timed
 from spacy.language import Language
 from spacy.training import Example
 from spacy.util import minibatch
 
 from spacy_elmo import BiLM, ElmoOptions
+from spacy_elmo.bilm.options import ORIGINAL_SIZES
 
 SIZES: Dict[str, ElmoOptions] = {
     "tiny": ElmoOptions(lstm_dim=64, projection_dim=16, filters=((1, 4), (2, 8), (3, 16), (4, 32), (5, 64)), n_highway=2, char_embedding_dim=4),
     "small": ElmoOptions(),  # the published 'Small' sizes: lstm 1024, projection 128
-    "original": ElmoOptions(lstm_dim=4096, projection_dim=512, n_highway=2),  # the published 'Original' sizes
+    "original": ElmoOptions(**ORIGINAL_SIZES),
 }
 WORDS = ("the of and to in a is that for it as was with be by on not he I this are or his from at which "
          "but have an they you were her she there one been all their has would will what if can when so "
@@ -36,6 +38,7 @@ app = typer.Typer(add_completion=False)
 
 
 def synthetic_texts(n: int, seed: int = 0) -> List[str]:
+    """``n`` sentences of 5-40 words drawn from :data:`WORDS` and a period: the token cache serves repeats."""
     rnd = random.Random(seed)
     return [" ".join(rnd.choice(WORDS) for _ in range(rnd.randint(5, 40))) + " ." for _ in range(n)]
 
@@ -75,10 +78,8 @@ def main(
         nlp.initialize()
         n_words = sum(len(doc) for doc in nlp.tokenizer.pipe(texts))
         list(nlp.pipe(texts[:8]))  # warm up
-        start = time.perf_counter()
-        for _ in nlp.pipe(texts, n_process=n_process, batch_size=64):
-            pass
-        elapsed = time.perf_counter() - start
+        elapsed = timed(lambda: list(nlp.pipe(texts, n_process=n_process, batch_size=64)))
+        typer.echo(machine())
         typer.echo(f"nlp.pipe: size={size} n_process={n_process} torch_threads={torch.get_num_threads()} "
                    f"{n_words} words in {elapsed:.2f}s = {n_words / elapsed:.0f} words/s")
         if epochs:
@@ -90,6 +91,7 @@ def main(
 
 
 def time_epochs(nlp: Language, texts: List[str], epochs: int) -> List[float]:
+    """Seconds of each of ``epochs`` training epochs of ``nlp`` on ``texts`` labelled A/B in turn."""
     examples = [Example.from_dict(nlp.make_doc(text), {"cats": {"A": float(i % 2), "B": float(1 - i % 2)}})
                 for i, text in enumerate(texts)]
     nlp.initialize(lambda: examples)

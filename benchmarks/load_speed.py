@@ -1,13 +1,13 @@
 """How fast a published biLM loads, against h5py reading its weight file: issue 35, item 5.
 
-Random weights at a published size (``--size original``: ElmoOptions(lstm_dim=4096,
-projection_dim=512, n_layers=2, n_highway=2), a 374 MB weight file) are written to a temporary
+Random weights at a published size (``--size original``: ``ElmoOptions(**ORIGINAL_SIZES)``, a
+374 MB weight file) are written to a temporary
 directory and served on 127.0.0.1 under a registry name given through ``SPACY_ELMO_MODELS``, with
 a fresh ``SPACY_ELMO_CACHE``: nothing leaves the machine. Printed, each in seconds:
 
 - the HTTP transfer of the weight file alone (read and discarded), for scale;
 - the cold ``BiLM.from_pretrained(NAME)``: download, checks, record and load;
-- then, in interleaved rounds on the cached files (min and median of each): h5py reading every
+- then, in interleaved rounds on the cached files after one untimed run each (min and median of each): h5py reading every
   dataset of the cached weight file into a new array, each dropped at once (its memory reused by
   the next) or all kept (374 MB of new memory, as a loaded model holds); the warm
   ``BiLM.from_pretrained(NAME)``; ``BiLM.from_files`` of the cached files, which also checks
@@ -70,12 +70,9 @@ rounds moves with how many such rounds a run drew.
 
 import contextlib
 import functools
-import gc
 import hashlib
 import json
 import os
-import statistics
-import subprocess
 import tempfile
 import threading
 import time
@@ -88,12 +85,14 @@ import h5py
 import spacy
 import torch
 import typer
+from harness import Timing, interleaved, machine, timed
 
 from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm.files import read_weights
+from spacy_elmo.bilm.options import ORIGINAL_SIZES
 from spacy_elmo.layers import get_bilm
 
-SIZES = {"original": ElmoOptions(lstm_dim=4096, projection_dim=512, n_layers=2, n_highway=2), "small": ElmoOptions()}
+SIZES = {"original": ElmoOptions(**ORIGINAL_SIZES), "small": ElmoOptions()}
 NAME = "load-speed"
 H5PY = "h5py, every dataset"
 H5PY_KEPT = "h5py, every dataset, arrays kept"
@@ -161,7 +160,7 @@ def saved_pipelines(root: Path, options_file: Path, weight_file: Path) -> Tuple[
     return root / "pipeline", root / "blank"
 
 
-def time_pipeline(root: Path, options_file: Path, weight_file: Path, source: BiLM, rounds: int) -> Dict[str, List[float]]:
+def time_pipeline(root: Path, options_file: Path, weight_file: Path, source: BiLM, rounds: int) -> Dict[str, Timing]:
     """``spacy.load`` of a saved pipeline holding the biLM, in interleaved rounds with h5py reading
     the weight file saved in it and with ``spacy.load`` of the blank pipeline alone."""
     pipeline_dir, blank_dir = saved_pipelines(root, options_file, weight_file)
@@ -178,41 +177,14 @@ def time_pipeline(root: Path, options_file: Path, weight_file: Path, source: BiL
     return interleaved(runs, rounds)
 
 
-def interleaved(runs: Dict[str, Callable[[], object]], rounds: int) -> Dict[str, List[float]]:
-    """Seconds of each run per round, the runs taking turns within each round."""
-    times: Dict[str, List[float]] = {label: [] for label in runs}
-    for _ in range(rounds):
-        for label, run in runs.items():
-            times[label].append(timed(run))
-    return times
-
-
-def report(times: Dict[str, List[float]], load: str, baselines: Tuple[str, ...]) -> None:
+def report(times: Dict[str, Timing], load: str, baselines: Tuple[str, ...]) -> None:
     """The table of ``times``, then ``load``'s ratio to each baseline."""
-    print(f"| {len(times[load])} interleaved rounds | min s | median s |\n|---|---|---|")
-    for label, seconds in times.items():
-        print(f"| {label} | {min(seconds):.3f} | {statistics.median(seconds):.3f} |")
+    print(f"| {len(times[load].seconds)} interleaved rounds | min s | median s | max s |\n|---|---|---|---|")
+    for label, timing in times.items():
+        print(f"| {label} | {timing.fastest:.3f} | {timing.median:.3f} | {timing.slowest:.3f} |")
     for label in baselines:
-        ratio_medians = statistics.median(times[load]) / statistics.median(times[label])
-        print(f"{load} / {label}: {ratio_medians:.2f}x (medians), "
-              f"{min(times[load]) / min(times[label]):.2f}x (minima); target: at most 1.5x")
-
-
-def timed(run: Callable[[], object]) -> float:
-    gc.collect()
-    start = time.perf_counter()
-    result = run()
-    seconds = time.perf_counter() - start
-    del result
-    return seconds
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return torch.cpu.get_capabilities().get("cpu_name", "?")
-    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
+        print(f"{load} / {label}: {times[load].median / times[label].median:.2f}x (medians), "
+              f"{times[load].fastest / times[label].fastest:.2f}x (minima); target: at most 1.5x")
 
 
 def same_weights(a: BiLM, b: BiLM) -> bool:
@@ -235,7 +207,7 @@ def main(
         source = BiLM(SIZES[size])
         source.to_files(served_dir / "options.json", served_dir / "weights.hdf5")
         size_bytes = (served_dir / "weights.hdf5").stat().st_size
-        print(f"{cpu_name()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}, h5py {h5py.__version__}")
+        print(f"{machine()}; h5py {h5py.__version__}")
         print(f"size {size}: weights.hdf5 of {size_bytes / 1e6:.1f} MB, random values, served on 127.0.0.1")
         with served(served_dir) as url:
             registry = root / "models.json"
@@ -268,7 +240,7 @@ def main(
             "before: sha256 + a biLM drawn, then read": lambda: previous_warm_load(options_file, weight_file),
         }
         times = interleaved(runs, rounds)
-        pipeline_times: Optional[Dict[str, List[float]]] = None
+        pipeline_times: Optional[Dict[str, Timing]] = None
         if pipeline:
             pipeline_times = time_pipeline(root, options_file, weight_file, source, rounds)
         del source

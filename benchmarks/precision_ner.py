@@ -14,6 +14,7 @@ from pathlib import Path
 import spacy
 import torch
 import typer
+from harness import machine
 from spacy.training import Corpus
 
 from spacy_elmo.layers import get_bilm
@@ -32,6 +33,7 @@ def main(
     nlp = spacy.load(model)
     examples = list(Corpus(str(data))(nlp))
     bilm = get_bilm(nlp.get_pipe("elmo").model)
+    typer.echo(machine())
     typer.echo(f"{model}: {len(examples)} docs of {data}, {threads} threads")
     typer.echo("| precision | ents_p | ents_r | ents_f | seconds |\n|---|---|---|---|---|")
     for precision in precisions.split(","):
