@@ -21,8 +21,10 @@ FLOORS_BIN := $(FLOORS_VENV)/bin
 TORCH_FLOOR := $(shell grep '^torch==' $(FLOORS))
 # make test-fast's selection, which test-floors runs too.
 FAST_TESTS := -m "not slow and not gpu" --ignore=tests/project tests
+# What make lint and .pre-commit-config.yaml check with ruff (mypy: spacy_elmo/, pyproject.toml).
+LINT_PATHS := spacy_elmo benchmarks
 
-.PHONY: install test test-fast test-floors test-gpu demo parity benchmark
+.PHONY: install lint test test-fast test-floors test-gpu demo parity benchmark
 
 # The index attempt gives up fast (--timeout 10 --retries 0) and logs to $(VENV)/torch-index.log.
 $(BIN)/.installed: setup.cfg pyproject.toml
@@ -37,6 +39,13 @@ $(BIN)/.installed: setup.cfg pyproject.toml
 	touch $@
 
 install: $(BIN)/.installed
+
+# ruff's rules and format check, then mypy (settings in pyproject.toml; versions pinned in setup.cfg's
+# test extra). ruff format $(LINT_PATHS) and ruff check --fix $(LINT_PATHS) fix what they can.
+lint: install
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/mypy spacy_elmo
 
 # What CI runs (.ci/run): the whole suite, the project's scripts and the slow end-to-end runs included.
 # A test still running after 10 minutes fails (a hang in Ray or torchrun must not eat CI's time);
@@ -85,7 +94,7 @@ $(GPU_BIN)/.installed: setup.cfg pyproject.toml
 test-gpu: $(GPU_BIN)/.installed
 	$(GPU_BIN)/python -c "import torch; print('torch', torch.__version__, 'CUDA build', torch.version.cuda, \
 		'GPU:', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none visible')"
-	CUBLAS_WORKSPACE_CONFIG=:4096:8 $(GPU_BIN)/python -m pytest -q -rs -m gpu tests/gpu
+	CUBLAS_WORKSPACE_CONFIG=:4096:8 $(GPU_BIN)/python -m pytest -q -m gpu tests/gpu
 
 # The project's quick path (real data -> NER, sentiment, topics: spaCy's efficiency config (s), its
 # CNN (a) and the shipped ELMo configs (d) -> the results table and ELMo's contribution, (d) against
