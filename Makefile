@@ -49,14 +49,14 @@ lint: install
 
 # What CI runs (.ci/run): the whole suite, the project's scripts and the slow end-to-end runs included.
 # A test still running after 10 minutes fails (a hang in Ray or torchrun must not eat CI's time);
-# the 15 slowest are listed at the end.
+# the 15 slowest are listed at the end, and every skipped test with its reason (-rs).
 test: install
-	$(BIN)/python -m pytest -q --timeout 600 --durations=15 tests
+	$(BIN)/python -m pytest -q -rs --timeout 600 --durations=15 tests
 
 # The library's tests without the slow end-to-end runs (marked slow: spacy train, pretraining runs,
 # subprocesses, Ray, torchrun, n_process) and the project's scripts: for edit-test loops, under a minute.
 test-fast: install
-	$(BIN)/python -m pytest -q $(FAST_TESTS)
+	$(BIN)/python -m pytest -q -rs $(FAST_TESTS)
 
 # torch found as install finds it (the CPU build from PyTorch's CPU index, else PyPI's CUDA build,
 # which runs on the CPU too), then every other requirement at its floor, the test extra's included;
@@ -79,7 +79,7 @@ $(FLOORS_BIN)/.installed: setup.cfg pyproject.toml $(FLOORS)
 test-floors: $(FLOORS_BIN)/.installed
 	$(FLOORS_BIN)/python -c "import torch, numpy, spacy, thinc; print('floors: torch', torch.__version__, \
 		'numpy', numpy.__version__, 'spacy', spacy.__version__, 'thinc', thinc.__version__)"
-	$(FLOORS_BIN)/python -m pytest -q $(FAST_TESTS)
+	$(FLOORS_BIN)/python -m pytest -q -rs $(FAST_TESTS)
 
 $(GPU_BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(GPU_VENV)
@@ -94,7 +94,7 @@ $(GPU_BIN)/.installed: setup.cfg pyproject.toml
 test-gpu: $(GPU_BIN)/.installed
 	$(GPU_BIN)/python -c "import torch; print('torch', torch.__version__, 'CUDA build', torch.version.cuda, \
 		'GPU:', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none visible')"
-	CUBLAS_WORKSPACE_CONFIG=:4096:8 $(GPU_BIN)/python -m pytest -q -m gpu tests/gpu
+	CUBLAS_WORKSPACE_CONFIG=:4096:8 $(GPU_BIN)/python -m pytest -q -rs -m gpu tests/gpu
 
 # The project's quick path (real data -> NER, sentiment, topics: spaCy's efficiency config (s), its
 # CNN (a) and the shipped ELMo configs (d) -> the results table and ELMo's contribution, (d) against
