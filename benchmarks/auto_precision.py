@@ -6,8 +6,8 @@ At the published Original size (untrained weights: they cost what trained ones d
 "load" (the process's memory of it cleared) must read it back without timing. Then ``auto`` and
 each explicit precision run the same random-word batches of ``--rows`` sentences of ``--words``
 to ``--max-words`` words (no token cache: every word goes through the char CNN, as fresh words
-do), interleaved, ``--repeats`` rounds; the median tokens/s of each is printed, and auto's ratio
-to the fastest (issue 30 asks for at least 0.9). Then the roofline: this machine's fp32 and bf16
+do), interleaved after one untimed run each, ``--repeats`` rounds; the median tokens/s of each and
+its range are printed, and auto's ratio to the fastest (issue 30 asks for at least 0.9). Then the roofline: this machine's fp32 and bf16
 product rates at the biLM's shapes for these batches (``spacy_elmo.bilm.roofline``, timed in the
 same run), and each precision's FLOP rate (tokens/s x 204.3 MFLOP per token) as a fraction of the
 best of them (issue 35 asks ``auto`` for at least 0.60 on a CPU with AVX512-BF16 and no AMX, 0.40
@@ -102,9 +102,6 @@ def main(
     first_and_second_decision(model)
     batch_list = [list(fresh_sentences(rows, (words, max_words or words), (1, 10), seed)) for seed in range(batches)]
     found = rates(model, batch_list, ["auto", *autotune.candidates()], repeats)
-    typer.echo("| precision | tokens/s |\n|---|---|")
-    for precision, rate in found.items():
-        typer.echo(f"| {precision} | {rate:,.0f} |")
     fastest = max(rate for precision, rate in found.items() if precision != "auto")
     typer.echo(f"auto / fastest explicit: {found['auto'] / fastest:.2f} (issue 30 asks for at least 0.90)")
     roofline_fractions(found, batch_list)

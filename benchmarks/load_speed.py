@@ -1,19 +1,19 @@
 """How fast a published biLM loads, against h5py reading its weight file: issue 35, item 5.
 
 Random weights at a published size (``--size original``: ``ElmoOptions(**ORIGINAL_SIZES)``, a
-374 MB weight file) are written to a temporary
-directory and served on 127.0.0.1 under a registry name given through ``SPACY_ELMO_MODELS``, with
-a fresh ``SPACY_ELMO_CACHE``: nothing leaves the machine. Printed, each in seconds:
+374 MB weight file) are written to a temporary directory and served on 127.0.0.1 under a registry
+name given through ``SPACY_ELMO_MODELS``, with a fresh ``SPACY_ELMO_CACHE``: nothing leaves the
+machine. Printed, each in seconds, after the harness's machine line:
 
 - the HTTP transfer of the weight file alone (read and discarded), for scale;
 - the cold ``BiLM.from_pretrained(NAME)``: download, checks, record and load;
-- then, in interleaved rounds on the cached files after one untimed run each (min and median of each): h5py reading every
-  dataset of the cached weight file into a new array, each dropped at once (its memory reused by
-  the next) or all kept (374 MB of new memory, as a loaded model holds); the warm
-  ``BiLM.from_pretrained(NAME)``; ``BiLM.from_files`` of the cached files, which also checks
+- then, in interleaved rounds on the cached files after one untimed run each (min, median and max of
+  each): h5py reading every dataset of the cached weight file into a new array, each dropped at once
+  (its memory reused by the next) or all kept (374 MB of new memory, as a loaded model holds); the
+  warm ``BiLM.from_pretrained(NAME)``; ``BiLM.from_files`` of the cached files, which also checks
   every value for NaN (how a saved pipeline's biLM loads); and what a warm load cost before the
-  cache trusted size and time and before loads skipped the random initial values (sha256 of
-  both files, then a biLM made with its random values and the file read over them);
+  cache trusted size and time and before loads skipped the random initial values (sha256 of both
+  files, then a biLM made with its random values and the file read over them);
 - the ratio of the warm load to each h5py read (the issue's target: at most 1.5).
 
 ``--pipeline`` then saves ``spacy.blank("en")`` with the elmo component of the cached files
@@ -26,47 +26,9 @@ round (as it does for a process that loads a model it loaded before).
 
     python benchmarks/load_speed.py [--size original] [--threads 1] [--rounds 7] [--pipeline]
 
-A 2-core AMD EPYC shared with another engineer's benchmarks, torch 2.13.0+cpu, h5py 3.16.0,
-``OMP_NUM_THREADS=1 python benchmarks/load_speed.py --threads 1 --rounds 11 [--pipeline]``,
-Original size, minima of the rounds (medians in brackets), three runs each, before and after the
-same commit (before: ``from_files`` drew random values; lookups and reads went through
-``h5py.Dataset``; the cache's loads already skipped the random values):
-
-| seconds | before | after |
-|---|---|---|
-| h5py, every dataset | 0.037-0.040 | 0.037-0.041 |
-| h5py, every dataset, arrays kept | 0.043-0.044 | 0.043-0.046 |
-| ``BiLM.from_pretrained``, warm | 0.062-0.065 (0.067-0.096) | 0.056-0.058 (0.061-0.067) |
-| warm / h5py, every dataset | 1.61-1.71x (1.45-2.16x) | 1.41-1.52x (1.32-1.45x) |
-| warm / h5py, arrays kept | 1.45-1.46x (1.45-2.15x) | 1.28-1.33x (1.26-1.38x) |
-| ``BiLM.from_files`` (values checked) | 0.331-0.343 | 0.058-0.060 |
-| ``spacy.load`` of the saved pipeline (one run) | 0.467 (0.481) | 0.162 (0.171) |
-| ``spacy.load`` of the blank pipeline alone | 0.091 (0.094) | 0.092 (0.094) |
-| ``spacy.load`` / h5py, every dataset (same rounds) | 12.8x (12.6x) | 4.3x (4.3x) |
-
-Of that warm load's 0.057 s, 0.012 s was beyond what h5py pays for the same bytes: five matrices
-(68 MB: the highway and projection weights) that the file stores (in, out) and ``nn.Linear``
-holds (out, in) go through torch's transposing copy (3.2 ms per 16 MB). No other layout avoids it
-without changing what the biLM computes (a transposed weight changes the product's rounding, and a
-reloaded biLM must give the bit-identical outputs of the one saved), so those copies now run on a
-second thread while HDF5 reads the LSTM's weights (torch copies without the GIL, h5py reads with
-it). Same machine and command, five runs after that change (each run's minimum and median):
-
-| seconds | before | after |
-|---|---|---|
-| h5py, every dataset | 0.037 (0.044) | 0.032-0.036 (0.036-0.042) |
-| h5py, every dataset, arrays kept | 0.044 (0.048) | 0.038-0.043 (0.044-0.046) |
-| ``BiLM.from_pretrained``, warm | 0.058 (0.100) | 0.044-0.048 (0.047-0.059) |
-| warm / h5py, every dataset | 1.58x (2.28x) | 1.27-1.47x (1.12-1.65x) |
-| warm / h5py, arrays kept | 1.33x (2.08x) | 1.06-1.21x (1.03-1.35x) |
-
-The rest is HDF5's lookups, model construction and fresh memory (the dropped arrays reuse theirs).
-Every load that takes fresh memory (h5py keeping its arrays too) now and then takes 2-6 times its
-usual time, when Linux compacts memory for the huge pages it was asked for; a median over 11
-rounds moves with how many such rounds a run drew.
-``spacy.load`` is mostly spaCy's: the blank English pipeline alone takes 2.5x the h5py read.
+Figures measured with it, before and after the loading changes they decided, are in
+project/docs/lab-notebook.md ("Loading a published biLM").
 """
-
 
 import contextlib
 import functools

@@ -62,8 +62,8 @@ SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
 
 
-def build_bert(directory: Path, texts: List[str]) -> None:
-    """A BERT-base-sized model of random weights and a WordPiece tokenizer over the texts' words."""
+def build_bert(directory: Path, texts: List[str]) -> str:
+    """A BERT-base-sized model of random weights and a WordPiece tokenizer over the texts' words; a line on it."""
     import torch
     from transformers import BertConfig, BertModel, BertTokenizerFast
     from transformers.models.bert.tokenization_bert import BasicTokenizer
@@ -78,12 +78,12 @@ def build_bert(directory: Path, texts: List[str]) -> None:
     model.save_pretrained(directory)
     BertTokenizerFast(vocab_file=str(vocab_file), do_lower_case=True).save_pretrained(directory)
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"BERT-base-sized model: {n_params / 1e6:.1f} M parameters, WordPiece vocab of {len(words) + len(SPECIAL)}",
-          flush=True)
+    return f"BERT-base-sized model: {n_params / 1e6:.1f} M parameters, WordPiece vocab of {len(words) + len(SPECIAL)}"
 
 
-def build_pipelines(configs: List[str], directory: str, threads: int) -> Dict[str, str]:
-    """Each configuration's pipeline, saved with ``nlp.to_disk`` under ``directory``; their paths.
+def build_pipelines(configs: List[str], directory: str, threads: int) -> Dict[str, Any]:
+    """Each configuration's pipeline, saved with ``nlp.to_disk`` under ``directory``: their paths, and
+    what was built (``notes``).
     Run in a process of its own (:func:`~harness.isolated`): a child started by fork inherits its
     parent's ``ru_maxrss``, so the parent stays small."""
     import spacy
@@ -94,6 +94,7 @@ def build_pipelines(configs: List[str], directory: str, threads: int) -> Dict[st
     tmp = Path(directory)
     texts = word_sense_texts(480)  # the WordPiece vocabulary: every sentence
     paths: Dict[str, Path] = {}
+    notes: List[str] = []
     for config in configs:
         nlp = spacy.blank("en")
         if config.startswith("trf-"):
@@ -101,7 +102,7 @@ def build_pipelines(configs: List[str], directory: str, threads: int) -> Dict[st
                 paths[config] = tmp / "pipelines" / "trf"
                 continue
             bert = tmp / "bert-base-random"
-            build_bert(bert, texts)
+            notes.append(build_bert(bert, texts))
             nlp.add_pipe("transformer", config={"model": {"name": str(bert)}})
         else:
             if config.startswith("elmo-original-"):
@@ -114,19 +115,17 @@ def build_pipelines(configs: List[str], directory: str, threads: int) -> Dict[st
                     BiLM(ElmoOptions(**ORIGINAL_SIZES)).to_files(options_file, weight_file)
                 model = {"options_file": str(options_file), "weight_file": str(weight_file),
                          "precision": config.rsplit("-", 1)[1]}
-            elif config == "elmo-en":
+            else:  # elmo-en
                 model = {"pretrained": "en", "precision": "auto"}
-            else:
-                raise SystemExit(f"unknown configuration {config!r}; choose from {', '.join(CONFIGS + EXTRA_CONFIGS)}")
             nlp.add_pipe("elmo", config={"model": model, "threads": threads})
         nlp.initialize()
         paths[config] = tmp / "pipelines" / ("trf" if config.startswith("trf-") else config)
         paths[config].parent.mkdir(parents=True, exist_ok=True)
         nlp.to_disk(paths[config])
-    return {config: str(path) for config, path in paths.items()}
+    return {"paths": {config: str(path) for config, path in paths.items()}, "notes": notes}
 
 
-def float32_outputs(module, inputs, output):
+def float32_outputs(module: Any, inputs: Any, output: Dict[str, Any]) -> Dict[str, Any]:
     """The transformer's outputs back in float32: NumPy (thinc's ``torch2xp``) has no bf16.
 
     Under autocast BERT's last hidden state comes out bf16, and spacy-transformers fails on it
@@ -192,7 +191,9 @@ def main(
           f"whitespace-separated words; {threads} torch threads, nlp.pipe batch_size {batch_size}", flush=True)
     results: Dict[str, List[Dict[str, Any]]] = {c: [] for c in chosen}
     with tempfile.TemporaryDirectory() as tmp:
-        paths = isolated(build_pipelines, configs=chosen, directory=tmp, threads=threads)
+        built = isolated(build_pipelines, configs=chosen, directory=tmp, threads=threads)
+        print("\n".join(built["notes"]), flush=True)
+        paths = built["paths"]
         for round_ in range(1, rounds + 1):
             for config in chosen:
                 row = isolated(measure, config=config, pipeline=paths[config], docs=docs, threads=threads,
