@@ -1,17 +1,17 @@
 """Is ``precision="auto"`` as fast as the fastest explicit precision on this CPU, and how close to the
-machine's own matrix-product rate does each run? (issue 30's check, and issue 35's)
+machine's own matrix-product rate does each run?
 
 At the published Original size (untrained weights: they cost what trained ones do), the first use of
-``auto`` measures and records its decision (timed here, with where it came from); a second
-"load" (the process's memory of it cleared) must read it back without timing. Then ``auto`` and
-each explicit precision run the same random-word batches of ``--rows`` sentences of ``--words``
-to ``--max-words`` words (no token cache: every word goes through the char CNN, as fresh words
-do), interleaved after one untimed run each, ``--repeats`` rounds; the median tokens/s of each and
-its range are printed, and auto's ratio to the fastest (issue 30 asks for at least 0.9). Then the roofline: this machine's fp32 and bf16
-product rates at the biLM's shapes for these batches (``spacy_elmo.bilm.roofline``, timed in the
-same run), and each precision's FLOP rate (tokens/s x 204.3 MFLOP per token) as a fraction of the
-best of them (issue 35 asks ``auto`` for at least 0.60 on a CPU with AVX512-BF16 and no AMX, 0.40
-with AMX).
+``auto`` measures and records its decision (timed here, with where it came from); a second "load"
+(the process's memory of it cleared) must read it back without timing. Then ``auto`` and each
+explicit precision run the same random-word batches of ``--rows`` sentences of ``--words`` to
+``--max-words`` words (no token cache: every word goes through the char CNN, as fresh words do),
+interleaved after one untimed run each, ``--repeats`` rounds; the median tokens/s of each and its
+range are printed, and auto's ratio to the fastest (the target: at least 0.90). Then the roofline:
+this machine's fp32 and bf16 product rates at the biLM's shapes for these batches
+(``spacy_elmo.bilm.roofline``, timed in the same run), and each precision's FLOP rate (tokens/s x
+204.3 MFLOP per token) as a fraction of the best of them (the target for ``auto``: at least 0.60 on
+a CPU with AVX512-BF16 and no AMX, 0.40 with AMX).
 
     python benchmarks/auto_precision.py [--threads 2] [--rows 64] [--words 20] [--max-words 30]
         [--batches 2] [--repeats 5] [--cache DIR]   # default: a fresh temporary directory, so that auto measures
@@ -103,7 +103,7 @@ def main(
     batch_list = [list(fresh_sentences(rows, (words, max_words or words), (1, 10), seed)) for seed in range(batches)]
     found = rates(model, batch_list, ["auto", *autotune.candidates()], repeats)
     fastest = max(rate for precision, rate in found.items() if precision != "auto")
-    typer.echo(f"auto / fastest explicit: {found['auto'] / fastest:.2f} (issue 30 asks for at least 0.90)")
+    typer.echo(f"auto / fastest explicit: {found['auto'] / fastest:.2f} (the target: at least 0.90)")
     roofline_fractions(found, batch_list)
 
 

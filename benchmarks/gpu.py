@@ -1,5 +1,5 @@
-"""Throughput of spacy-elmo on one GPU, against this machine's CPU. Figures from one H200 are in
-docs/component.md (GPU) and benchmarks/results/gpu_h200.txt.
+"""Throughput of spacy-elmo on one GPU, against this machine's CPU. Every run so far, with its
+command, is in benchmarks/results/gpu_*.txt.
 
     python benchmarks/gpu.py            # the full run: needs a CUDA GPU
     python benchmarks/gpu.py --quick    # tiny sizes, to check the script end to end (a CPU will do: < 1 min)

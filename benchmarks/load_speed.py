@@ -1,4 +1,4 @@
-"""How fast a published biLM loads, against h5py reading its weight file: issue 35, item 5.
+"""How fast a published biLM loads, against h5py reading its weight file.
 
 Random weights at a published size (``--size original``: ``ElmoOptions(**ORIGINAL_SIZES)``, a
 374 MB weight file) are written to a temporary directory and served on 127.0.0.1 under a registry
@@ -14,7 +14,7 @@ machine. Printed, each in seconds, after the harness's machine line:
   every value for NaN (how a saved pipeline's biLM loads); and what a warm load cost before the
   cache trusted size and time and before loads skipped the random initial values (sha256 of both
   files, then a biLM made with its random values and the file read over them);
-- the ratio of the warm load to each h5py read (the issue's target: at most 1.5).
+- the ratio of the warm load to each h5py read (the target: at most 1.5).
 
 ``--pipeline`` then saves ``spacy.blank("en")`` with the elmo component of the cached files
 (``precision = "fp32"``, ``nlp.initialize()``, ``nlp.to_disk``) and times ``spacy.load`` of it in
