@@ -20,7 +20,7 @@ sentences there.
         [--max-batch-tokens 16384] [--threads 2] [--repeats 3]
 """
 
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy
 import torch
@@ -124,6 +124,56 @@ def _run_direction(model: BiLM, x: torch.Tensor, lengths: List[int], direction: 
     return results
 
 
+def random_model(options: ElmoOptions, max_batch_tokens: int) -> BiLM:
+    """A biLM of ``options`` with random weights (they cost what trained ones do), no token cache."""
+    torch.manual_seed(0)
+    model = BiLM(options, cache_size=0, max_batch_tokens=max_batch_tokens).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0.0, 0.02)
+    return model
+
+
+def time_all(
+    model: BiLM, texts: List[List[str]], precisions: List[str], repeats: int
+) -> Tuple[Dict[str, Timing], Dict[str, List[numpy.ndarray]]]:
+    """Each precision without a cache and the step-by-step port in interleaved rounds, then the first
+    precision with a warm token cache; the timings by row name and each one's outputs."""
+    outputs: Dict[str, List[numpy.ndarray]] = {}
+
+    def embed(precision: str) -> Callable[[], None]:
+        def run() -> None:
+            model.precision = precision
+            outputs[precision] = model.embed_sentences(texts)
+
+        return run
+
+    def port() -> None:
+        outputs["port"] = step_by_step(model, texts)
+
+    runs = {f"spacy-elmo {p} (no cache)": embed(p) for p in precisions}
+    times = interleaved({**runs, "step-by-step port": port}, repeats)
+    model.precision = precisions[0]
+    model.token_cache = type(model.token_cache)(50_000)
+    model.embed_sentences(texts)
+    cached = Timing(tuple(timed(lambda: model.embed_sentences(texts)) for _ in range(repeats)))
+    times[f"spacy-elmo {precisions[0]} (warm cache)"] = cached
+    return times, outputs
+
+
+def print_rates(times: Dict[str, Timing], n_tokens: int, per_token: int, peaks: Dict[str, float]) -> None:
+    """Per row: tokens/s (median and range), GFLOP/s and its share of the matmul rate in its dtype."""
+    print(f"{'implementation':28} {'tokens/s: median (range)':>30} {'GFLOP/s':>8} {'of matmul':>9}")
+    for name, timing in times.items():
+        precision = next((p for p in peaks if f" {p} " in name), "fp32")
+        rate = per_token * n_tokens / timing.median
+        share = f"{rate / peaks[precision]:9.0%}" if precision in peaks else ""
+        print(f"{name:28} {timing.rate(n_tokens, ''):>30} {rate / 1e9:8.1f} {share}")
+    for precision in peaks:
+        speedup = times["step-by-step port"].median / times[f"spacy-elmo {precision} (no cache)"].median
+        print(f"speed-up of {precision} over the step-by-step port (no cache): {speedup:.2f}x")
+
+
 @app.command()
 def main(
     size: str = typer.Option("original", help=f"Model size: {', '.join(SIZES)}"),
@@ -138,14 +188,10 @@ def main(
         raise typer.BadParameter(f"--size takes one of {', '.join(SIZES)}, --precisions a comma-separated list of "
                                  f"{', '.join(DTYPES)}")
     torch.set_num_threads(threads)
-    torch.manual_seed(0)
     options = SIZES[size]
     texts = zipf_sentences(sentences)
     n_tokens = sum(len(s) for s in texts)
-    model = BiLM(options, cache_size=0, max_batch_tokens=max_batch_tokens).eval()
-    with torch.no_grad():
-        for param in model.parameters():
-            param.normal_(0.0, 0.02)
+    model = random_model(options, max_batch_tokens)
     print(machine())
     print(f"{size} size: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters; "
           f"{sentences} sentences, {n_tokens} tokens")
@@ -155,36 +201,11 @@ def main(
     print(f"nominal cost: {per_token / 1e6:.0f} MFLOP per token")
     distinct = sum(len({token for i in batch for token in texts[i]}) for batch in model.batches(texts))
     print(f"distinct tokens per batch: {distinct / n_tokens:.0%} of all tokens")
-
-    outputs: Dict[str, List[numpy.ndarray]] = {}
-
-    def embed(precision: str) -> Callable[[], None]:
-        def run() -> None:
-            model.precision = precision
-            outputs[precision] = model.embed_sentences(texts)
-
-        return run
-
-    runs = {f"spacy-elmo {p} (no cache)": embed(p) for p in chosen}
-    runs["step-by-step port"] = lambda: outputs.__setitem__("port", step_by_step(model, texts))
-    times = interleaved(runs, repeats)
-    model.precision = chosen[0]
-    model.token_cache = type(model.token_cache)(50_000)
-    model.embed_sentences(texts)
-    cached = f"spacy-elmo {chosen[0]} (warm cache)"
-    times[cached] = Timing(tuple(timed(lambda: model.embed_sentences(texts)) for _ in range(repeats)))
+    times, outputs = time_all(model, texts, chosen, repeats)
     peaks = {p: matmul_rate(DTYPES[p], threads) for p in chosen}
     for precision, peak in peaks.items():
         print(f"measured {precision} matmul rate: {peak / 1e9:.1f} GFLOP/s (torch.utils.benchmark, median)")
-    print(f"{'implementation':28} {'tokens/s: median (range)':>30} {'GFLOP/s':>8} {'of matmul':>9}")
-    for name, timing in times.items():
-        precision = next((p for p in chosen if f" {p} " in name), "fp32")
-        rate = per_token * n_tokens / timing.median
-        print(f"{name:28} {timing.rate(n_tokens, ''):>30} {rate / 1e9:8.1f} {rate / peaks.get(precision, rate):9.0%}")
-    port = times["step-by-step port"].median
-    for precision in chosen:
-        print(f"speed-up of {precision} over the step-by-step port (no cache): "
-              f"{port / times[f'spacy-elmo {precision} (no cache)'].median:.2f}x")
+    print_rates(times, n_tokens, per_token, peaks)
     difference = max(float(numpy.abs(a - b).max()) for a, b in zip(outputs[chosen[0]], outputs["port"]))
     print(f"largest difference between {chosen[0]} and the port: {difference:.2e}")
     if "fp32" in outputs and "bf16" in outputs:

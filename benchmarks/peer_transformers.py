@@ -12,9 +12,8 @@ Configurations (``--configs``, comma-separated):
   dtype=torch.bfloat16)``: torch runs the products (linear layers, attention matmuls) in bf16
   and keeps reductions such as softmax and layer norm in float32.
 - ``elmo-original-auto`` / ``elmo-original-fp32`` (and, when asked for, ``elmo-original-bf16`` /
-  ``elmo-original-int8``): our ``elmo`` component with the biLM of the
-  published Original size (``ElmoOptions(lstm_dim=4096, projection_dim=512, n_layers=2,
-  n_highway=2)``, 93.6 M parameters, random weights written with ``to_files``),
+  ``elmo-original-int8``): our ``elmo`` component with the biLM of the published Original size
+  (``ElmoOptions(**ORIGINAL_SIZES)``, 93.6 M parameters, random weights written with ``to_files``),
   ``precision = "auto"`` / ``"fp32"`` (/ ``"bf16"`` / ``"int8"``).
 - ``elmo-en``: our ``elmo`` component with the bundled English biLM (``pretrained = "en"``).
 
