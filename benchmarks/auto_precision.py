@@ -25,8 +25,8 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 import typer
-from harness import fresh_sentences, interleaved, machine
 
+from harness import fresh_sentences, interleaved, machine
 from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm import autotune
 from spacy_elmo.bilm.options import ORIGINAL_SIZES
@@ -60,8 +60,10 @@ def first_and_second_decision(model: BiLM) -> None:
         autotune._decided.clear()  # as in a new process
         start = time.perf_counter()
         decision = autotune.decide(model)
-        typer.echo(f"{label}: auto = {decision.choice} ({decision.source}, {time.perf_counter() - start:.2f} s): "
-                   f"{autotune.describe(decision)}")
+        typer.echo(
+            f"{label}: auto = {decision.choice} ({decision.source}, {time.perf_counter() - start:.2f} s): "
+            f"{autotune.describe(decision)}"
+        )
 
 
 def rates(model: BiLM, batches: List[List[List[str]]], precisions: List[str], repeats: int) -> Dict[str, float]:

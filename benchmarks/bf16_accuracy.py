@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from harness import layer_agreement, machine, text_lines
 
+from harness import layer_agreement, machine, text_lines
 from spacy_elmo import BiLM, pretrained_files
 
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
@@ -40,10 +40,13 @@ def main(
         layers[name] = bilm.embed_sentences(sentences)
         typer.echo(f"{name}: {time.perf_counter() - start:.1f} s")
     typer.echo(f"{len(sentences)} sentences, {sum(len(s) for s in sentences)} tokens")
-    typer.echo("| layer | mean cosine | smallest cosine | largest abs difference | mean abs fp32 value |\n|---|---|---|---|---|")
+    typer.echo("| layer | mean cosine | smallest cosine | largest abs difference | mean abs fp32 value |")
+    typer.echo("|---|---|---|---|---|")
     for k, row in enumerate(layer_agreement(layers[precision], layers["fp32"])):
-        typer.echo(f"| {k} | {row['mean_cosine']:.6f} | {row['smallest_cosine']:.6f} | {row['largest_difference']:.4f} "
-                   f"| {row['mean_abs']:.3f} |")
+        typer.echo(
+            f"| {k} | {row['mean_cosine']:.6f} | {row['smallest_cosine']:.6f} | {row['largest_difference']:.4f} "
+            f"| {row['mean_abs']:.3f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -1,14 +1,15 @@
 """Inference speed of the biLM at the published 'Original' size, against a step-by-step port.
 
-Prints tokens/s (the median of interleaved rounds, after one untimed run each, and the range), the floating-point rate reached (nominal model FLOPs per token x tokens/s) as
-a fraction of this machine's measured float32 matmul rate, and the same for a straightforward
-implementation of the same model (as AllenNLP's ``LstmCellWithProjection``: per-step input and
-state products, one direction at a time, state copies; the char CNN over all 50 character
-positions of every token). Both run the same random weights on the same sentences in one
-process, and their outputs are compared. Random weights of full size cost exactly what trained
-ones do. The nominal count is the published model's: every token through the char CNN at all
-positions, the LSTM at every token. spacy-elmo does less work for the same outputs (each distinct
-token of a batch once, no padding windows or padded steps); the share of distinct tokens is printed.
+Prints tokens/s (the median of interleaved rounds, after one untimed run each, and the range), the
+floating-point rate reached (nominal model FLOPs per token x tokens/s) as a fraction of this
+machine's measured float32 matmul rate, and the same for a straightforward implementation of the
+same model (as AllenNLP's ``LstmCellWithProjection``: per-step input and state products, one
+direction at a time, state copies; the char CNN over all 50 character positions of every token).
+Both run the same random weights on the same sentences in one process, and their outputs are
+compared. Random weights of full size cost exactly what trained ones do. The nominal count is the
+published model's: every token through the char CNN at all positions, the LSTM at every token.
+spacy-elmo does less work for the same outputs (each distinct token of a batch once, no padding
+windows or padded steps); the share of distinct tokens is printed.
 
 spacy-elmo runs in each ``--precisions`` (fp32, bf16: see spacy_elmo.bilm.precision); each row's
 rate is compared with this machine's matmul rate in its own dtype, and the bf16 layers with the
@@ -25,14 +26,17 @@ from typing import Callable, Dict, List, Sequence, Tuple
 import numpy
 import torch
 import typer
-from harness import Timing, interleaved, layer_agreement, machine, timed, zipf_sentences
 from torch.utils import benchmark
 
+from harness import Timing, interleaved, layer_agreement, machine, timed, zipf_sentences
 from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm.options import ORIGINAL_SIZES
 from spacy_elmo.bilm.roofline import flops_per_token
 
-SIZES = {"original": ElmoOptions(**ORIGINAL_SIZES), "small": ElmoOptions()}  # ElmoOptions' defaults: the published Small
+SIZES = {
+    "original": ElmoOptions(**ORIGINAL_SIZES),
+    "small": ElmoOptions(),
+}  # ElmoOptions' defaults: the published Small
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
@@ -185,16 +189,19 @@ def main(
 ) -> None:
     chosen = precisions.split(",")
     if size not in SIZES or not chosen or any(p not in DTYPES for p in chosen):
-        raise typer.BadParameter(f"--size takes one of {', '.join(SIZES)}, --precisions a comma-separated list of "
-                                 f"{', '.join(DTYPES)}")
+        raise typer.BadParameter(
+            f"--size takes one of {', '.join(SIZES)}, --precisions a comma-separated list of {', '.join(DTYPES)}"
+        )
     torch.set_num_threads(threads)
     options = SIZES[size]
     texts = zipf_sentences(sentences)
     n_tokens = sum(len(s) for s in texts)
     model = random_model(options, max_batch_tokens)
     print(machine())
-    print(f"{size} size: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters; "
-          f"{sentences} sentences, {n_tokens} tokens")
+    print(
+        f"{size} size: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters; "
+        f"{sentences} sentences, {n_tokens} tokens"
+    )
     # Nominal model FLOPs per token, the usual utilisation convention: the char CNN and the LSTM
     # for every token; boundary positions and padding are not counted.
     per_token = flops_per_token(options).total
@@ -210,8 +217,10 @@ def main(
     print(f"largest difference between {chosen[0]} and the port: {difference:.2e}")
     if "fp32" in outputs and "bf16" in outputs:
         for k, row in enumerate(layer_agreement(outputs["bf16"], outputs["fp32"])):
-            print(f"bf16 against fp32, layer {k}: mean per-token cosine {row['mean_cosine']:.6f}, "
-                  f"largest difference {row['largest_difference']:.2e}")
+            print(
+                f"bf16 against fp32, layer {k}: mean per-token cosine {row['mean_cosine']:.6f}, "
+                f"largest difference {row['largest_difference']:.2e}"
+            )
 
 
 if __name__ == "__main__":

@@ -20,9 +20,9 @@ import numpy
 import spacy
 import torch
 import typer
-from harness import REPO, machine
 from spacy.language import Language
 
+from harness import REPO, machine
 from spacy_elmo.layers import get_bilm
 
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])

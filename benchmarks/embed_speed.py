@@ -7,7 +7,8 @@ Each run writes Parquet into a fresh directory and is timed end to end, as a use
 reading and planning the input, loading the biLM (once per Ray actor), embedding, writing, and
 for Ray starting a local cluster. Sentences/s and tokens/s are printed per configuration.
 
-    python benchmarks/embed_speed.py [--sentences 2000] [--shard-size 250] [--runs local1,local2,ray1,ray2] [--pretrained DIRECTORY]
+    python benchmarks/embed_speed.py [--sentences 2000] [--shard-size 250] [--runs local1,local2,ray1,ray2]
+        [--pretrained DIRECTORY]
 """
 
 import random
@@ -17,8 +18,8 @@ from pathlib import Path
 from typing import List, Tuple
 
 import typer
-from harness import machine
 
+from harness import machine
 from spacy_elmo import BiLM
 from spacy_elmo.embed import EmbedSettings, run_embed
 from spacy_elmo.published.resolve import resolve_pretrained
@@ -35,7 +36,9 @@ def write_corpus(path: Path, n: int, seed: int = 0) -> None:
     lines: List[str] = []
     for _ in range(n):
         length = rng.randint(5, 45)
-        lines.append(" ".join(rng.choice(WORDS) if rng.random() < 0.4 else rng.choices(rare, weights)[0] for _ in range(length)))
+        lines.append(
+            " ".join(rng.choice(WORDS) if rng.random() < 0.4 else rng.choices(rare, weights)[0] for _ in range(length))
+        )
     path.write_text("\n".join(lines) + "\n", encoding="utf8")
 
 
@@ -44,12 +47,21 @@ def run(corpus: Path, output: Path, name: str, shard_size: int, files: Tuple[Pat
     engine, count = ("ray", int(name[3:])) if name.startswith("ray") else ("local", int(name[5:]))
     start = time.perf_counter()
     summary = run_embed(
-        corpus, output, settings, *files, engine=engine,  # type: ignore[arg-type]
-        workers=count, threads=1 if engine == "ray" else count, progress=False,
+        corpus,
+        output,
+        settings,
+        *files,
+        engine=engine,  # type: ignore[arg-type]
+        workers=count,
+        threads=1 if engine == "ray" else count,
+        progress=False,
     )
     seconds = time.perf_counter() - start
     label = f"ray, {count} worker(s)" if engine == "ray" else f"local, {count} thread(s)"
-    print(f"{label:<22} {summary.sentences / seconds:>10,.1f} sentences/s {summary.tokens / seconds:>12,.0f} tokens/s   ({seconds:.1f} s)")
+    print(
+        f"{label:<22} {summary.sentences / seconds:>10,.1f} sentences/s {summary.tokens / seconds:>12,.0f} tokens/s",
+        f"  ({seconds:.1f} s)",
+    )
 
 
 @app.command()

@@ -18,6 +18,7 @@ from typing import Dict, List
 
 import torch
 import typer
+
 from harness import REPO, isolated, machine, steady_train_rate
 
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
@@ -39,15 +40,20 @@ def main(
     threads: int = typer.Option(2, help="torch.set_num_threads"),
 ) -> None:
     if not corpus.exists():
-        raise typer.BadParameter(f"{corpus} not found: make it with `python -m weasel run fetch-data project/` "
-                                 "(the real data, see project/README.md), or give --corpus a .spacy file of NER examples")
+        raise typer.BadParameter(
+            f"{corpus} not found: make it with `python -m weasel run fetch-data project/` "
+            "(the real data, see project/README.md), or give --corpus a .spacy file of NER examples"
+        )
     torch.set_num_threads(threads)
     print(machine())
     rates: Dict[str, List[float]] = {precision: [] for precision in precisions.split(",")}
     for round_ in range(rounds):
         for precision, found in rates.items():
-            found.append(isolated(fine_tuned_rate, corpus=str(corpus), precision=precision, steps=steps,
-                                  threads=threads)["words_per_s"])
+            found.append(
+                isolated(fine_tuned_rate, corpus=str(corpus), precision=precision, steps=steps, threads=threads)[
+                    "words_per_s"
+                ]
+            )
             print(f"round {round_}, precision {precision}: {found[-1]:,.0f} words/s", flush=True)
     for precision, found in rates.items():
         print(f"{precision}: median {statistics.median(found):,.0f} words/s ({min(found):,.0f}-{max(found):,.0f})")

@@ -4,7 +4,8 @@ command, is in benchmarks/results/gpu_*.txt.
     python benchmarks/gpu.py            # the full run: needs a CUDA GPU
     python benchmarks/gpu.py --quick    # tiny sizes, to check the script end to end (a CPU will do: < 1 min)
 
-The first lines name the machine (the harness's machine line) and where bf16 runs in hardware. Then one row per measurement:
+The first lines name the machine (the harness's machine line) and where bf16 runs in hardware.
+Then one row per measurement:
 
 - ``inference``: tokens/s of the biLM at the published Original size (2 x 4,096-cell LSTMs
   projected to 512, a char CNN of 2,048 filters, 2 highways; see docs/bilm.md), random weights
@@ -41,14 +42,15 @@ GPU rows also give the peak GPU memory torch allocated (``torch.cuda.max_memory_
 
 import os
 import tempfile
-from pathlib import Path
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import typer
-from harness import machine, ner_corpus, steady_train_rate, timed, training_session, zipf_corpus, zipf_sentences
 
+from harness import machine, ner_corpus, steady_train_rate, timed, training_session, zipf_corpus, zipf_sentences
 from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm.options import ORIGINAL_SIZES
 from spacy_elmo.bilm.precision import cpu_has_native_bf16, gpu_has_native_bf16
@@ -69,7 +71,8 @@ def bf16_support(device: torch.device) -> str:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         native = gpu_has_native_bf16((props.major, props.minor))
-        line += f", GPU (compute capability {props.major}.{props.minor}) {'yes' if native else 'no: its bf16 rows are emulated'}"
+        answer = "yes" if native else "no: its bf16 rows are emulated"
+        line += f", GPU (compute capability {props.major}.{props.minor}) {answer}"
     else:
         line += "; GPU: none visible to torch, the rows run on the CPU"
     return line
@@ -121,8 +124,12 @@ def with_lstm_loop(loop: str, rate: Callable[[], float]) -> float:
 
 
 def inference_rate(
-    options: ElmoOptions, device: torch.device, precision: str, sentences: Sequence[Sequence[str]],
-    max_batch_tokens: int, repeats: int,
+    options: ElmoOptions,
+    device: torch.device,
+    precision: str,
+    sentences: Sequence[Sequence[str]],
+    max_batch_tokens: int,
+    repeats: int,
 ) -> float:
     """Tokens/s of the biLM's forward pass over ``sentences`` on ``device``; the best of ``repeats``."""
     torch.manual_seed(0)
@@ -152,8 +159,15 @@ def padded_batches(options: ElmoOptions, sentences: Sequence[Sequence[str]], max
     return [[len(sentences[i]) + 2 for i in batch] for batch in batcher.batches(sentences)]
 
 
-def lstm_rate(options: ElmoOptions, device: torch.device, precision: str, sentences: Sequence[Sequence[str]],
-              max_batch_tokens: int, repeats: int, cudnn: bool) -> float:
+def lstm_rate(
+    options: ElmoOptions,
+    device: torch.device,
+    precision: str,
+    sentences: Sequence[Sequence[str]],
+    max_batch_tokens: int,
+    repeats: int,
+    cudnn: bool,
+) -> float:
     """Tokens/s of the LSTM alone over random token vectors in the biLM's batches: the biLM's own
     stack (``cudnn`` False), or ``torch.nn.LSTM`` (cuDNN on a GPU) with ``proj_size``, both
     directions, the same layers and widths, over packed sequences (the anchor: no clipping, and its
@@ -167,12 +181,15 @@ def lstm_rate(options: ElmoOptions, device: torch.device, precision: str, senten
     batches = padded_batches(options, sentences, max_batch_tokens)
     width = options.projection_dim
     if cudnn:
-        model = torch.nn.LSTM(width, options.lstm_dim, num_layers=options.n_layers, bidirectional=True,
-                              proj_size=width).to(device, dtype)
+        model = torch.nn.LSTM(
+            width, options.lstm_dim, num_layers=options.n_layers, bidirectional=True, proj_size=width
+        ).to(device, dtype)
     else:
         model = BiLSTMStack(options).to(device)
-    inputs = [(torch.randn(max(lengths), len(lengths), width, device=device),
-               torch.tensor(lengths, device=device)) for lengths in batches]
+    inputs = [
+        (torch.randn(max(lengths), len(lengths), width, device=device), torch.tensor(lengths, device=device))
+        for lengths in batches
+    ]
 
     def run() -> None:
         with torch.no_grad(), own_precision(device, dtype):
@@ -200,9 +217,17 @@ def pipe_rate(options: ElmoOptions, directory: Path, gpu_id: int, sentences: Seq
         require_gpu(gpu_id)
     try:
         nlp = spacy.blank("en")
-        nlp.add_pipe("elmo", config={"model": {"options_file": str(directory / "pipe_options.json"),
-                                               "weight_file": str(directory / "pipe_weights.hdf5"),
-                                               "pretrained": None, "precision": "auto"}})
+        nlp.add_pipe(
+            "elmo",
+            config={
+                "model": {
+                    "options_file": str(directory / "pipe_options.json"),
+                    "weight_file": str(directory / "pipe_weights.hdf5"),
+                    "pretrained": None,
+                    "precision": "auto",
+                }
+            },
+        )
         nlp.initialize()
         device = torch.device("cuda", gpu_id) if gpu_id >= 0 else torch.device("cpu")
         words = sum(map(len, sentences))
@@ -231,8 +256,9 @@ def pretrain_rate(preset_name: str, precision: str, corpus: Path, output_dir: Pa
     preset = get_preset(preset_name)
     config = preset.training.updated(max_steps=warmup + steps, precision=precision)
     env = init_distributed()  # the GPU when torch sees one
-    trainer = Trainer(env, corpus, output_dir, preset.options, config, dev_path=None, init_from=None,
-                      resume=False, progress=False)
+    trainer = Trainer(
+        env, corpus, output_dir, preset.options, config, dev_path=None, init_from=None, resume=False, progress=False
+    )
     for _ in range(warmup):
         trainer._train_step()
 
@@ -254,6 +280,10 @@ class Batching:
     max_batch_tokens: int
     repeats: int
 
+    def as_args(self) -> Tuple[int, int]:
+        """``(max_batch_tokens, repeats)``, as the rate functions take them."""
+        return self.max_batch_tokens, self.repeats
+
 
 @app.command()
 def main(
@@ -265,20 +295,29 @@ def main(
     repeats: int = typer.Option(3, help="Timed passes of each inference and LSTM row; the fastest counts"),
     train_steps: int = typer.Option(50, help="Timed steps of each train row"),
     train_batch_words: Optional[int] = typer.Option(
-        None, help="Words per training batch [default: the config's schedule, which starts at 100 words]"),
+        None, help="Words per training batch [default: the config's schedule, which starts at 100 words]"
+    ),
     pretrain_steps: int = typer.Option(20, help="Timed steps of each pretrain row"),
     steady_docs: int = typer.Option(2400, help="Documents of the steady-state corpus (WNUT-16's training set: 2,394)"),
     steady_steps: Optional[int] = typer.Option(None, help="Steady-state steps timed [default: the second epoch]"),
-    steady_batch_words: int = typer.Option(1000, help="Words per steady-state batch (the shipped schedule ends at 1,000)"),
-    cpu_rows: bool = typer.Option(False, "--cpu-rows", help="The CPU rows of steady, lstm and pipe too (slow at the Original size)"),
-    tasks: str = typer.Option("inference,lstm,pipe,steady,train,pretrain", help="Which rows to measure, comma-separated"),
+    steady_batch_words: int = typer.Option(
+        1000, help="Words per steady-state batch (the shipped schedule ends at 1,000)"
+    ),
+    cpu_rows: bool = typer.Option(
+        False, "--cpu-rows", help="The CPU rows of steady, lstm and pipe too (slow at the Original size)"
+    ),
+    tasks: str = typer.Option(
+        "inference,lstm,pipe,steady,train,pretrain", help="Which rows to measure, comma-separated"
+    ),
     train_bilm: str = typer.Option("bundled", help="The train rows' biLM: bundled (en) or original (random weights)"),
 ) -> None:
     chosen = set(tasks.split(","))
     has_gpu = torch.cuda.is_available()
     if not has_gpu and not quick and not chosen <= {"train", "steady"}:
-        raise typer.BadParameter("torch sees no CUDA GPU here: run the full benchmark on a GPU machine, check it with "
-                                 "--quick, or time spacy train alone on this CPU with --tasks train,steady")
+        raise typer.BadParameter(
+            "torch sees no CUDA GPU here: run the full benchmark on a GPU machine, check it with "
+            "--quick, or time spacy train alone on this CPU with --tasks train,steady"
+        )
     if train_bilm not in ("bundled", "original"):
         raise typer.BadParameter(f"--train-bilm {train_bilm!r}: bundled or original")
     device = torch.device("cuda", gpu_id) if has_gpu else torch.device("cpu")
@@ -294,9 +333,11 @@ def main(
 
     print(machine())
     print(bf16_support(device))
-    print(f"inference: {size} size, {len(gpu_batch)} sentences (GPU), {len(cpu_batch)} (CPU), "
-          f"batches of {max_batch_tokens} tokens; spacy train: ner_elmo.cfg, batches of "
-          f"{train_batch_words or 'the config schedule (100 words at first)'} words; pretrain: {', '.join(presets)}")
+    print(
+        f"inference: {size} size, {len(gpu_batch)} sentences (GPU), {len(cpu_batch)} (CPU), "
+        f"batches of {max_batch_tokens} tokens; spacy train: ner_elmo.cfg, batches of "
+        f"{train_batch_words or 'the config schedule (100 words at first)'} words; pretrain: {', '.join(presets)}"
+    )
     table = Table()
     if "inference" in chosen:
         inference_rows(table, options, size, device, gpu_batch, cpu_batch, batching)
@@ -308,8 +349,18 @@ def main(
         if "pipe" in chosen:
             pipe_rows(table, options, size, directory, device, gpu_id, gpu_batch, cpu_batch, cpu_rows)
         if "steady" in chosen:
-            steady_rows(table, options, size, directory, device, gpu_id, 120 if quick else steady_docs,
-                        steady_steps, cpu_rows, steady_batch_words)
+            steady_rows(
+                table,
+                options,
+                size,
+                directory,
+                device,
+                gpu_id,
+                120 if quick else steady_docs,
+                steady_steps,
+                cpu_rows,
+                steady_batch_words,
+            )
         if "train" in chosen:
             bilm = options if quick or train_bilm == "original" else None
             train_rows(table, directory, device, gpu_id, bilm, size, warmup, train_steps, quick, train_batch_words)
@@ -317,72 +368,150 @@ def main(
             pretrain_rows(table, directory, device, presets, warmup, pretrain_steps, quick)
 
 
-def inference_rows(table: Table, options: ElmoOptions, size: str, device: torch.device, sentences: List[List[str]],
-                   cpu_sentences: List[List[str]], batching: Batching) -> None:
+def inference_rows(
+    table: Table,
+    options: ElmoOptions,
+    size: str,
+    device: torch.device,
+    sentences: List[List[str]],
+    cpu_sentences: List[List[str]],
+    batching: Batching,
+) -> None:
     task = f"inference, {size} size"
     if device.type == "cuda":
         for precision in ("fp32", "bf16"):
             for loop in LOOPS:
-                table.measure(f"{task}, {loop} LSTM loop", device, precision, "tokens/s",
-                              lambda: with_lstm_loop(loop, lambda: inference_rate(
-                                  options, device, precision, sentences, batching.max_batch_tokens, batching.repeats)))
+                table.measure(
+                    f"{task}, {loop} LSTM loop",
+                    device,
+                    precision,
+                    "tokens/s",
+                    partial(
+                        with_lstm_loop,
+                        loop,
+                        partial(inference_rate, options, device, precision, sentences, *batching.as_args()),
+                    ),
+                )
     else:
         table.skip(task, "cuda", "fp32/bf16", "no CUDA GPU visible")
     cpu = torch.device("cpu")
-    table.measure(task, cpu, "fp32", "tokens/s",
-                  lambda: inference_rate(options, cpu, "fp32", cpu_sentences, batching.max_batch_tokens, batching.repeats))
+    table.measure(
+        task,
+        cpu,
+        "fp32",
+        "tokens/s",
+        partial(inference_rate, options, cpu, "fp32", cpu_sentences, *batching.as_args()),
+    )
     if cpu_has_native_bf16():
-        table.measure(task, cpu, "bf16", "tokens/s",
-                      lambda: inference_rate(options, cpu, "bf16", cpu_sentences, batching.max_batch_tokens, batching.repeats))
+        table.measure(
+            task,
+            cpu,
+            "bf16",
+            "tokens/s",
+            partial(inference_rate, options, cpu, "bf16", cpu_sentences, *batching.as_args()),
+        )
     else:
         table.skip(task, "cpu", "bf16", "no AVX512-BF16 or AMX on this CPU: bf16 is emulated there, slower than fp32")
 
 
-def lstm_rows(table: Table, options: ElmoOptions, size: str, device: torch.device, sentences: List[List[str]],
-              batching: Batching) -> None:
+def lstm_rows(
+    table: Table, options: ElmoOptions, size: str, device: torch.device, sentences: List[List[str]], batching: Batching
+) -> None:
     """The LSTM alone: the biLM's stack against torch.nn.LSTM (cuDNN) at the same sizes and batches."""
     precisions = ("fp32", "bf16") if device.type == "cuda" else ("fp32",)
     for precision in precisions:
         for cudnn in (False, True):
-            table.measure(f"LSTM alone, {size} size, " + ("torch.nn.LSTM" if cudnn else "spacy-elmo"), device,
-                          precision, "tokens/s", lambda: lstm_rate(options, device, precision, sentences,
-                                                                   batching.max_batch_tokens, batching.repeats, cudnn))
+            table.measure(
+                f"LSTM alone, {size} size, " + ("torch.nn.LSTM" if cudnn else "spacy-elmo"),
+                device,
+                precision,
+                "tokens/s",
+                partial(lstm_rate, options, device, precision, sentences, *batching.as_args(), cudnn),
+            )
 
 
-def pipe_rows(table: Table, options: ElmoOptions, size: str, directory: Path, device: torch.device, gpu_id: int,
-              sentences: List[List[str]], cpu_sentences: List[List[str]], cpu_rows: bool) -> None:
+def pipe_rows(
+    table: Table,
+    options: ElmoOptions,
+    size: str,
+    directory: Path,
+    device: torch.device,
+    gpu_id: int,
+    sentences: List[List[str]],
+    cpu_sentences: List[List[str]],
+    cpu_rows: bool,
+) -> None:
     task = f"nlp.pipe, {size} size"
     if device.type == "cuda":
         table.measure(task, device, "auto", "words/s", lambda: pipe_rate(options, directory, gpu_id, sentences))
     if device.type != "cuda" or cpu_rows:
-        table.measure(task, torch.device("cpu"), "auto", "words/s", lambda: pipe_rate(options, directory, -1, cpu_sentences))
+        table.measure(
+            task, torch.device("cpu"), "auto", "words/s", lambda: pipe_rate(options, directory, -1, cpu_sentences)
+        )
 
 
-def steady_rows(table: Table, options: ElmoOptions, size: str, directory: Path, device: torch.device, gpu_id: int,
-                n_docs: int, max_steps: Optional[int], cpu_rows: bool, batch_words: int) -> None:
+def steady_rows(
+    table: Table,
+    options: ElmoOptions,
+    size: str,
+    directory: Path,
+    device: torch.device,
+    gpu_id: int,
+    n_docs: int,
+    max_steps: Optional[int],
+    cpu_rows: bool,
+    batch_words: int,
+) -> None:
     """spacy train at the schedule's end, second epoch (see :func:`steady_train_rate`): the biLM
     frozen and fine-tuned, and spaCy's CNN config without ELMo, on a corpus of ``n_docs`` documents."""
     corpus = directory / "steady.spacy"
     ner_corpus(corpus, n_docs, seed=1)
     BiLM(options).to_files(directory / "steady_options.json", directory / "steady_weights.hdf5")
-    bilm = {"paths.elmo_options": str(directory / "steady_options.json"),
-            "paths.elmo_weights": str(directory / "steady_weights.hdf5")}
+    bilm = {
+        "paths.elmo_options": str(directory / "steady_options.json"),
+        "paths.elmo_weights": str(directory / "steady_weights.hdf5"),
+    }
     devices = [(device, gpu_id)] + ([(torch.device("cpu"), -1)] if device.type == "cuda" and cpu_rows else [])
     for where, where_id in devices:
         # The CPU's fine-tuned row would take minutes at the Original size: the GPU's is compared
         # with the CPU's frozen one.
         for freeze in (True, False) if where == device else (True,):
             name = f"spacy train, {size} size, {'frozen' if freeze else 'fine-tuned'}, steady, {batch_words} w"
-            table.measure(name, where, "auto", "words/s", lambda: steady_train_rate(
-                corpus, {**bilm, "components.elmo.model.freeze": freeze}, where_id, max_steps=max_steps,
-                batch_words=batch_words))
-        table.measure(f"spacy train, spaCy CNN, no ELMo, steady, {batch_words} w", where, "fp32", "words/s",
-                      lambda: steady_train_rate(corpus, {}, where_id, cnn=True, max_steps=max_steps,
-                                                batch_words=batch_words))
+            table.measure(
+                name,
+                where,
+                "auto",
+                "words/s",
+                partial(
+                    steady_train_rate,
+                    corpus,
+                    {**bilm, "components.elmo.model.freeze": freeze},
+                    where_id,
+                    max_steps=max_steps,
+                    batch_words=batch_words,
+                ),
+            )
+        table.measure(
+            f"spacy train, spaCy CNN, no ELMo, steady, {batch_words} w",
+            where,
+            "fp32",
+            "words/s",
+            partial(steady_train_rate, corpus, {}, where_id, cnn=True, max_steps=max_steps, batch_words=batch_words),
+        )
 
 
-def train_rows(table: Table, directory: Path, device: torch.device, gpu_id: int, bilm: Optional[ElmoOptions],
-               size: str, warmup: int, steps: int, quick: bool, batch_words: Optional[int]) -> None:
+def train_rows(
+    table: Table,
+    directory: Path,
+    device: torch.device,
+    gpu_id: int,
+    bilm: Optional[ElmoOptions],
+    size: str,
+    warmup: int,
+    steps: int,
+    quick: bool,
+    batch_words: Optional[int],
+) -> None:
     """spacy train rows with the bundled biLM, or (``bilm``) random weights of those sizes, named
     ``size``; batches of ``batch_words`` words, or the config's schedule."""
     enough = 0 if batch_words is None else (warmup + steps + 1) * batch_words // 20  # documents of 9-41 words
@@ -391,19 +520,43 @@ def train_rows(table: Table, directory: Path, device: torch.device, gpu_id: int,
     name = "spacy train ner_elmo.cfg"
     if bilm is not None:
         BiLM(bilm).to_files(directory / "options.json", directory / "weights.hdf5")
-        overrides.update({"paths.elmo_options": str(directory / "options.json"),
-                          "paths.elmo_weights": str(directory / "weights.hdf5")})
+        overrides.update(
+            {
+                "paths.elmo_options": str(directory / "options.json"),
+                "paths.elmo_weights": str(directory / "weights.hdf5"),
+            }
+        )
         name = f"spacy train, {size} size"
     for freeze in (True, False):
-        table.measure(name + (", frozen" if freeze else ", fine-tuned"), device, "auto", "words/s", lambda: train_rate(
-            directory / "train.spacy", {**overrides, "components.elmo.model.freeze": freeze}, gpu_id, warmup, steps))
+        table.measure(
+            name + (", frozen" if freeze else ", fine-tuned"),
+            device,
+            "auto",
+            "words/s",
+            partial(
+                train_rate,
+                directory / "train.spacy",
+                {**overrides, "components.elmo.model.freeze": freeze},
+                gpu_id,
+                warmup,
+                steps,
+            ),
+        )
     if device.type == "cuda":  # the same steps on this machine's CPU, for the GPU's gain
-        table.measure(name + ", frozen", torch.device("cpu"), "auto", "words/s", lambda: train_rate(
-            directory / "train.spacy", {**overrides, "components.elmo.model.freeze": True}, -1, warmup, steps))
+        table.measure(
+            name + ", frozen",
+            torch.device("cpu"),
+            "auto",
+            "words/s",
+            lambda: train_rate(
+                directory / "train.spacy", {**overrides, "components.elmo.model.freeze": True}, -1, warmup, steps
+            ),
+        )
 
 
-def pretrain_rows(table: Table, directory: Path, device: torch.device, presets: List[str], warmup: int, steps: int,
-                  quick: bool) -> None:
+def pretrain_rows(
+    table: Table, directory: Path, device: torch.device, presets: List[str], warmup: int, steps: int, quick: bool
+) -> None:
     # elmo-original reads 384 x 20 positions a step: 20,000 documents (~700 k tokens) last the run
     zipf_corpus(directory / "lm.txt", n_documents=300 if quick else 20_000)
     for preset in presets:
@@ -411,8 +564,21 @@ def pretrain_rows(table: Table, directory: Path, device: torch.device, presets: 
             if precision == "bf16" and device.type != "cuda" and not cpu_has_native_bf16():
                 table.skip(f"pretrain {preset}", "cpu", "bf16", "no AVX512-BF16 or AMX on this CPU")
                 continue
-            table.measure(f"pretrain {preset}", device, precision, "tokens/s", lambda: pretrain_rate(
-                preset, precision, directory / "lm.txt", directory / f"{preset}-{precision}", warmup, steps))
+            table.measure(
+                f"pretrain {preset}",
+                device,
+                precision,
+                "tokens/s",
+                partial(
+                    pretrain_rate,
+                    preset,
+                    precision,
+                    directory / "lm.txt",
+                    directory / f"{preset}-{precision}",
+                    warmup,
+                    steps,
+                ),
+            )
 
 
 if __name__ == "__main__":

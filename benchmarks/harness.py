@@ -194,7 +194,9 @@ def isolated(function: Callable[..., Mapping[str, Any]], **kwargs: Any) -> Dict[
     done = subprocess.run(command, capture_output=True, text=True)
     results = [line[len(RESULT) :] for line in done.stdout.splitlines() if line.startswith(RESULT)]
     if done.returncode or not results:
-        raise RuntimeError(f"{script}.{function.__name__}(**{kwargs}) failed in its own process:\n{done.stderr[-4000:]}")
+        raise RuntimeError(
+            f"{script}.{function.__name__}(**{kwargs}) failed in its own process:\n{done.stderr[-4000:]}"
+        )
     return json.loads(results[-1])
 
 
@@ -282,8 +284,14 @@ def layer_agreement(found: Sequence[Any], expected: Sequence[Any]) -> List[Dict[
     rows = []
     for x, y in zip(a, b):
         cosine = (x * y).sum(-1) / (numpy.linalg.norm(x, axis=-1) * numpy.linalg.norm(y, axis=-1))
-        rows.append({"mean_cosine": float(cosine.mean()), "smallest_cosine": float(cosine.min()),
-                     "largest_difference": float(numpy.abs(x - y).max()), "mean_abs": float(numpy.abs(y).mean())})
+        rows.append(
+            {
+                "mean_cosine": float(cosine.mean()),
+                "smallest_cosine": float(cosine.min()),
+                "largest_difference": float(numpy.abs(x - y).max()),
+                "mean_abs": float(numpy.abs(y).mean()),
+            }
+        )
     return rows
 
 
@@ -306,8 +314,13 @@ class TrainingSession:
     def step(self, batch: List[Any]) -> None:
         """One ``nlp.update`` with the config's dropout, optimizer, frozen and annotating components."""
         training = self.training
-        self.nlp.update(batch, drop=training["dropout"], sgd=training["optimizer"],
-                        exclude=training["frozen_components"], annotates=training["annotating_components"])
+        self.nlp.update(
+            batch,
+            drop=training["dropout"],
+            sgd=training["optimizer"],
+            exclude=training["frozen_components"],
+            annotates=training["annotating_components"],
+        )
 
 
 def cnn_config(config: Any) -> Any:
@@ -316,14 +329,22 @@ def cnn_config(config: Any) -> Any:
     config["nlp"]["pipeline"] = ["ner"]
     del config["components"]["elmo"]
     config["components"]["ner"]["model"]["tok2vec"] = {
-        "@architectures": "spacy.HashEmbedCNN.v2", "width": 96, "depth": 4, "embed_size": 2000,
-        "window_size": 1, "maxout_pieces": 3, "subword_features": True, "pretrained_vectors": None,
+        "@architectures": "spacy.HashEmbedCNN.v2",
+        "width": 96,
+        "depth": 4,
+        "embed_size": 2000,
+        "window_size": 1,
+        "maxout_pieces": 3,
+        "subword_features": True,
+        "pretrained_vectors": None,
     }
     return config
 
 
 @contextlib.contextmanager
-def training_session(corpus: Path, overrides: Dict[str, Any], gpu_id: int, cnn: bool = False) -> Iterator[TrainingSession]:
+def training_session(
+    corpus: Path, overrides: Dict[str, Any], gpu_id: int, cnn: bool = False
+) -> Iterator[TrainingSession]:
     """spacy_elmo/configs/ner_elmo.cfg with ``overrides`` (``cnn``: without ELMo, see :func:`cnn_config`),
     initialized on ``corpus`` (also its dev set) on GPU ``gpu_id`` (-1: the CPU)."""
     import spacy
@@ -341,14 +362,22 @@ def training_session(corpus: Path, overrides: Dict[str, Any], gpu_id: int, cnn: 
         config = spacy.util.load_config(NER_CONFIG, overrides={**paths, **overrides}, interpolate=False)
         nlp = init_nlp(cnn_config(config) if cnn else config, use_gpu=gpu_id)
         training = registry.resolve(nlp.config.interpolate()["training"], schema=ConfigSchemaTraining)
-        train_corpus, _ = resolve_dot_names(nlp.config.interpolate(), [training["train_corpus"], training["dev_corpus"]])
+        train_corpus, _ = resolve_dot_names(
+            nlp.config.interpolate(), [training["train_corpus"], training["dev_corpus"]]
+        )
         yield TrainingSession(nlp, training, list(train_corpus(nlp)))
     finally:
         require_cpu()
 
 
-def steady_train_rate(corpus: Path, overrides: Dict[str, Any], gpu_id: int, cnn: bool = False,
-                      max_steps: Optional[int] = None, batch_words: int = 1000) -> float:
+def steady_train_rate(
+    corpus: Path,
+    overrides: Dict[str, Any],
+    gpu_id: int,
+    cnn: bool = False,
+    max_steps: Optional[int] = None,
+    batch_words: int = 1000,
+) -> float:
     """Words/s of ``spacy train`` at the end of the batch schedule (``batch_words``-word batches, as
     shipped 1,000) in its second epoch, where a frozen biLM's features come from the feature cache:
     what a long run spends most of its steps on (a fine-tuned biLM caches nothing: 3 steps warm it

@@ -47,8 +47,8 @@ import h5py
 import spacy
 import torch
 import typer
-from harness import Timing, interleaved, machine, timed
 
+from harness import Timing, interleaved, machine, timed
 from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm.files import read_weights
 from spacy_elmo.bilm.options import ORIGINAL_SIZES
@@ -145,8 +145,10 @@ def report(times: Dict[str, Timing], load: str, baselines: Tuple[str, ...]) -> N
     for label, timing in times.items():
         print(f"| {label} | {timing.fastest:.3f} | {timing.median:.3f} | {timing.slowest:.3f} |")
     for label in baselines:
-        print(f"{load} / {label}: {times[load].median / times[label].median:.2f}x (medians), "
-              f"{times[load].fastest / times[label].fastest:.2f}x (minima); target: at most 1.5x")
+        print(
+            f"{load} / {label}: {times[load].median / times[label].median:.2f}x (medians), "
+            f"{times[load].fastest / times[label].fastest:.2f}x (minima); target: at most 1.5x"
+        )
 
 
 def same_weights(a: BiLM, b: BiLM) -> bool:
@@ -158,7 +160,9 @@ def main(
     size: str = typer.Option("original", help=f"Model size: {', '.join(SIZES)}"),
     threads: int = typer.Option(1, help="Torch threads"),
     rounds: int = typer.Option(7, help="Interleaved rounds of the warm loads"),
-    pipeline: bool = typer.Option(False, "--pipeline", help="Also time spacy.load of a saved pipeline holding the biLM"),
+    pipeline: bool = typer.Option(
+        False, "--pipeline", help="Also time spacy.load of a saved pipeline holding the biLM"
+    ),
 ) -> None:
     torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory() as tmp:
@@ -173,8 +177,17 @@ def main(
         print(f"size {size}: weights.hdf5 of {size_bytes / 1e6:.1f} MB, random values, served on 127.0.0.1")
         with served(served_dir) as url:
             registry = root / "models.json"
-            registry.write_text(json.dumps({NAME: {"options_url": f"{url}/options.json", "weights_url": f"{url}/weights.hdf5",
-                                                   "weights_bytes": size_bytes}}))
+            registry.write_text(
+                json.dumps(
+                    {
+                        NAME: {
+                            "options_url": f"{url}/options.json",
+                            "weights_url": f"{url}/weights.hdf5",
+                            "weights_bytes": size_bytes,
+                        }
+                    }
+                )
+            )
             os.environ.update(SPACY_ELMO_MODELS=str(registry), SPACY_ELMO_CACHE=str(root / "cache"))
             os.environ.pop("SPACY_ELMO_OFFLINE", None)
 
@@ -198,7 +211,9 @@ def main(
             H5PY: lambda: h5py_read_all(weight_file),
             H5PY_KEPT: lambda: h5py_read_all(weight_file, keep=True),
             WARM: lambda: BiLM.from_pretrained(NAME),
-            "BiLM.from_files (values checked, as for a saved pipeline)": lambda: BiLM.from_files(options_file, weight_file),
+            "BiLM.from_files (values checked, as for a saved pipeline)": lambda: BiLM.from_files(
+                options_file, weight_file
+            ),
             "before: sha256 + a biLM drawn, then read": lambda: previous_warm_load(options_file, weight_file),
         }
         times = interleaved(runs, rounds)

@@ -16,8 +16,8 @@ from typing import Callable, List
 import spacy
 import torch
 import typer
-from harness import interleaved, machine, word_sense_texts
 
+from harness import interleaved, machine, word_sense_texts
 from spacy_elmo import ElmoOptions
 from spacy_elmo.bilm.lstm import BiLSTMStack
 from spacy_elmo.bilm.options import ORIGINAL_SIZES
@@ -35,7 +35,9 @@ def batch_lengths() -> List[torch.Tensor]:
     return [torch.tensor(lengths[i : i + BATCH_SIZE]) for i in range(0, len(lengths), BATCH_SIZE)]
 
 
-def one_pass(stack: BiLSTMStack, inputs: List[torch.Tensor], batches: List[torch.Tensor], dtype: torch.dtype) -> Callable[[], None]:
+def one_pass(
+    stack: BiLSTMStack, inputs: List[torch.Tensor], batches: List[torch.Tensor], dtype: torch.dtype
+) -> Callable[[], None]:
     """A pass of every batch through the stack, to time."""
 
     def run() -> None:
@@ -63,8 +65,10 @@ def main(
     print(f"{words} words in {len(batches)} batches of up to {BATCH_SIZE} sentences; LSTM of the Original size")
     runs = {name: one_pass(stack, inputs, batches, DTYPES[name]) for name in precisions.split(",")}
     for name, timing in interleaved(runs, repeats).items():
-        print(f"{name}: pass {timing.describe()}; {timing.rate(words, ' words/s')}, "
-              f"{words / timing.fastest:,.0f} words/s at the fastest")
+        print(
+            f"{name}: pass {timing.describe()}; {timing.rate(words, ' words/s')}, "
+            f"{words / timing.fastest:,.0f} words/s at the fastest"
+        )
 
 
 if __name__ == "__main__":

@@ -24,10 +24,10 @@ from typing import Any, Dict, Iterator
 
 import spacy
 import typer
-from harness import MIB, fresh_sentences, isolated, machine, peak_rss_mib, rss_mib
 from spacy.language import Language
 from spacy.tokens import Doc
 
+from harness import MIB, fresh_sentences, isolated, machine, peak_rss_mib, rss_mib
 from spacy_elmo.bilm.options import ORIGINAL_SIZES
 from spacy_elmo.layers import get_bilm
 
@@ -59,8 +59,13 @@ def measure_pipe(size: str, precision: str, docs: int, threads: int) -> Dict[str
     after_init = rss_mib()
     start = time.perf_counter()
     n_tokens = sum(len(doc) for doc in nlp.pipe(made_up_texts(docs)))
-    return {"weights": weights, "after_init": after_init, "peak": peak_rss_mib(), "tokens": n_tokens,
-            "seconds": time.perf_counter() - start}
+    return {
+        "weights": weights,
+        "after_init": after_init,
+        "peak": peak_rss_mib(),
+        "tokens": n_tokens,
+        "seconds": time.perf_counter() - start,
+    }
 
 
 @app.command()
@@ -72,9 +77,13 @@ def pipe(
 ) -> None:
     """Peak RSS of one nlp.pipe call against RSS after nlp.initialize()."""
     row = isolated(measure_pipe, size=size, precision=precision, docs=docs, threads=threads)
-    typer.echo(f"{size} biLM, precision {precision}, {docs} docs ({row['tokens']} tokens, {row['seconds']:.1f} s); {machine()}")
-    typer.echo(f"weights {row['weights']:.0f}  after initialize {row['after_init']:.0f}  peak {row['peak']:.0f}  "
-               f"peak / after initialize {row['peak'] / row['after_init']:.2f}")
+    typer.echo(
+        f"{size} biLM, precision {precision}, {docs} docs ({row['tokens']} tokens, {row['seconds']:.1f} s); {machine()}"
+    )
+    typer.echo(
+        f"weights {row['weights']:.0f}  after initialize {row['after_init']:.0f}  peak {row['peak']:.0f}  "
+        f"peak / after initialize {row['peak'] / row['after_init']:.2f}"
+    )
 
 
 def measure_stream(docs: int, every: int, threads: int, zones: bool) -> Dict[str, Any]:
@@ -102,12 +111,15 @@ def stream(
     threads: int = typer.Option(1, help="torch threads"),
 ) -> None:
     """RSS over a long stream through the bundled biLM, with and without nlp.memory_zone()."""
-    runs = {zones: isolated(measure_stream, docs=docs, every=every, threads=threads, zones=zones)["rows"]
-            for zones in (False, True)}
+    runs = {
+        zones: isolated(measure_stream, docs=docs, every=every, threads=threads, zones=zones)["rows"]
+        for zones in (False, True)
+    }
     typer.echo(f"bundled biLM, precision auto, fresh made-up words; {machine()}")
     typer.echo(f"{'docs':>7} {'RSS':>6} {'strings':>8} | {'RSS, zones':>10} {'strings':>8}  (MiB)")
     for plain, zoned in zip(runs[False], runs[True]):
-        typer.echo(f"{plain['docs']:>7} {plain['rss']:>6.0f} {plain['strings']:>8} | {zoned['rss']:>10.0f} {zoned['strings']:>8}")
+        plain_row = f"{plain['docs']:>7} {plain['rss']:>6.0f} {plain['strings']:>8}"
+        typer.echo(f"{plain_row} | {zoned['rss']:>10.0f} {zoned['strings']:>8}")
 
 
 def measure_long_doc(n_tokens: int, threads: int) -> Dict[str, Any]:
@@ -122,8 +134,13 @@ def measure_long_doc(n_tokens: int, threads: int) -> Dict[str, Any]:
     start = time.perf_counter()
     list(nlp.pipe([doc]))
     outputs = 4 * n_tokens * bilm.output_dim * (bilm.n_output_layers + 1) / MIB  # the layers + the vectors
-    return {"tokens": n_tokens, "seconds": time.perf_counter() - start, "baseline": baseline,
-            "added": peak_rss_mib() - baseline, "outputs": outputs}
+    return {
+        "tokens": n_tokens,
+        "seconds": time.perf_counter() - start,
+        "baseline": baseline,
+        "added": peak_rss_mib() - baseline,
+        "outputs": outputs,
+    }
 
 
 @app.command("long-doc")
@@ -136,8 +153,10 @@ def long_doc(
     typer.echo(f"{'tokens':>8} {'seconds':>8} {'baseline':>9} {'peak-base':>10} {'outputs':>8} {'working':>8}  (MiB)")
     for n_tokens in (int(n) for n in lengths.split(",")):
         row = isolated(measure_long_doc, n_tokens=n_tokens, threads=threads)
-        typer.echo(f"{n_tokens:>8} {row['seconds']:>8.1f} {row['baseline']:>9.0f} {row['added']:>10.0f} "
-                   f"{row['outputs']:>8.0f} {row['added'] - row['outputs']:>8.0f}")
+        typer.echo(
+            f"{n_tokens:>8} {row['seconds']:>8.1f} {row['baseline']:>9.0f} {row['added']:>10.0f} "
+            f"{row['outputs']:>8.0f} {row['added'] - row['outputs']:>8.0f}"
+        )
 
 
 if __name__ == "__main__":

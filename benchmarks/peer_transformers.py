@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import typer
+
 from harness import REPO, STARTED, WORD_SENSES, RssSampler, isolated, machine, rss_mib, word_sense_texts
 
 WARM_UP = "Apple is looking at buying a U.K. startup for one billion dollars."  # spaCy's first English example
@@ -112,8 +113,11 @@ def build_pipelines(configs: List[str], directory: str, threads: int) -> Dict[st
                     weight_file.parent.mkdir(parents=True, exist_ok=True)
                     torch.manual_seed(0)
                     BiLM(ElmoOptions(**ORIGINAL_SIZES)).to_files(options_file, weight_file)
-                model = {"options_file": str(options_file), "weight_file": str(weight_file),
-                         "precision": config.rsplit("-", 1)[1]}
+                model = {
+                    "options_file": str(options_file),
+                    "weight_file": str(weight_file),
+                    "precision": config.rsplit("-", 1)[1],
+                }
             else:  # elmo-en
                 model = {"pretrained": "en", "precision": "auto"}
             nlp.add_pipe("elmo", config={"model": model, "threads": threads})
@@ -166,9 +170,15 @@ def measure(config: str, pipeline: str, docs: int, threads: int, batch_size: int
             n_words += len(doc)
         elapsed = time.perf_counter() - start
     return {
-        "words": n_words, "seconds": elapsed, "words_per_s": n_words / elapsed,
-        "import_s": imported - STARTED, "load_s": loaded - imported, "first_doc_s": first - STARTED,
-        "rss_loaded_mb": rss_loaded, "pipe_peak_rss_mb": sampler.peak, "threads": torch.get_num_threads(),
+        "words": n_words,
+        "seconds": elapsed,
+        "words_per_s": n_words / elapsed,
+        "import_s": imported - STARTED,
+        "load_s": loaded - imported,
+        "first_doc_s": first - STARTED,
+        "rss_loaded_mb": rss_loaded,
+        "pipe_peak_rss_mb": sampler.peak,
+        "threads": torch.get_num_threads(),
     }
 
 
@@ -186,8 +196,11 @@ def main(
         raise typer.BadParameter(f"unknown configurations {unknown}; choose from {', '.join(CONFIGS + EXTRA_CONFIGS)}")
     texts = word_sense_texts(docs)
     print(machine())
-    print(f"{len(texts)} sentences from {WORD_SENSES.relative_to(REPO)}, {sum(len(t.split()) for t in texts)} "
-          f"whitespace-separated words; {threads} torch threads, nlp.pipe batch_size {batch_size}", flush=True)
+    print(
+        f"{len(texts)} sentences from {WORD_SENSES.relative_to(REPO)}, {sum(len(t.split()) for t in texts)} "
+        f"whitespace-separated words; {threads} torch threads, nlp.pipe batch_size {batch_size}",
+        flush=True,
+    )
     results: Dict[str, List[Dict[str, Any]]] = {c: [] for c in chosen}
     with tempfile.TemporaryDirectory() as tmp:
         built = isolated(build_pipelines, configs=chosen, directory=tmp, threads=threads)
@@ -195,23 +208,31 @@ def main(
         paths = built["paths"]
         for round_ in range(1, rounds + 1):
             for config in chosen:
-                row = isolated(measure, config=config, pipeline=paths[config], docs=docs, threads=threads,
-                               batch_size=batch_size)
+                row = isolated(
+                    measure, config=config, pipeline=paths[config], docs=docs, threads=threads, batch_size=batch_size
+                )
                 results[config].append(row)
-                print(f"round {round_} {config:20s} {row['words_per_s']:8.0f} words/s ({row['words']} words in "
-                      f"{row['seconds']:.2f} s)  first doc {row['first_doc_s']:.2f} s (imports "
-                      f"{row['import_s']:.2f}, load {row['load_s']:.2f})  RSS loaded {row['rss_loaded_mb']:.0f} MB, "
-                      f"peak in nlp.pipe {row['pipe_peak_rss_mb']:.0f} MB, peak of the process "
-                      f"{row['peak_rss_mib']:.0f} MB", flush=True)
-    print("\n| configuration | words/s over rounds | peak RSS in nlp.pipe / of the process | time to first doc |\n"
-          "|---|---|---|---|")
+                print(
+                    f"round {round_} {config:20s} {row['words_per_s']:8.0f} words/s ({row['words']} words in "
+                    f"{row['seconds']:.2f} s)  first doc {row['first_doc_s']:.2f} s (imports "
+                    f"{row['import_s']:.2f}, load {row['load_s']:.2f})  RSS loaded {row['rss_loaded_mb']:.0f} MB, "
+                    f"peak in nlp.pipe {row['pipe_peak_rss_mb']:.0f} MB, peak of the process "
+                    f"{row['peak_rss_mib']:.0f} MB",
+                    flush=True,
+                )
+    print(
+        "\n| configuration | words/s over rounds | peak RSS in nlp.pipe / of the process | time to first doc |\n"
+        "|---|---|---|---|"
+    )
     for config, rows in results.items():
         rates = [r["words_per_s"] for r in rows]
         peaks = [r["peak_rss_mib"] for r in rows]
         pipe_peaks = [r["pipe_peak_rss_mb"] for r in rows]
         firsts = [r["first_doc_s"] for r in rows]
-        print(f"| {config} | {min(rates):,.0f}-{max(rates):,.0f} | {max(pipe_peaks):,.0f} / {max(peaks):,.0f} MB | "
-              f"{min(firsts):.1f}-{max(firsts):.1f} s |")
+        print(
+            f"| {config} | {min(rates):,.0f}-{max(rates):,.0f} | {max(pipe_peaks):,.0f} / {max(peaks):,.0f} MB | "
+            f"{min(firsts):.1f}-{max(firsts):.1f} s |"
+        )
     if "elmo-original-auto" in results and "trf-bf16" in results:
         ours = statistics.median(r["words_per_s"] for r in results["elmo-original-auto"])
         peer = statistics.median(r["words_per_s"] for r in results["trf-bf16"])

@@ -14,9 +14,9 @@ from pathlib import Path
 import spacy
 import torch
 import typer
-from harness import machine
 from spacy.training import Corpus
 
+from harness import machine
 from spacy_elmo.layers import get_bilm
 
 app = typer.Typer(add_completion=False)
@@ -40,8 +40,10 @@ def main(
         bilm.precision = precision
         start = time.perf_counter()
         scores = nlp.evaluate(examples)
-        typer.echo(f"| {precision} | {100 * scores['ents_p']:.2f} | {100 * scores['ents_r']:.2f} | "
-                   f"{100 * scores['ents_f']:.2f} | {time.perf_counter() - start:.1f} |")
+        typer.echo(
+            f"| {precision} | {100 * scores['ents_p']:.2f} | {100 * scores['ents_r']:.2f} | "
+            f"{100 * scores['ents_f']:.2f} | {time.perf_counter() - start:.1f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ from typing import Optional
 
 import torch
 import typer
-from harness import machine, timed, zipf_corpus
 
+from harness import machine, timed, zipf_corpus
 from spacy_elmo.bilm.precision import PRECISIONS
 from spacy_elmo.pretraining import get_preset
 from spacy_elmo.pretraining.distributed import Distributed
@@ -43,19 +43,32 @@ def main(
             corpus = Path(tmp) / "corpus.txt"
             zipf_corpus(corpus)
         config = chosen.training.updated(max_steps=warmup + steps, precision=precision)
-        trainer = Trainer(Distributed(), corpus, Path(tmp) / "out", chosen.options, config, dev_path=None,
-                          init_from=None, resume=False, progress=False)
+        trainer = Trainer(
+            Distributed(),
+            corpus,
+            Path(tmp) / "out",
+            chosen.options,
+            config,
+            dev_path=None,
+            init_from=None,
+            resume=False,
+            progress=False,
+        )
         for _ in range(warmup):
             trainer._train_step()
         seconds = timed(lambda: [trainer._train_step() for _ in range(steps)])
     tokens = steps * config.batch_size * config.window
     n_params = sum(p.numel() for p in trainer.loss.parameters())
     print(machine())
-    print(f"preset {preset}: {n_params / 1e6:.1f} M parameters (softmax included), "
-          f"batch {config.batch_size} x window {config.window}, {config.n_negatives or 'full'} softmax, "
-          f"{threads} thread(s), {precision} precision ({trainer.bilm.products.dtype})")
-    print(f"{tokens / seconds:.0f} tokens/s ({seconds / steps * 1000:.0f} ms/step); "
-          f"5 M tokens in {5e6 / (tokens / seconds) / 3600:.2f} h")
+    print(
+        f"preset {preset}: {n_params / 1e6:.1f} M parameters (softmax included), "
+        f"batch {config.batch_size} x window {config.window}, {config.n_negatives or 'full'} softmax, "
+        f"{threads} thread(s), {precision} precision ({trainer.bilm.products.dtype})"
+    )
+    print(
+        f"{tokens / seconds:.0f} tokens/s ({seconds / steps * 1000:.0f} ms/step); "
+        f"5 M tokens in {5e6 / (tokens / seconds) / 3600:.2f} h"
+    )
 
 
 if __name__ == "__main__":
