@@ -56,17 +56,9 @@ def build(size: str, directory: Path, textcat: bool, feature_cache_mb: float) ->
     if not weight_file.exists():
         torch.manual_seed(0)
         BiLM(SIZES[size]).to_files(options_file, weight_file)
+    files = {"options_file": str(options_file), "weight_file": str(weight_file)}
     nlp = spacy.blank("en")
-    nlp.add_pipe(
-        "elmo",
-        config={
-            "model": {
-                "options_file": str(options_file),
-                "weight_file": str(weight_file),
-                "feature_cache_mb": feature_cache_mb,
-            }
-        },
-    )
+    nlp.add_pipe("elmo", config={"model": {**files, "feature_cache_mb": feature_cache_mb}})
     if textcat:
         nlp.add_pipe(
             "textcat",

@@ -45,7 +45,7 @@ import tempfile
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 import typer
@@ -96,6 +96,14 @@ class Table:
         print(f"{task:52} {device:6} {products:8} {'-':>12} skipped: {why}", flush=True)
 
 
+@dataclass(frozen=True)
+class Batching:
+    """How the inference and LSTM rows batch their sentences and how often they time them."""
+
+    max_batch_tokens: int
+    repeats: int
+
+
 # ---------------------------------------------------------------------- inference
 # The GPU's LSTM loops: fused and replayed from CUDA graphs (the default in bf16; measured in
 # fp32 too, where the default is the launched loop: cuda_graphs.GRAPH_DTYPES), fused and launched
@@ -128,12 +136,11 @@ def inference_rate(
     device: torch.device,
     precision: str,
     sentences: Sequence[Sequence[str]],
-    max_batch_tokens: int,
-    repeats: int,
+    batching: Batching,
 ) -> float:
-    """Tokens/s of the biLM's forward pass over ``sentences`` on ``device``; the best of ``repeats``."""
+    """Tokens/s of the biLM's forward pass over ``sentences`` on ``device``; the best of ``batching.repeats``."""
     torch.manual_seed(0)
-    bilm = BiLM(options, cache_size=0, max_batch_tokens=max_batch_tokens, precision=precision)
+    bilm = BiLM(options, cache_size=0, max_batch_tokens=batching.max_batch_tokens, precision=precision)
     with torch.no_grad():
         for param in bilm.parameters():
             param.normal_(0.0, 0.02)
@@ -148,7 +155,7 @@ def inference_rate(
     if device.type == "cuda":  # CUDA graphs: each shape bucket is captured at its second use
         run(sentences)
         run(sentences)
-    best = min(timed(lambda: run(sentences), device) for _ in range(repeats))
+    best = min(timed(lambda: run(sentences), device) for _ in range(batching.repeats))
     return sum(len(s) for s in sentences) / best
 
 
@@ -164,8 +171,7 @@ def lstm_rate(
     device: torch.device,
     precision: str,
     sentences: Sequence[Sequence[str]],
-    max_batch_tokens: int,
-    repeats: int,
+    batching: Batching,
     cudnn: bool,
 ) -> float:
     """Tokens/s of the LSTM alone over random token vectors in the biLM's batches: the biLM's own
@@ -178,7 +184,7 @@ def lstm_rate(
 
     torch.manual_seed(0)
     dtype = Products(precision).dtype
-    batches = padded_batches(options, sentences, max_batch_tokens)
+    batches = padded_batches(options, sentences, batching.max_batch_tokens)
     width = options.projection_dim
     if cudnn:
         model = torch.nn.LSTM(
@@ -201,7 +207,7 @@ def lstm_rate(
                     model(x, lengths, model.zero_state(len(lengths), x), dtype)
 
     run()
-    best = min(timed(run, device) for _ in range(repeats))
+    best = min(timed(run, device) for _ in range(batching.repeats))
     return sum(map(sum, batches)) / best
 
 
@@ -273,18 +279,6 @@ def pretrain_rate(preset_name: str, precision: str, corpus: Path, output_dir: Pa
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
 
 
-@dataclass(frozen=True)
-class Batching:
-    """How the inference and LSTM rows batch their sentences and how often they time them."""
-
-    max_batch_tokens: int
-    repeats: int
-
-    def as_args(self) -> Tuple[int, int]:
-        """``(max_batch_tokens, repeats)``, as the rate functions take them."""
-        return self.max_batch_tokens, self.repeats
-
-
 @app.command()
 def main(
     quick: bool = typer.Option(False, "--quick", help="Tiny sizes and few steps: checks the script, on any machine"),
@@ -339,245 +333,162 @@ def main(
         f"{train_batch_words or 'the config schedule (100 words at first)'} words; pretrain: {', '.join(presets)}"
     )
     table = Table()
-    if "inference" in chosen:
-        inference_rows(table, options, size, device, gpu_batch, cpu_batch, batching)
-    if "lstm" in chosen:
-        lstm_rows(table, options, size, device, gpu_batch, batching)
-    gpu_id = gpu_id if has_gpu else -1
     with tempfile.TemporaryDirectory() as tmp:
-        directory = Path(tmp)
+        run = Run(table, options, size, device, gpu_id if has_gpu else -1, Path(tmp))
+        if "inference" in chosen:
+            inference_rows(run, gpu_batch, cpu_batch, batching)
+        if "lstm" in chosen:
+            lstm_rows(run, gpu_batch, batching)
         if "pipe" in chosen:
-            pipe_rows(table, options, size, directory, device, gpu_id, gpu_batch, cpu_batch, cpu_rows)
+            pipe_rows(run, gpu_batch, cpu_batch, cpu_rows)
         if "steady" in chosen:
-            steady_rows(
-                table,
-                options,
-                size,
-                directory,
-                device,
-                gpu_id,
-                120 if quick else steady_docs,
-                steady_steps,
-                cpu_rows,
-                steady_batch_words,
-            )
+            steady_rows(run, 120 if quick else steady_docs, steady_steps, cpu_rows, steady_batch_words)
         if "train" in chosen:
             bilm = options if quick or train_bilm == "original" else None
-            train_rows(table, directory, device, gpu_id, bilm, size, warmup, train_steps, quick, train_batch_words)
+            train_rows(run, bilm, warmup, train_steps, quick, train_batch_words)
         if "pretrain" in chosen:
-            pretrain_rows(table, directory, device, presets, warmup, pretrain_steps, quick)
+            pretrain_rows(run, presets, warmup, pretrain_steps, quick)
 
 
-def inference_rows(
-    table: Table,
-    options: ElmoOptions,
-    size: str,
-    device: torch.device,
-    sentences: List[List[str]],
-    cpu_sentences: List[List[str]],
-    batching: Batching,
-) -> None:
-    task = f"inference, {size} size"
-    if device.type == "cuda":
+@dataclass(frozen=True)
+class Run:
+    """What every row of one run shares."""
+
+    table: Table
+    options: ElmoOptions
+    size: str  # the options' name in the rows' labels
+    device: torch.device  # the GPU, else the CPU
+    gpu_id: int  # -1: no GPU
+    directory: Path  # scratch files
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+
+def inference_rows(run: Run, sentences: List[List[str]], cpu_sentences: List[List[str]], batching: Batching) -> None:
+    """The biLM's inference: each LSTM loop and precision on the GPU, then fp32 (and native bf16) on the CPU."""
+    task = f"inference, {run.size} size"
+    if run.on_gpu:
         for precision in ("fp32", "bf16"):
             for loop in LOOPS:
-                table.measure(
-                    f"{task}, {loop} LSTM loop",
-                    device,
-                    precision,
-                    "tokens/s",
-                    partial(
-                        with_lstm_loop,
-                        loop,
-                        partial(inference_rate, options, device, precision, sentences, *batching.as_args()),
-                    ),
+                rate = partial(inference_rate, run.options, run.device, precision, sentences, batching)
+                run.table.measure(
+                    f"{task}, {loop} LSTM loop", run.device, precision, "tokens/s", partial(with_lstm_loop, loop, rate)
                 )
     else:
-        table.skip(task, "cuda", "fp32/bf16", "no CUDA GPU visible")
+        run.table.skip(task, "cuda", "fp32/bf16", "no CUDA GPU visible")
     cpu = torch.device("cpu")
-    table.measure(
-        task,
-        cpu,
-        "fp32",
-        "tokens/s",
-        partial(inference_rate, options, cpu, "fp32", cpu_sentences, *batching.as_args()),
-    )
-    if cpu_has_native_bf16():
-        table.measure(
-            task,
-            cpu,
-            "bf16",
-            "tokens/s",
-            partial(inference_rate, options, cpu, "bf16", cpu_sentences, *batching.as_args()),
-        )
-    else:
-        table.skip(task, "cpu", "bf16", "no AVX512-BF16 or AMX on this CPU: bf16 is emulated there, slower than fp32")
-
-
-def lstm_rows(
-    table: Table, options: ElmoOptions, size: str, device: torch.device, sentences: List[List[str]], batching: Batching
-) -> None:
-    """The LSTM alone: the biLM's stack against torch.nn.LSTM (cuDNN) at the same sizes and batches."""
-    precisions = ("fp32", "bf16") if device.type == "cuda" else ("fp32",)
-    for precision in precisions:
-        for cudnn in (False, True):
-            table.measure(
-                f"LSTM alone, {size} size, " + ("torch.nn.LSTM" if cudnn else "spacy-elmo"),
-                device,
-                precision,
-                "tokens/s",
-                partial(lstm_rate, options, device, precision, sentences, *batching.as_args(), cudnn),
+    for precision in ("fp32", "bf16"):
+        if precision == "bf16" and not cpu_has_native_bf16():
+            run.table.skip(
+                task, "cpu", "bf16", "no AVX512-BF16 or AMX on this CPU: bf16 is emulated there, slower than fp32"
             )
+            continue
+        rate = partial(inference_rate, run.options, cpu, precision, cpu_sentences, batching)
+        run.table.measure(task, cpu, precision, "tokens/s", rate)
 
 
-def pipe_rows(
-    table: Table,
-    options: ElmoOptions,
-    size: str,
-    directory: Path,
-    device: torch.device,
-    gpu_id: int,
-    sentences: List[List[str]],
-    cpu_sentences: List[List[str]],
-    cpu_rows: bool,
-) -> None:
-    task = f"nlp.pipe, {size} size"
-    if device.type == "cuda":
-        table.measure(task, device, "auto", "words/s", lambda: pipe_rate(options, directory, gpu_id, sentences))
-    if device.type != "cuda" or cpu_rows:
-        table.measure(
-            task, torch.device("cpu"), "auto", "words/s", lambda: pipe_rate(options, directory, -1, cpu_sentences)
+def lstm_rows(run: Run, sentences: List[List[str]], batching: Batching) -> None:
+    """The LSTM alone: the biLM's stack against torch.nn.LSTM (cuDNN) at the same sizes and batches."""
+    for precision in ("fp32", "bf16") if run.on_gpu else ("fp32",):
+        for cudnn in (False, True):
+            name = f"LSTM alone, {run.size} size, " + ("torch.nn.LSTM" if cudnn else "spacy-elmo")
+            rate = partial(lstm_rate, run.options, run.device, precision, sentences, batching, cudnn)
+            run.table.measure(name, run.device, precision, "tokens/s", rate)
+
+
+def pipe_rows(run: Run, sentences: List[List[str]], cpu_sentences: List[List[str]], cpu_rows: bool) -> None:
+    """nlp.pipe on the GPU, and on the CPU where there is none or ``cpu_rows`` asks for it."""
+    task = f"nlp.pipe, {run.size} size"
+    if run.on_gpu:
+        run.table.measure(
+            task, run.device, "auto", "words/s", partial(pipe_rate, run.options, run.directory, run.gpu_id, sentences)
+        )
+    if not run.on_gpu or cpu_rows:
+        run.table.measure(
+            task,
+            torch.device("cpu"),
+            "auto",
+            "words/s",
+            partial(pipe_rate, run.options, run.directory, -1, cpu_sentences),
         )
 
 
-def steady_rows(
-    table: Table,
-    options: ElmoOptions,
-    size: str,
-    directory: Path,
-    device: torch.device,
-    gpu_id: int,
-    n_docs: int,
-    max_steps: Optional[int],
-    cpu_rows: bool,
-    batch_words: int,
-) -> None:
+def steady_rows(run: Run, n_docs: int, max_steps: Optional[int], cpu_rows: bool, batch_words: int) -> None:
     """spacy train at the schedule's end, second epoch (see :func:`steady_train_rate`): the biLM
     frozen and fine-tuned, and spaCy's CNN config without ELMo, on a corpus of ``n_docs`` documents."""
-    corpus = directory / "steady.spacy"
+    corpus = run.directory / "steady.spacy"
     ner_corpus(corpus, n_docs, seed=1)
-    BiLM(options).to_files(directory / "steady_options.json", directory / "steady_weights.hdf5")
-    bilm = {
-        "paths.elmo_options": str(directory / "steady_options.json"),
-        "paths.elmo_weights": str(directory / "steady_weights.hdf5"),
-    }
-    devices = [(device, gpu_id)] + ([(torch.device("cpu"), -1)] if device.type == "cuda" and cpu_rows else [])
+    options_file, weight_file = run.directory / "steady_options.json", run.directory / "steady_weights.hdf5"
+    BiLM(run.options).to_files(options_file, weight_file)
+    bilm = {"paths.elmo_options": str(options_file), "paths.elmo_weights": str(weight_file)}
+    devices = [(run.device, run.gpu_id)] + ([(torch.device("cpu"), -1)] if run.on_gpu and cpu_rows else [])
+    steps = {"max_steps": max_steps, "batch_words": batch_words}
     for where, where_id in devices:
         # The CPU's fine-tuned row would take minutes at the Original size: the GPU's is compared
         # with the CPU's frozen one.
-        for freeze in (True, False) if where == device else (True,):
-            name = f"spacy train, {size} size, {'frozen' if freeze else 'fine-tuned'}, steady, {batch_words} w"
-            table.measure(
-                name,
-                where,
-                "auto",
-                "words/s",
-                partial(
-                    steady_train_rate,
-                    corpus,
-                    {**bilm, "components.elmo.model.freeze": freeze},
-                    where_id,
-                    max_steps=max_steps,
-                    batch_words=batch_words,
-                ),
+        for freeze in (True, False) if where == run.device else (True,):
+            name = f"spacy train, {run.size} size, {'frozen' if freeze else 'fine-tuned'}, steady, {batch_words} w"
+            overrides = {**bilm, "components.elmo.model.freeze": freeze}
+            run.table.measure(
+                name, where, "auto", "words/s", partial(steady_train_rate, corpus, overrides, where_id, **steps)
             )
-        table.measure(
+        run.table.measure(
             f"spacy train, spaCy CNN, no ELMo, steady, {batch_words} w",
             where,
             "fp32",
             "words/s",
-            partial(steady_train_rate, corpus, {}, where_id, cnn=True, max_steps=max_steps, batch_words=batch_words),
+            partial(steady_train_rate, corpus, {}, where_id, cnn=True, **steps),
         )
 
 
 def train_rows(
-    table: Table,
-    directory: Path,
-    device: torch.device,
-    gpu_id: int,
-    bilm: Optional[ElmoOptions],
-    size: str,
-    warmup: int,
-    steps: int,
-    quick: bool,
-    batch_words: Optional[int],
+    run: Run, bilm: Optional[ElmoOptions], warmup: int, steps: int, quick: bool, batch_words: Optional[int]
 ) -> None:
-    """spacy train rows with the bundled biLM, or (``bilm``) random weights of those sizes, named
-    ``size``; batches of ``batch_words`` words, or the config's schedule."""
+    """spacy train rows with the bundled biLM, or (``bilm``) random weights of those sizes; batches of
+    ``batch_words`` words, or the config's schedule."""
     enough = 0 if batch_words is None else (warmup + steps + 1) * batch_words // 20  # documents of 9-41 words
-    ner_corpus(directory / "train.spacy", max(60 if quick else 4000, enough))
+    corpus = run.directory / "train.spacy"
+    ner_corpus(corpus, max(60 if quick else 4000, enough))
     overrides: Dict[str, object] = {} if batch_words is None else {"training.batcher.size": batch_words}
     name = "spacy train ner_elmo.cfg"
     if bilm is not None:
-        BiLM(bilm).to_files(directory / "options.json", directory / "weights.hdf5")
-        overrides.update(
-            {
-                "paths.elmo_options": str(directory / "options.json"),
-                "paths.elmo_weights": str(directory / "weights.hdf5"),
-            }
-        )
-        name = f"spacy train, {size} size"
-    for freeze in (True, False):
-        table.measure(
+        options_file, weight_file = run.directory / "options.json", run.directory / "weights.hdf5"
+        BiLM(bilm).to_files(options_file, weight_file)
+        overrides.update({"paths.elmo_options": str(options_file), "paths.elmo_weights": str(weight_file)})
+        name = f"spacy train, {run.size} size"
+    rows = [(run.device, run.gpu_id, freeze) for freeze in (True, False)]
+    if run.on_gpu:  # the same steps on this machine's CPU, for the GPU's gain
+        rows.append((torch.device("cpu"), -1, True))
+    for where, where_id, freeze in rows:
+        overrides_here = {**overrides, "components.elmo.model.freeze": freeze}
+        run.table.measure(
             name + (", frozen" if freeze else ", fine-tuned"),
-            device,
+            where,
             "auto",
             "words/s",
-            partial(
-                train_rate,
-                directory / "train.spacy",
-                {**overrides, "components.elmo.model.freeze": freeze},
-                gpu_id,
-                warmup,
-                steps,
-            ),
-        )
-    if device.type == "cuda":  # the same steps on this machine's CPU, for the GPU's gain
-        table.measure(
-            name + ", frozen",
-            torch.device("cpu"),
-            "auto",
-            "words/s",
-            lambda: train_rate(
-                directory / "train.spacy", {**overrides, "components.elmo.model.freeze": True}, -1, warmup, steps
-            ),
+            partial(train_rate, corpus, overrides_here, where_id, warmup, steps),
         )
 
 
-def pretrain_rows(
-    table: Table, directory: Path, device: torch.device, presets: List[str], warmup: int, steps: int, quick: bool
-) -> None:
+def pretrain_rows(run: Run, presets: List[str], warmup: int, steps: int, quick: bool) -> None:
+    """Pretraining steps of each preset in fp32 and bf16 (bf16 on a CPU only where it is native)."""
     # elmo-original reads 384 x 20 positions a step: 20,000 documents (~700 k tokens) last the run
-    zipf_corpus(directory / "lm.txt", n_documents=300 if quick else 20_000)
+    corpus = run.directory / "lm.txt"
+    zipf_corpus(corpus, n_documents=300 if quick else 20_000)
     for preset in presets:
         for precision in ("fp32", "bf16"):
-            if precision == "bf16" and device.type != "cuda" and not cpu_has_native_bf16():
-                table.skip(f"pretrain {preset}", "cpu", "bf16", "no AVX512-BF16 or AMX on this CPU")
+            if precision == "bf16" and not run.on_gpu and not cpu_has_native_bf16():
+                run.table.skip(f"pretrain {preset}", "cpu", "bf16", "no AVX512-BF16 or AMX on this CPU")
                 continue
-            table.measure(
+            output = run.directory / f"{preset}-{precision}"
+            run.table.measure(
                 f"pretrain {preset}",
-                device,
+                run.device,
                 precision,
                 "tokens/s",
-                partial(
-                    pretrain_rate,
-                    preset,
-                    precision,
-                    directory / "lm.txt",
-                    directory / f"{preset}-{precision}",
-                    warmup,
-                    steps,
-                ),
+                partial(pretrain_rate, preset, precision, corpus, output, warmup, steps),
             )
 
 

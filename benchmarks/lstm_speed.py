@@ -26,8 +26,6 @@ from spacy_elmo.bilm.precision import INT8
 DTYPES = {"int8": INT8, "bf16": torch.bfloat16, "fp32": torch.float32}
 BATCH_SIZE = 64
 
-app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
-
 
 def batch_lengths() -> List[torch.Tensor]:
     """Per ``nlp.pipe`` batch, its sentences' lengths with the boundary tokens."""
@@ -46,6 +44,9 @@ def one_pass(
                 stack(tokens, lengths, stack.zero_state(len(lengths), tokens), dtype)
 
     return run
+
+
+app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
 
 
 @app.command()
