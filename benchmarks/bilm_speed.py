@@ -21,14 +21,14 @@ sentences there.
         [--max-batch-tokens 16384] [--threads 2] [--repeats 3]
 """
 
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Tuple
 
 import numpy
 import torch
 import typer
 from torch.utils import benchmark
 
-from harness import Timing, interleaved, layer_agreement, machine, timed, zipf_sentences
+from harness import Timing, interleaved, layer_agreement, machine, step_by_step, timed, zipf_sentences
 from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm.options import ORIGINAL_SIZES
 from spacy_elmo.bilm.roofline import flops_per_token
@@ -50,82 +50,6 @@ def matmul_rate(dtype: torch.dtype, threads: int) -> float:
     a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     timer = benchmark.Timer("torch.mm(a, b)", globals={"torch": torch, "a": a, "b": b}, num_threads=threads)
     return 2 * size**3 / timer.blocked_autorange(min_run_time=0.5).median
-
-
-def step_by_step(model: BiLM, sentences: Sequence[Sequence[str]]) -> List[numpy.ndarray]:
-    """The straightforward port: every token through the CNN, then one timestep at a time."""
-    opts = model.options
-    outputs = []
-    with torch.no_grad():
-        for batch in model.batches(sentences):
-            rows = [sentences[i] for i in batch]
-            n_steps = max(len(s) for s in rows) + 2
-            tokens = [[("<boundary>", "start"), *s, ("<boundary>", "end")] for s in rows]
-            flat = [tok for sent in tokens for tok in sent]
-            embedded = _char_cnn_every_position(model, flat)
-            x = torch.zeros(len(rows), n_steps, opts.projection_dim)
-            offset = 0
-            for r, sent in enumerate(tokens):
-                x[r, : len(sent)] = embedded[offset : offset + len(sent)]
-                offset += len(sent)
-            lengths = [len(t) for t in tokens]
-            layers = [torch.cat([x, x], -1)]
-            directions = [_run_direction(model, x, lengths, d) for d in (0, 1)]
-            for index in range(opts.n_layers):
-                layers.append(torch.cat([directions[0][index], directions[1][index]], -1))
-            stacked = torch.stack(layers).numpy()
-            for r, i in enumerate(batch):
-                outputs.append((i, stacked[:, r, 1 : lengths[r] - 1]))
-    return [o for _, o in sorted(outputs, key=lambda pair: pair[0])]
-
-
-def _char_cnn_every_position(model: BiLM, tokens: Sequence) -> torch.Tensor:
-    """The char CNN as published: all 50 character positions of every token, 1024 at a time."""
-    cnn = model.char_cnn
-    char_ids = torch.from_numpy(model.char_ids(tokens))
-    encoded = []
-    for chunk in char_ids.split(1024):
-        chars = cnn.char_embedding(chunk).transpose(1, 2)
-        x = torch.cat([cnn.activation(conv(chars).amax(dim=-1)) for conv in cnn.convolutions], dim=-1)
-        for highway in cnn.highways:
-            x = highway(x)
-        encoded.append(cnn.projection(x))
-    return torch.cat(encoded)
-
-
-def _run_direction(model: BiLM, x: torch.Tensor, lengths: List[int], direction: int) -> List[torch.Tensor]:
-    opts = model.options
-    batch, n_steps, _ = x.shape
-    if direction == 1:
-        x = torch.stack([torch.cat([x[r, : lengths[r]].flip(0), x[r, lengths[r] :]]) for r in range(batch)])
-    results = []
-    for index, layer in enumerate(model.lstm.layers):
-        input_weight, hidden_weight = layer.input_weight[direction], layer.hidden_weight[direction]
-        bias = layer.bias[direction] + layer.forget_bias
-        h = torch.zeros(batch, opts.projection_dim)
-        c = torch.zeros(batch, opts.lstm_dim)
-        out = torch.zeros(batch, n_steps, opts.projection_dim)
-        for t in range(n_steps):
-            gates = x[:, t] @ input_weight + h @ hidden_weight + bias
-            i, j, f, o = gates.chunk(4, 1)
-            new_c = (torch.sigmoid(i) * torch.tanh(j) + torch.sigmoid(f) * c).clamp(-opts.cell_clip, opts.cell_clip)
-            new_h = ((torch.sigmoid(o) * torch.tanh(new_c)) @ layer.projection[direction]).clamp(
-                -opts.proj_clip, opts.proj_clip
-            )
-            running = torch.tensor([t < n for n in lengths]).unsqueeze(1)
-            h = torch.where(running, new_h, h).clone()
-            c = torch.where(running, new_c, c).clone()
-            out[:, t] = new_h
-        if index > 0 and opts.use_skip_connections:
-            out = out + x
-        results.append(out)
-        x = out
-    if direction == 1:
-        results = [
-            torch.stack([torch.cat([y[r, : lengths[r]].flip(0), y[r, lengths[r] :]]) for r in range(batch)])
-            for y in results
-        ]
-    return results
 
 
 def random_model(options: ElmoOptions, max_batch_tokens: int) -> BiLM:

@@ -4,7 +4,8 @@ Runs real sentences (the AllenNLP fixture's 30 newswire sentences and the contex
 examples) through ``nlp.pipe`` with a bundled English biLM in float32, then again with other batch sizes,
 a shuffled order, 4 threads at once, 2 processes and after a save/load round trip. It prints the
 largest absolute difference of any layer value to the reference run (batch size 8), beside the
-float32 error itself (the reference against the same biLM in float64).
+float32 error itself (the reference against the same biLM in float64, through the harness's
+step-by-step port).
 
     python benchmarks/determinism.py [--pretrained DIRECTORY]     # default: the bundled en
 """
@@ -22,7 +23,7 @@ import torch
 import typer
 from spacy.language import Language
 
-from harness import REPO, machine
+from harness import REPO, machine, step_by_step
 from spacy_elmo.layers import get_bilm
 
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
@@ -55,15 +56,14 @@ def in_threads(nlp: Language, texts: List[str], n: int = 4) -> List[Layers]:
 
 
 def float64_layers(nlp: Language, texts: List[str]) -> Layers:
+    """The pipe's biLM in float64 through the harness's step-by-step port: float32's error."""
     bilm = get_bilm(nlp.get_pipe("elmo").model)
     bilm.to(torch.float64)
-    bilm.token_cache.clear()
     try:
         words = [[t.text for t in nlp.make_doc(text)] for text in texts]
-        return dict(zip(texts, bilm.embed_sentences(words)))
+        return dict(zip(texts, step_by_step(bilm, words)))
     finally:
         bilm.to(torch.float32)
-        bilm.token_cache.clear()
 
 
 def largest_difference(runs: List[Layers], reference: Layers) -> float:
@@ -75,8 +75,11 @@ def main(pretrained: str = typer.Option("en", help="Which bundled biLM (or a dir
     torch.set_num_threads(1)
     texts = sentences()
     nlp = spacy.blank("en")
-    # float32 products, whatever ``auto`` would pick here: the float64 row measures float32's error.
-    nlp.add_pipe("elmo", config={"store_layers": True, "model": {"pretrained": pretrained, "precision": "fp32"}})
+    # float32 products, whatever ``auto`` would pick here, from the zero state the port starts from:
+    # the float64 row measures float32's error.
+    nlp.add_pipe(
+        "elmo", config={"store_layers": True, "model": {"pretrained": pretrained, "precision": "fp32", "state": "zero"}}
+    )
     nlp.initialize()
     reference = run(nlp, texts, batch_size=8)
     shuffled = texts[:]

@@ -20,7 +20,8 @@ Micro-benchmarks of one operator use ``torch.utils.benchmark`` directly (``bilm_
 Workloads: made-up sentences (:func:`zipf_sentences`, whose words repeat as in real text, and
 :func:`fresh_sentences`, whose words are new), a pretraining corpus, the 480 real sentences of
 examples/word_senses.jsonl, an NER corpus and the steps ``spacy train`` takes (:func:`steady_train_rate`),
-and :func:`layer_agreement`, how far one precision's layers are from another's.
+:func:`layer_agreement`, how far one precision's layers are from another's, and
+:func:`step_by_step`, a straightforward port of the biLM to check its outputs against.
 """
 
 import contextlib
@@ -293,6 +294,93 @@ def layer_agreement(found: Sequence[Any], expected: Sequence[Any]) -> List[Dict[
             }
         )
     return rows
+
+
+def step_by_step(model: Any, sentences: Sequence[Sequence[str]]) -> List[Any]:
+    """A biLM's layers for ``sentences`` computed by a straightforward port, as AllenNLP's
+    ``LstmCellWithProjection``: every token through the char CNN at all its character positions,
+    then one timestep at a time, one direction at a time, in the dtype of the model's parameters
+    (float64 gives a reference for float32's error). One (n_layers + 1, len, 2 * projection_dim)
+    array per sentence, as ``BiLM.embed_sentences`` returns them."""
+    import torch
+
+    opts = model.options
+    outputs = []
+    with torch.no_grad():
+        for batch in model.batches(sentences):
+            rows = [sentences[i] for i in batch]
+            n_steps = max(len(s) for s in rows) + 2
+            tokens = [[("<boundary>", "start"), *s, ("<boundary>", "end")] for s in rows]
+            flat = [tok for sent in tokens for tok in sent]
+            embedded = _char_cnn_every_position(model, flat)
+            x = torch.zeros(len(rows), n_steps, opts.projection_dim, dtype=embedded.dtype)
+            offset = 0
+            for r, sent in enumerate(tokens):
+                x[r, : len(sent)] = embedded[offset : offset + len(sent)]
+                offset += len(sent)
+            lengths = [len(t) for t in tokens]
+            layers = [torch.cat([x, x], -1)]
+            directions = [_run_direction(model, x, lengths, d) for d in (0, 1)]
+            for index in range(opts.n_layers):
+                layers.append(torch.cat([directions[0][index], directions[1][index]], -1))
+            stacked = torch.stack(layers).numpy()
+            for r, i in enumerate(batch):
+                outputs.append((i, stacked[:, r, 1 : lengths[r] - 1]))
+    return [o for _, o in sorted(outputs, key=lambda pair: pair[0])]
+
+
+def _char_cnn_every_position(model: Any, tokens: Sequence[Any]) -> Any:
+    """The char CNN as published: all 50 character positions of every token, 1024 at a time."""
+    import torch
+
+    cnn = model.char_cnn
+    char_ids = torch.from_numpy(model.char_ids(tokens))
+    encoded = []
+    for chunk in char_ids.split(1024):
+        chars = cnn.char_embedding(chunk).transpose(1, 2)
+        x = torch.cat([cnn.activation(conv(chars).amax(dim=-1)) for conv in cnn.convolutions], dim=-1)
+        for highway in cnn.highways:
+            x = highway(x)
+        encoded.append(cnn.projection(x))
+    return torch.cat(encoded)
+
+
+def _run_direction(model: Any, x: Any, lengths: List[int], direction: int) -> List[Any]:
+    """One direction of every LSTM layer over ``x`` (batch, time, projection_dim), step by step."""
+    import torch
+
+    opts = model.options
+    batch, n_steps, _ = x.shape
+    if direction == 1:
+        x = torch.stack([torch.cat([x[r, : lengths[r]].flip(0), x[r, lengths[r] :]]) for r in range(batch)])
+    results = []
+    for index, layer in enumerate(model.lstm.layers):
+        input_weight, hidden_weight = layer.input_weight[direction], layer.hidden_weight[direction]
+        bias = layer.bias[direction] + layer.forget_bias
+        h = torch.zeros(batch, opts.projection_dim, dtype=x.dtype)
+        c = torch.zeros(batch, opts.lstm_dim, dtype=x.dtype)
+        out = torch.zeros(batch, n_steps, opts.projection_dim, dtype=x.dtype)
+        for t in range(n_steps):
+            gates = x[:, t] @ input_weight + h @ hidden_weight + bias
+            i, j, f, o = gates.chunk(4, 1)
+            new_c = (torch.sigmoid(i) * torch.tanh(j) + torch.sigmoid(f) * c).clamp(-opts.cell_clip, opts.cell_clip)
+            new_h = ((torch.sigmoid(o) * torch.tanh(new_c)) @ layer.projection[direction]).clamp(
+                -opts.proj_clip, opts.proj_clip
+            )
+            running = torch.tensor([t < n for n in lengths]).unsqueeze(1)
+            h = torch.where(running, new_h, h).clone()
+            c = torch.where(running, new_c, c).clone()
+            out[:, t] = new_h
+        if index > 0 and opts.use_skip_connections:
+            out = out + x
+        results.append(out)
+        x = out
+    if direction == 1:
+        results = [
+            torch.stack([torch.cat([y[r, : lengths[r]].flip(0), y[r, lengths[r] :]]) for r in range(batch)])
+            for y in results
+        ]
+    return results
 
 
 # ---------------------------------------------------------------------- spacy train's steps
