@@ -21,8 +21,10 @@ FLOORS_BIN := $(FLOORS_VENV)/bin
 TORCH_FLOOR := $(shell grep '^torch==' $(FLOORS))
 # make test-fast's selection, which test-floors runs too.
 FAST_TESTS := -m "not slow and not gpu" --ignore=tests/project tests
+# What make lint and .pre-commit-config.yaml check with ruff (mypy: spacy_elmo/, pyproject.toml).
+LINT_PATHS := spacy_elmo benchmarks
 
-.PHONY: install test test-fast test-floors test-gpu demo parity benchmark
+.PHONY: install lint test test-fast test-floors test-gpu demo parity benchmark
 
 # The index attempt gives up fast (--timeout 10 --retries 0) and logs to $(VENV)/torch-index.log.
 $(BIN)/.installed: setup.cfg pyproject.toml
@@ -38,16 +40,23 @@ $(BIN)/.installed: setup.cfg pyproject.toml
 
 install: $(BIN)/.installed
 
+# ruff's rules and format check, then mypy (settings in pyproject.toml; versions pinned in setup.cfg's
+# test extra). ruff format $(LINT_PATHS) and ruff check --fix $(LINT_PATHS) fix what they can.
+lint: install
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/mypy spacy_elmo
+
 # What CI runs (.ci/run): the whole suite, the project's scripts and the slow end-to-end runs included.
 # A test still running after 10 minutes fails (a hang in Ray or torchrun must not eat CI's time);
-# the 15 slowest are listed at the end.
+# the 15 slowest are listed at the end, and every skipped test with its reason (-rs).
 test: install
-	$(BIN)/python -m pytest -q --timeout 600 --durations=15 tests
+	$(BIN)/python -m pytest -q -rs --timeout 600 --durations=15 tests
 
 # The library's tests without the slow end-to-end runs (marked slow: spacy train, pretraining runs,
 # subprocesses, Ray, torchrun, n_process) and the project's scripts: for edit-test loops, under a minute.
 test-fast: install
-	$(BIN)/python -m pytest -q $(FAST_TESTS)
+	$(BIN)/python -m pytest -q -rs $(FAST_TESTS)
 
 # torch found as install finds it (the CPU build from PyTorch's CPU index, else PyPI's CUDA build,
 # which runs on the CPU too), then every other requirement at its floor, the test extra's included;
@@ -70,7 +79,7 @@ $(FLOORS_BIN)/.installed: setup.cfg pyproject.toml $(FLOORS)
 test-floors: $(FLOORS_BIN)/.installed
 	$(FLOORS_BIN)/python -c "import torch, numpy, spacy, thinc; print('floors: torch', torch.__version__, \
 		'numpy', numpy.__version__, 'spacy', spacy.__version__, 'thinc', thinc.__version__)"
-	$(FLOORS_BIN)/python -m pytest -q $(FAST_TESTS)
+	$(FLOORS_BIN)/python -m pytest -q -rs $(FAST_TESTS)
 
 $(GPU_BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(GPU_VENV)

@@ -1,47 +1,40 @@
 """Is ``precision="auto"`` as fast as the fastest explicit precision on this CPU, and how close to the
-machine's own matrix-product rate does each run? (issue 30's check, and issue 35's)
+machine's own matrix-product rate does each run?
 
 At the published Original size (untrained weights: they cost what trained ones do), the first use of
-``auto`` measures and records its decision (timed here, with where it came from); a second
-"load" (the process's memory of it cleared) must read it back without timing. Then ``auto`` and
-each explicit precision run the same random-word batches of ``--rows`` sentences of ``--words``
-to ``--max-words`` words (no token cache: every word goes through the char CNN, as fresh words
-do), interleaved, ``--repeats`` rounds; the median tokens/s of each is printed, and auto's ratio
-to the fastest (issue 30 asks for at least 0.9). Then the roofline: this machine's fp32 and bf16
-product rates at the biLM's shapes for these batches (``spacy_elmo.bilm.roofline``, timed in the
-same run), and each precision's FLOP rate (tokens/s x 204.3 MFLOP per token) as a fraction of the
-best of them (issue 35 asks ``auto`` for at least 0.60 on a CPU with AVX512-BF16 and no AMX, 0.40
-with AMX).
+``auto`` measures and records its decision (timed here, with where it came from); a second "load"
+(the process's memory of it cleared) must read it back without timing. Then ``auto`` and each
+explicit precision run the same random-word batches of ``--rows`` sentences of ``--words`` to
+``--max-words`` words (no token cache: every word goes through the char CNN, as fresh words do),
+interleaved after one untimed run each, ``--repeats`` rounds; the median tokens/s of each and its
+range are printed, and auto's ratio to the fastest (the target: at least 0.90). Then the roofline:
+this machine's fp32 and bf16 product rates at the biLM's shapes for these batches
+(``spacy_elmo.bilm.roofline``, timed in the same run), and each precision's FLOP rate (tokens/s x
+204.3 MFLOP per token) as a fraction of the best of them (the target for ``auto``: at least 0.60 on
+a CPU with AVX512-BF16 and no AMX, 0.40 with AMX).
 
     python benchmarks/auto_precision.py [--threads 2] [--rows 64] [--words 20] [--max-words 30]
         [--batches 2] [--repeats 5] [--cache DIR]   # default: a fresh temporary directory, so that auto measures
 """
 
-import statistics
+import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
-import numpy
 import torch
 import typer
 
+from harness import fresh_sentences, interleaved, machine
 from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm import autotune
+from spacy_elmo.bilm.options import ORIGINAL_SIZES
 from spacy_elmo.bilm.roofline import DTYPES, bilm_products, flops_per_token, product_rates
 
-ORIGINAL = ElmoOptions(lstm_dim=4096, projection_dim=512, n_layers=2, n_highway=2)
+ORIGINAL = ElmoOptions(**ORIGINAL_SIZES)
 
-app = typer.Typer(add_completion=False)
-
-
-def random_words(rows: int, words: int, max_words: int, seed: int) -> List[List[str]]:
-    """``rows`` sentences of ``words`` to ``max_words`` made-up lowercase words of 1-10 letters."""
-    rng = numpy.random.default_rng(seed)
-    letters = list("abcdefghijklmnopqrstuvwxyz")
-    lengths = rng.integers(words, max_words + 1, size=rows)
-    return [["".join(rng.choice(letters, rng.integers(1, 11))) for _ in range(n)] for n in lengths]
+app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
 
 
 def roofline_fractions(found: Dict[str, float], batches: List[List[List[str]]]) -> None:
@@ -67,25 +60,29 @@ def first_and_second_decision(model: BiLM) -> None:
         autotune._decided.clear()  # as in a new process
         start = time.perf_counter()
         decision = autotune.decide(model)
-        typer.echo(f"{label}: auto = {decision.choice} ({decision.source}, {time.perf_counter() - start:.2f} s): "
-                   f"{autotune.describe(decision)}")
+        typer.echo(
+            f"{label}: auto = {decision.choice} ({decision.source}, {time.perf_counter() - start:.2f} s): "
+            f"{autotune.describe(decision)}"
+        )
 
 
 def rates(model: BiLM, batches: List[List[List[str]]], precisions: List[str], repeats: int) -> Dict[str, float]:
-    """Median tokens/s of each precision over interleaved rounds of every batch."""
+    """Median tokens/s of each precision over interleaved rounds of every batch (each warmed up once:
+    kernels, bf16 copies, int8 packs); each median's range is printed."""
     n_tokens = sum(len(sentence) for batch in batches for sentence in batch)
-    for precision in precisions:  # warm-up: kernels, bf16 copies, int8 packs
-        model.precision = precision  # type: ignore[assignment]
-        model.embed_sentences(batches[0][:4])
-    times: Dict[str, List[float]] = {p: [] for p in precisions}
-    for _ in range(repeats):
-        for precision in precisions:
+
+    def embed(precision: str) -> Callable[[], None]:
+        def run() -> None:
             model.precision = precision  # type: ignore[assignment]
-            start = time.perf_counter()
             for batch in batches:
                 model.embed_sentences(batch)
-            times[precision].append(time.perf_counter() - start)
-    return {p: n_tokens / statistics.median(t) for p, t in times.items()}
+
+        return run
+
+    timings = interleaved({p: embed(p) for p in precisions}, repeats)
+    for precision, timing in timings.items():
+        typer.echo(f"{precision}: {timing.rate(n_tokens, ' tokens/s')}")
+    return {p: n_tokens / timing.median for p, timing in timings.items()}
 
 
 @app.command()
@@ -98,23 +95,17 @@ def main(
     repeats: int = typer.Option(5, help="Interleaved rounds; the median counts"),
     cache: Optional[Path] = typer.Option(None, help="SPACY_ELMO_CACHE for the decision [default: a fresh one]"),
 ) -> None:
-    import os
-
     torch.set_num_threads(threads)
     os.environ.pop(autotune.PRECISION_ENV, None)
     os.environ["SPACY_ELMO_CACHE"] = str(cache or tempfile.mkdtemp(prefix="spacy-elmo-auto-"))
     torch.manual_seed(0)  # untrained weights, as pretraining starts from: they cost what trained ones do
     model = BiLM(ORIGINAL, cache_size=0, max_batch_tokens=10**9).eval()
-    typer.echo(f"torch {torch.__version__}, {threads} threads, CPU {torch.cpu.get_capabilities().get('cpu_name', '?')}, "
-               f"decisions in {autotune.decisions_path()}")
+    typer.echo(f"{machine()}; decisions in {autotune.decisions_path()}")
     first_and_second_decision(model)
-    batch_list = [random_words(rows, words, max_words or words, seed) for seed in range(batches)]
+    batch_list = [list(fresh_sentences(rows, (words, max_words or words), (1, 10), seed)) for seed in range(batches)]
     found = rates(model, batch_list, ["auto", *autotune.candidates()], repeats)
-    typer.echo("| precision | tokens/s |\n|---|---|")
-    for precision, rate in found.items():
-        typer.echo(f"| {precision} | {rate:,.0f} |")
     fastest = max(rate for precision, rate in found.items() if precision != "auto")
-    typer.echo(f"auto / fastest explicit: {found['auto'] / fastest:.2f} (issue 30 asks for at least 0.90)")
+    typer.echo(f"auto / fastest explicit: {found['auto'] / fastest:.2f} (the target: at least 0.90)")
     roofline_fractions(found, batch_list)
 
 

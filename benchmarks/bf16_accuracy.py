@@ -11,20 +11,14 @@ difference. The contract of both is a mean per-token cosine of at least 0.999 in
 
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
-import numpy
 import typer
 
+from harness import layer_agreement, machine, text_lines
 from spacy_elmo import BiLM, pretrained_files
 
-app = typer.Typer(add_completion=False)
-
-
-def read_sentences(path: Path, lines: int) -> List[List[str]]:
-    with path.open(encoding="utf8") as f:
-        sentences = [line.split() for _, line in zip(range(lines), f)]
-    return [s for s in sentences if s]
+app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
 
 
 @app.command()
@@ -37,19 +31,22 @@ def main(
     precision: str = typer.Option("bf16", help="Compared with fp32: bf16 or int8"),
 ) -> None:
     files = (options_file, weight_file) if options_file and weight_file else pretrained_files(pretrained)
-    sentences = read_sentences(text, lines)
+    sentences = text_lines(text, lines)
+    typer.echo(machine())
     layers = {}
     for name in ("fp32", precision):
         bilm = BiLM.from_files(*files, precision=name, cache_size=0)
         start = time.perf_counter()
-        layers[name] = numpy.concatenate(bilm.embed_sentences(sentences), axis=1)
+        layers[name] = bilm.embed_sentences(sentences)
         typer.echo(f"{name}: {time.perf_counter() - start:.1f} s")
-    fp32, other = layers["fp32"], layers[precision]
-    typer.echo(f"{len(sentences)} sentences, {fp32.shape[1]} tokens")
-    typer.echo("| layer | mean cosine | smallest cosine | largest abs difference | mean abs fp32 value |\n|---|---|---|---|---|")
-    for k, (a, b) in enumerate(zip(fp32, other)):
-        cosine = (a * b).sum(-1) / (numpy.linalg.norm(a, axis=-1) * numpy.linalg.norm(b, axis=-1))
-        typer.echo(f"| {k} | {cosine.mean():.6f} | {cosine.min():.6f} | {numpy.abs(a - b).max():.4f} | {numpy.abs(a).mean():.3f} |")
+    typer.echo(f"{len(sentences)} sentences, {sum(len(s) for s in sentences)} tokens")
+    typer.echo("| layer | mean cosine | smallest cosine | largest abs difference | mean abs fp32 value |")
+    typer.echo("|---|---|---|---|---|")
+    for k, row in enumerate(layer_agreement(layers[precision], layers["fp32"])):
+        typer.echo(
+            f"| {k} | {row['mean_cosine']:.6f} | {row['smallest_cosine']:.6f} | {row['largest_difference']:.4f} "
+            f"| {row['mean_abs']:.3f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -21,21 +21,32 @@ from spacy.language import Language
 from spacy.training import Example
 from spacy.util import minibatch
 
+from harness import machine, timed
 from spacy_elmo import BiLM, ElmoOptions
+from spacy_elmo.bilm.options import ORIGINAL_SIZES
 
 SIZES: Dict[str, ElmoOptions] = {
-    "tiny": ElmoOptions(lstm_dim=64, projection_dim=16, filters=((1, 4), (2, 8), (3, 16), (4, 32), (5, 64)), n_highway=2, char_embedding_dim=4),
+    "tiny": ElmoOptions(
+        lstm_dim=64,
+        projection_dim=16,
+        filters=((1, 4), (2, 8), (3, 16), (4, 32), (5, 64)),
+        n_highway=2,
+        char_embedding_dim=4,
+    ),
     "small": ElmoOptions(),  # the published 'Small' sizes: lstm 1024, projection 128
-    "original": ElmoOptions(lstm_dim=4096, projection_dim=512, n_highway=2),  # the published 'Original' sizes
+    "original": ElmoOptions(**ORIGINAL_SIZES),
 }
-WORDS = ("the of and to in a is that for it as was with be by on not he I this are or his from at which "
-         "but have an they you were her she there one been all their has would will what if can when so "
-         "London Paris December government company market people research system Washington").split()
+WORDS = (
+    "the of and to in a is that for it as was with be by on not he I this are or his from at which "
+    "but have an they you were her she there one been all their has would will what if can when so "
+    "London Paris December government company market people research system Washington"
+).split()
 
 app = typer.Typer(add_completion=False)
 
 
 def synthetic_texts(n: int, seed: int = 0) -> List[str]:
+    """``n`` sentences of 5-40 words drawn from :data:`WORDS` and a period: the token cache serves repeats."""
     rnd = random.Random(seed)
     return [" ".join(rnd.choice(WORDS) for _ in range(rnd.randint(5, 40))) + " ." for _ in range(n)]
 
@@ -45,16 +56,29 @@ def build(size: str, directory: Path, textcat: bool, feature_cache_mb: float) ->
     if not weight_file.exists():
         torch.manual_seed(0)
         BiLM(SIZES[size]).to_files(options_file, weight_file)
+    files = {"options_file": str(options_file), "weight_file": str(weight_file)}
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"model": {"options_file": str(options_file), "weight_file": str(weight_file),
-                                           "feature_cache_mb": feature_cache_mb}})
+    nlp.add_pipe("elmo", config={"model": {**files, "feature_cache_mb": feature_cache_mb}})
     if textcat:
-        nlp.add_pipe("textcat", config={"model": {
-            "@architectures": "spacy.TextCatReduce.v1", "exclusive_classes": True, "use_reduce_first": False,
-            "use_reduce_last": False, "use_reduce_max": False, "use_reduce_mean": True, "nO": None,
-            "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v2", "width": SIZES[size].output_dim,
-                        "n_layers": SIZES[size].n_layers + 1},
-        }})
+        nlp.add_pipe(
+            "textcat",
+            config={
+                "model": {
+                    "@architectures": "spacy.TextCatReduce.v1",
+                    "exclusive_classes": True,
+                    "use_reduce_first": False,
+                    "use_reduce_last": False,
+                    "use_reduce_max": False,
+                    "use_reduce_mean": True,
+                    "nO": None,
+                    "tok2vec": {
+                        "@architectures": "spacy_elmo.ElmoListener.v2",
+                        "width": SIZES[size].output_dim,
+                        "n_layers": SIZES[size].n_layers + 1,
+                    },
+                }
+            },
+        )
     return nlp
 
 
@@ -75,23 +99,28 @@ def main(
         nlp.initialize()
         n_words = sum(len(doc) for doc in nlp.tokenizer.pipe(texts))
         list(nlp.pipe(texts[:8]))  # warm up
-        start = time.perf_counter()
-        for _ in nlp.pipe(texts, n_process=n_process, batch_size=64):
-            pass
-        elapsed = time.perf_counter() - start
-        typer.echo(f"nlp.pipe: size={size} n_process={n_process} torch_threads={torch.get_num_threads()} "
-                   f"{n_words} words in {elapsed:.2f}s = {n_words / elapsed:.0f} words/s")
+        elapsed = timed(lambda: list(nlp.pipe(texts, n_process=n_process, batch_size=64)))
+        typer.echo(machine())
+        typer.echo(
+            f"nlp.pipe: size={size} n_process={n_process} torch_threads={torch.get_num_threads()} "
+            f"{n_words} words in {elapsed:.2f}s = {n_words / elapsed:.0f} words/s"
+        )
         if epochs:
             for cache_mb in (512.0, 0.0):
                 times = time_epochs(build(size, Path(tmp), textcat=True, feature_cache_mb=cache_mb), texts, epochs)
                 ratios = ", ".join(f"{t / times[0]:.3f}" for t in times[1:])
-                typer.echo(f"frozen training, feature_cache_mb={cache_mb:g}: epoch times "
-                           f"{', '.join(f'{t:.2f}s' for t in times)}; epoch k / epoch 1: {ratios}")
+                typer.echo(
+                    f"frozen training, feature_cache_mb={cache_mb:g}: epoch times "
+                    f"{', '.join(f'{t:.2f}s' for t in times)}; epoch k / epoch 1: {ratios}"
+                )
 
 
 def time_epochs(nlp: Language, texts: List[str], epochs: int) -> List[float]:
-    examples = [Example.from_dict(nlp.make_doc(text), {"cats": {"A": float(i % 2), "B": float(1 - i % 2)}})
-                for i, text in enumerate(texts)]
+    """Seconds of each of ``epochs`` training epochs of ``nlp`` on ``texts`` labelled A/B in turn."""
+    examples = [
+        Example.from_dict(nlp.make_doc(text), {"cats": {"A": float(i % 2), "B": float(1 - i % 2)}})
+        for i, text in enumerate(texts)
+    ]
     nlp.initialize(lambda: examples)
     optimizer = nlp.create_optimizer()
     times = []

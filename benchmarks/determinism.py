@@ -1,40 +1,40 @@
 """How far the same text's vectors move when everything around it changes, on a bundled biLM.
 
 Runs real sentences (the AllenNLP fixture's 30 newswire sentences and the contextual-similarity
-examples) through ``nlp.pipe`` with a bundled English biLM, then again with other batch sizes,
+examples) through ``nlp.pipe`` with a bundled English biLM in float32, then again with other batch sizes,
 a shuffled order, 4 threads at once, 2 processes and after a save/load round trip. It prints the
 largest absolute difference of any layer value to the reference run (batch size 8), beside the
-float32 error itself (the reference against the same biLM in float64).
+float32 error itself (the reference against the same biLM in float64, through the harness's
+step-by-step port).
 
     python benchmarks/determinism.py [--pretrained DIRECTORY]     # default: the bundled en
 """
 
-import argparse
 import json
 import random
-import sys
+import runpy
 import tempfile
 import threading
-from pathlib import Path
 from typing import Callable, Dict, List
 
 import numpy
 import spacy
 import torch
+import typer
 from spacy.language import Language
 
+from harness import REPO, machine, step_by_step
 from spacy_elmo.layers import get_bilm
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
-from contextual_similarity import CASES  # noqa: E402
-
+app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
 Layers = Dict[str, numpy.ndarray]
 
 
 def sentences() -> List[str]:
-    fixture = json.loads((ROOT / "tests" / "fixtures" / "allennlp_elmo" / "sentences.json").read_text())
-    return [s for group in fixture for s in group] + [s for case in CASES for s in case[1:]]
+    """The AllenNLP fixture's sentences and the contextual-similarity examples' sentences."""
+    fixture = json.loads((REPO / "tests" / "fixtures" / "allennlp_elmo" / "sentences.json").read_text())
+    cases = runpy.run_path(str(REPO / "examples" / "contextual_similarity.py"))["CASES"]
+    return [s for group in fixture for s in group] + [s for case in cases for s in case[1:]]
 
 
 def run(nlp: Language, texts: List[str], **kwargs: object) -> Layers:
@@ -56,29 +56,30 @@ def in_threads(nlp: Language, texts: List[str], n: int = 4) -> List[Layers]:
 
 
 def float64_layers(nlp: Language, texts: List[str]) -> Layers:
+    """The pipe's biLM in float64 through the harness's step-by-step port: float32's error."""
     bilm = get_bilm(nlp.get_pipe("elmo").model)
     bilm.to(torch.float64)
-    bilm.token_cache.clear()
     try:
         words = [[t.text for t in nlp.make_doc(text)] for text in texts]
-        return dict(zip(texts, bilm.embed_sentences(words)))
+        return dict(zip(texts, step_by_step(bilm, words)))
     finally:
         bilm.to(torch.float32)
-        bilm.token_cache.clear()
 
 
 def largest_difference(runs: List[Layers], reference: Layers) -> float:
     return max(float(numpy.abs(got[t] - reference[t]).max()) for got in runs for t in reference if reference[t].size)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pretrained", default="en", help="Which bundled biLM")
-    args = parser.parse_args()
+@app.command()
+def main(pretrained: str = typer.Option("en", help="Which bundled biLM (or a directory)")) -> None:
     torch.set_num_threads(1)
     texts = sentences()
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"store_layers": True, "model": {"pretrained": args.pretrained}})
+    # float32 products, whatever ``auto`` would pick here, from the zero state the port starts from:
+    # the float64 row measures float32's error.
+    nlp.add_pipe(
+        "elmo", config={"store_layers": True, "model": {"pretrained": pretrained, "precision": "fp32", "state": "zero"}}
+    )
     nlp.initialize()
     reference = run(nlp, texts, batch_size=8)
     shuffled = texts[:]
@@ -97,7 +98,8 @@ def main() -> None:
     }
     n_tokens = sum(len(v[0]) for v in reference.values())
     scale = max(float(numpy.abs(v).max()) for v in reference.values())
-    print(f"{len(texts)} texts, {n_tokens} tokens, bundled biLM {args.pretrained!r}; largest |layer value| {scale:.2f}")
+    print(machine())
+    print(f"{len(texts)} texts, {n_tokens} tokens, bundled biLM {pretrained!r}; largest |layer value| {scale:.2f}")
     print("| compared to the reference (batch size 8) | largest absolute difference |")
     print("|---|---:|")
     for name, variant in variants.items():
@@ -105,4 +107,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    app()

@@ -7,21 +7,25 @@ Each run writes Parquet into a fresh directory and is timed end to end, as a use
 reading and planning the input, loading the biLM (once per Ray actor), embedding, writing, and
 for Ray starting a local cluster. Sentences/s and tokens/s are printed per configuration.
 
-    python benchmarks/embed_speed.py [--sentences 2000] [--shard-size 250] [--runs local1,local2,ray1,ray2] [--pretrained DIRECTORY]
+    python benchmarks/embed_speed.py [--sentences 2000] [--shard-size 250] [--runs local1,local2,ray1,ray2]
+        [--pretrained DIRECTORY]
 """
 
-import argparse
 import random
 import tempfile
 import time
 from pathlib import Path
 from typing import List, Tuple
 
-from spacy_elmo import BiLM
-from spacy_elmo.published.resolve import resolve_pretrained
-from spacy_elmo.embed import EmbedSettings, run_embed
+import typer
 
-WORDS = [w.strip() for w in "the of and to a in is was for that on with as by it at from his an were are which be this has".split()]
+from harness import machine
+from spacy_elmo import BiLM
+from spacy_elmo.embed import EmbedSettings, run_embed
+from spacy_elmo.published.resolve import resolve_pretrained
+
+app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
+WORDS = "the of and to a in is was for that on with as by it at from his an were are which be this has".split()
 
 
 def write_corpus(path: Path, n: int, seed: int = 0) -> None:
@@ -32,7 +36,9 @@ def write_corpus(path: Path, n: int, seed: int = 0) -> None:
     lines: List[str] = []
     for _ in range(n):
         length = rng.randint(5, 45)
-        lines.append(" ".join(rng.choice(WORDS) if rng.random() < 0.4 else rng.choices(rare, weights)[0] for _ in range(length)))
+        lines.append(
+            " ".join(rng.choice(WORDS) if rng.random() < 0.4 else rng.choices(rare, weights)[0] for _ in range(length))
+        )
     path.write_text("\n".join(lines) + "\n", encoding="utf8")
 
 
@@ -41,29 +47,39 @@ def run(corpus: Path, output: Path, name: str, shard_size: int, files: Tuple[Pat
     engine, count = ("ray", int(name[3:])) if name.startswith("ray") else ("local", int(name[5:]))
     start = time.perf_counter()
     summary = run_embed(
-        corpus, output, settings, *files, engine=engine,  # type: ignore[arg-type]
-        workers=count, threads=1 if engine == "ray" else count, progress=False,
+        corpus,
+        output,
+        settings,
+        *files,
+        engine=engine,  # type: ignore[arg-type]
+        workers=count,
+        threads=1 if engine == "ray" else count,
+        progress=False,
     )
     seconds = time.perf_counter() - start
     label = f"ray, {count} worker(s)" if engine == "ray" else f"local, {count} thread(s)"
-    print(f"{label:<22} {summary.sentences / seconds:>10,.1f} sentences/s {summary.tokens / seconds:>12,.0f} tokens/s   ({seconds:.1f} s)")
+    print(
+        f"{label:<22} {summary.sentences / seconds:>10,.1f} sentences/s {summary.tokens / seconds:>12,.0f} tokens/s",
+        f"  ({seconds:.1f} s)",
+    )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sentences", type=int, default=2000)
-    parser.add_argument("--shard-size", type=int, default=250)
-    parser.add_argument("--runs", default="local1,local2,ray1,ray2", help="local<threads> / ray<workers>, comma-separated")
-    parser.add_argument("--pretrained", default="en", help="The biLM: a bundled or registry name, a URL or a directory")
-    args = parser.parse_args()
+@app.command()
+def main(
+    sentences: int = typer.Option(2000, help="Sentences of the made-up corpus"),
+    shard_size: int = typer.Option(250, help="Sentences per shard"),
+    runs: str = typer.Option("local1,local2,ray1,ray2", help="local<threads> / ray<workers>, comma-separated"),
+    pretrained: str = typer.Option("en", help="The biLM: a bundled or registry name, a URL or a directory"),
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.txt"
-        write_corpus(corpus, args.sentences)
-        print(f"{args.sentences} sentences, biLM {args.pretrained!r}, shards of {args.shard_size}")
-        files = resolve_pretrained(args.pretrained, check=BiLM.from_files)
-        for name in args.runs.split(","):
-            run(corpus, Path(tmp) / name, name, args.shard_size, files)
+        write_corpus(corpus, sentences)
+        print(machine())
+        print(f"{sentences} sentences, biLM {pretrained!r}, shards of {shard_size}")
+        files = resolve_pretrained(pretrained, check=BiLM.from_files)
+        for name in runs.split(","):
+            run(corpus, Path(tmp) / name, name, shard_size, files)
 
 
 if __name__ == "__main__":
-    main()
+    app()

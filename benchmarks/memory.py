@@ -17,36 +17,21 @@ Run from the repository root, e.g.::
     python benchmarks/memory.py long-doc --lengths 10000,50000,100000
 """
 
-import json
 import random
-import resource
-import string
-import subprocess
-import sys
 import time
 import warnings
-from typing import Dict, Iterator, List
+from typing import Any, Dict, Iterator
 
 import spacy
-import torch
 import typer
 from spacy.language import Language
 from spacy.tokens import Doc
 
+from harness import MIB, fresh_sentences, isolated, machine, peak_rss_mib, rss_mib
 from spacy_elmo.bilm.options import ORIGINAL_SIZES
+from spacy_elmo.layers import get_bilm
 
-MIB = 2**20
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
-
-
-def rss_mib() -> float:
-    """The process's resident memory now (Linux)."""
-    with open("/proc/self/status") as status:
-        return int(status.read().split("VmRSS:")[1].split()[0]) / 1024
-
-
-def peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
 def pipeline(size: str, precision: str, threads: int) -> Language:
@@ -61,35 +46,26 @@ def pipeline(size: str, precision: str, threads: int) -> Language:
     return nlp
 
 
-def made_up_texts(n_docs: int, seed: int = 0) -> Iterator[str]:
-    """Sentences of 10-40 fresh made-up words: every doc adds strings and token encodings."""
-    rnd = random.Random(seed)
-    for _ in range(n_docs):
-        words = ("".join(rnd.choice(string.ascii_lowercase) for _ in range(rnd.randint(3, 12)))
-                 for _ in range(rnd.randint(10, 40)))
-        yield " ".join(words) + "."
+def made_up_texts(n_docs: int) -> Iterator[str]:
+    """Sentences of 10-40 fresh made-up words of 3-12 letters: every doc adds strings and token encodings."""
+    return (" ".join(words) + "." for words in fresh_sentences(n_docs))
 
 
-def child(args: List[str]) -> Dict[str, object]:
-    """Run this script's hidden ``measure-*`` command in a fresh process; its last line is JSON."""
-    out = subprocess.run([sys.executable, __file__, *args], check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
-
-
-def machine() -> str:
-    return f"torch {torch.__version__}, {torch.get_num_threads()} threads, {sys.platform}"
-
-
-@app.command("measure-pipe", hidden=True)
-def measure_pipe(size: str, precision: str, docs: int, threads: int) -> None:
+def measure_pipe(size: str, precision: str, docs: int, threads: int) -> Dict[str, Any]:
+    """``pipe``'s measurement, in a process of its own."""
     nlp = pipeline(size, precision, threads)
-    bilm = nlp.get_pipe("elmo").model.shims[0]._model
+    bilm = get_bilm(nlp.get_pipe("elmo").model)
     weights = sum(p.numel() * p.element_size() for p in bilm.parameters()) / MIB
     after_init = rss_mib()
     start = time.perf_counter()
     n_tokens = sum(len(doc) for doc in nlp.pipe(made_up_texts(docs)))
-    print(json.dumps({"weights": weights, "after_init": after_init, "peak": peak_mib(), "tokens": n_tokens,
-                      "seconds": time.perf_counter() - start}))
+    return {
+        "weights": weights,
+        "after_init": after_init,
+        "peak": peak_rss_mib(),
+        "tokens": n_tokens,
+        "seconds": time.perf_counter() - start,
+    }
 
 
 @app.command()
@@ -100,14 +76,18 @@ def pipe(
     threads: int = typer.Option(1, help="torch threads"),
 ) -> None:
     """Peak RSS of one nlp.pipe call against RSS after nlp.initialize()."""
-    row = child(["measure-pipe", size, precision, str(docs), str(threads)])
-    typer.echo(f"{size} biLM, precision {precision}, {docs} docs ({row['tokens']} tokens, {row['seconds']:.1f} s); {machine()}")
-    typer.echo(f"weights {row['weights']:.0f}  after initialize {row['after_init']:.0f}  peak {row['peak']:.0f}  "
-               f"peak / after initialize {row['peak'] / row['after_init']:.2f}")
+    row = isolated(measure_pipe, size=size, precision=precision, docs=docs, threads=threads)
+    typer.echo(
+        f"{size} biLM, precision {precision}, {docs} docs ({row['tokens']} tokens, {row['seconds']:.1f} s); {machine()}"
+    )
+    typer.echo(
+        f"weights {row['weights']:.0f}  after initialize {row['after_init']:.0f}  peak {row['peak']:.0f}  "
+        f"peak / after initialize {row['peak'] / row['after_init']:.2f}"
+    )
 
 
-@app.command("measure-stream", hidden=True)
-def measure_stream(docs: int, every: int, threads: int, zones: bool = typer.Option(False, "--zones/--no-zones")) -> None:
+def measure_stream(docs: int, every: int, threads: int, zones: bool) -> Dict[str, Any]:
+    """``stream``'s measurement with or without memory zones, in a process of its own."""
     nlp = pipeline("bundled", "auto", threads)
     rows = [{"docs": 0, "rss": rss_mib(), "strings": len(nlp.vocab.strings)}]
     texts = made_up_texts(docs)
@@ -121,7 +101,7 @@ def measure_stream(docs: int, every: int, threads: int, zones: bool = typer.Opti
             for _ in nlp.pipe(chunk):
                 pass
         rows.append({"docs": done, "rss": rss_mib(), "strings": len(nlp.vocab.strings)})
-    print(json.dumps(rows))
+    return {"rows": rows}
 
 
 @app.command()
@@ -131,28 +111,36 @@ def stream(
     threads: int = typer.Option(1, help="torch threads"),
 ) -> None:
     """RSS over a long stream through the bundled biLM, with and without nlp.memory_zone()."""
-    runs = {zones: child(["measure-stream", str(docs), str(every), str(threads), "--zones" if zones else "--no-zones"])
-            for zones in (False, True)}
+    runs = {
+        zones: isolated(measure_stream, docs=docs, every=every, threads=threads, zones=zones)["rows"]
+        for zones in (False, True)
+    }
     typer.echo(f"bundled biLM, precision auto, fresh made-up words; {machine()}")
     typer.echo(f"{'docs':>7} {'RSS':>6} {'strings':>8} | {'RSS, zones':>10} {'strings':>8}  (MiB)")
     for plain, zoned in zip(runs[False], runs[True]):
-        typer.echo(f"{plain['docs']:>7} {plain['rss']:>6.0f} {plain['strings']:>8} | {zoned['rss']:>10.0f} {zoned['strings']:>8}")
+        plain_row = f"{plain['docs']:>7} {plain['rss']:>6.0f} {plain['strings']:>8}"
+        typer.echo(f"{plain_row} | {zoned['rss']:>10.0f} {zoned['strings']:>8}")
 
 
-@app.command("measure-long-doc", hidden=True)
-def measure_long_doc(n_tokens: int, threads: int) -> None:
+def measure_long_doc(n_tokens: int, threads: int) -> Dict[str, Any]:
+    """``long-doc``'s measurement for one length, in a process of its own."""
     nlp = pipeline("bundled", "fp32", threads)
-    bilm = nlp.get_pipe("elmo").model.shims[0]._model
+    bilm = get_bilm(nlp.get_pipe("elmo").model)
     words = next(made_up_texts(1)).split()
     list(nlp.pipe([Doc(nlp.vocab, words=words)]))  # warm up: allocator, torch kernels, caches
-    baseline = peak_mib()
+    baseline = peak_rss_mib()
     rnd = random.Random(0)
     doc = Doc(nlp.vocab, words=[f"w{rnd.randrange(5000)}" for _ in range(n_tokens)])  # no repeated windows
     start = time.perf_counter()
     list(nlp.pipe([doc]))
     outputs = 4 * n_tokens * bilm.output_dim * (bilm.n_output_layers + 1) / MIB  # the layers + the vectors
-    print(json.dumps({"tokens": n_tokens, "seconds": time.perf_counter() - start, "baseline": baseline,
-                      "added": peak_mib() - baseline, "outputs": outputs}))
+    return {
+        "tokens": n_tokens,
+        "seconds": time.perf_counter() - start,
+        "baseline": baseline,
+        "added": peak_rss_mib() - baseline,
+        "outputs": outputs,
+    }
 
 
 @app.command("long-doc")
@@ -164,9 +152,11 @@ def long_doc(
     typer.echo(f"bundled biLM, fp32; {machine()}")
     typer.echo(f"{'tokens':>8} {'seconds':>8} {'baseline':>9} {'peak-base':>10} {'outputs':>8} {'working':>8}  (MiB)")
     for n_tokens in (int(n) for n in lengths.split(",")):
-        row = child(["measure-long-doc", str(n_tokens), str(threads)])
-        typer.echo(f"{n_tokens:>8} {row['seconds']:>8.1f} {row['baseline']:>9.0f} {row['added']:>10.0f} "
-                   f"{row['outputs']:>8.0f} {row['added'] - row['outputs']:>8.0f}")
+        row = isolated(measure_long_doc, n_tokens=n_tokens, threads=threads)
+        typer.echo(
+            f"{n_tokens:>8} {row['seconds']:>8.1f} {row['baseline']:>9.0f} {row['added']:>10.0f} "
+            f"{row['outputs']:>8.0f} {row['added'] - row['outputs']:>8.0f}"
+        )
 
 
 if __name__ == "__main__":

@@ -12,9 +12,8 @@ Configurations (``--configs``, comma-separated):
   dtype=torch.bfloat16)``: torch runs the products (linear layers, attention matmuls) in bf16
   and keeps reductions such as softmax and layer norm in float32.
 - ``elmo-original-auto`` / ``elmo-original-fp32`` (and, when asked for, ``elmo-original-bf16`` /
-  ``elmo-original-int8``): our ``elmo`` component with the biLM of the
-  published Original size (``ElmoOptions(lstm_dim=4096, projection_dim=512, n_layers=2,
-  n_highway=2)``, 93.6 M parameters, random weights written with ``to_files``),
+  ``elmo-original-int8``): our ``elmo`` component with the biLM of the published Original size
+  (``ElmoOptions(**ORIGINAL_SIZES)``, 93.6 M parameters, random weights written with ``to_files``),
   ``precision = "auto"`` / ``"fp32"`` (/ ``"bf16"`` / ``"int8"``).
 - ``elmo-en``: our ``elmo`` component with the bundled English biLM (``pretrained = "en"``).
 
@@ -23,11 +22,11 @@ Random weights cost what trained ones do. Each pipeline is built once and saved 
 so a slow spell of the machine hits every configuration alike, and peak memory is the
 configuration's own), which ``spacy.load``s it, runs one warm-up sentence (not in the timed
 set), then ``nlp.pipe`` over the docs. Printed per configuration and round: words/s of that
-``nlp.pipe`` (spaCy tokens), time to first doc (from the subprocess' start: imports,
+``nlp.pipe`` (spaCy tokens), time to first doc (from the subprocess' start, the harness's ``STARTED``: imports,
 ``spacy.load`` and the warm-up sentence), and memory: RSS after loading, the peak during
 ``nlp.pipe`` (sampled every 5 ms) and the peak of the subprocess
 (``getrusage(RUSAGE_SELF).ru_maxrss``, loading included). The pipelines are built in another
-subprocess: a child inherits its parent's ``ru_maxrss`` across fork, so the parent stays small.
+subprocess too: a child started by fork inherits its parent's ``ru_maxrss``, so the parent stays small.
 
 The docs are real English sentences, one per doc: ``examples/word_senses.jsonl`` (480 sentences,
 5,365 whitespace-separated words); ``--docs`` takes the first N (at most 480; a doc never repeats
@@ -43,37 +42,28 @@ Run from the repository root::
         [--configs trf-fp32,trf-bf16,elmo-original-auto,elmo-original-fp32,elmo-en]
 """
 
-import argparse
-import json
-import os
-import resource
-import subprocess
-import sys
+import contextlib
+import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List
 
-START = time.perf_counter()  # before the heavy imports: time to first doc counts them
+import typer
 
-REPO = Path(__file__).resolve().parent.parent
-TEXT_FILE = REPO / "examples" / "word_senses.jsonl"
+from harness import REPO, STARTED, WORD_SENSES, RssSampler, isolated, machine, rss_mib, word_sense_texts
+
 WARM_UP = "Apple is looking at buying a U.K. startup for one billion dollars."  # spaCy's first English example
 CONFIGS = ["trf-fp32", "trf-bf16", "elmo-original-auto", "elmo-original-fp32", "elmo-en"]
 # Also runnable, not run by default: our Original size at an explicit low precision.
 EXTRA_CONFIGS = ["elmo-original-bf16", "elmo-original-int8"]
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
-
-def load_texts(n: int) -> List[str]:
-    texts = [json.loads(line)["text"] for line in TEXT_FILE.read_text(encoding="utf8").splitlines() if line.strip()]
-    if not 0 < n <= len(texts):
-        raise SystemExit(f"--docs {n}: {TEXT_FILE} has {len(texts)} sentences")
-    return texts[:n]
+app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
 
 
-def build_bert(directory: Path, texts: List[str]) -> None:
-    """A BERT-base-sized model of random weights and a WordPiece tokenizer over the texts' words."""
+def build_bert(directory: Path, texts: List[str]) -> str:
+    """A BERT-base-sized model of random weights and a WordPiece tokenizer over the texts' words; a line on it."""
     import torch
     from transformers import BertConfig, BertModel, BertTokenizerFast
     from transformers.models.bert.tokenization_bert import BasicTokenizer
@@ -88,17 +78,23 @@ def build_bert(directory: Path, texts: List[str]) -> None:
     model.save_pretrained(directory)
     BertTokenizerFast(vocab_file=str(vocab_file), do_lower_case=True).save_pretrained(directory)
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"BERT-base-sized model: {n_params / 1e6:.1f} M parameters, WordPiece vocab of {len(words) + len(SPECIAL)}",
-          flush=True)
+    return f"BERT-base-sized model: {n_params / 1e6:.1f} M parameters, WordPiece vocab of {len(words) + len(SPECIAL)}"
 
 
-def build_pipelines(configs: List[str], tmp: Path, texts: List[str], threads: int) -> Dict[str, Path]:
-    """Each configuration's pipeline, saved with ``nlp.to_disk``."""
+def build_pipelines(configs: List[str], directory: str, threads: int) -> Dict[str, Any]:
+    """Each configuration's pipeline, saved with ``nlp.to_disk`` under ``directory``: their paths, and
+    what was built (``notes``).
+    Run in a process of its own (:func:`~harness.isolated`): a child started by fork inherits its
+    parent's ``ru_maxrss``, so the parent stays small."""
     import spacy
 
     from spacy_elmo import BiLM, ElmoOptions
+    from spacy_elmo.bilm.options import ORIGINAL_SIZES
 
+    tmp = Path(directory)
+    texts = word_sense_texts(480)  # the WordPiece vocabulary: every sentence
     paths: Dict[str, Path] = {}
+    notes: List[str] = []
     for config in configs:
         nlp = spacy.blank("en")
         if config.startswith("trf-"):
@@ -106,7 +102,7 @@ def build_pipelines(configs: List[str], tmp: Path, texts: List[str], threads: in
                 paths[config] = tmp / "pipelines" / "trf"
                 continue
             bert = tmp / "bert-base-random"
-            build_bert(bert, texts)
+            notes.append(build_bert(bert, texts))
             nlp.add_pipe("transformer", config={"model": {"name": str(bert)}})
         else:
             if config.startswith("elmo-original-"):
@@ -116,28 +112,23 @@ def build_pipelines(configs: List[str], tmp: Path, texts: List[str], threads: in
 
                     weight_file.parent.mkdir(parents=True, exist_ok=True)
                     torch.manual_seed(0)
-                    BiLM(ElmoOptions(lstm_dim=4096, projection_dim=512, n_layers=2, n_highway=2)).to_files(
-                        options_file, weight_file)
-                model = {"options_file": str(options_file), "weight_file": str(weight_file),
-                         "precision": config.rsplit("-", 1)[1]}
-            elif config == "elmo-en":
+                    BiLM(ElmoOptions(**ORIGINAL_SIZES)).to_files(options_file, weight_file)
+                model = {
+                    "options_file": str(options_file),
+                    "weight_file": str(weight_file),
+                    "precision": config.rsplit("-", 1)[1],
+                }
+            else:  # elmo-en
                 model = {"pretrained": "en", "precision": "auto"}
-            else:
-                raise SystemExit(f"unknown configuration {config!r}; choose from {', '.join(CONFIGS + EXTRA_CONFIGS)}")
             nlp.add_pipe("elmo", config={"model": model, "threads": threads})
         nlp.initialize()
         paths[config] = tmp / "pipelines" / ("trf" if config.startswith("trf-") else config)
         paths[config].parent.mkdir(parents=True, exist_ok=True)
         nlp.to_disk(paths[config])
-    return paths
+    return {"paths": {config: str(path) for config, path in paths.items()}, "notes": notes}
 
 
-def rss_mb() -> float:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def float32_outputs(module, inputs, output):
+def float32_outputs(module: Any, inputs: Any, output: Dict[str, Any]) -> Dict[str, Any]:
     """The transformer's outputs back in float32: NumPy (thinc's ``torch2xp``) has no bf16.
 
     Under autocast BERT's last hidden state comes out bf16, and spacy-transformers fails on it
@@ -152,116 +143,101 @@ def float32_outputs(module, inputs, output):
     return output
 
 
-def child(args: argparse.Namespace) -> None:
-    """One configuration, one round: load, first doc, timed ``nlp.pipe``; a JSON line on stdout."""
-    import contextlib
-
+def measure(config: str, pipeline: str, docs: int, threads: int, batch_size: int) -> Dict[str, Any]:
+    """One configuration, one round, in a process of its own (:func:`~harness.isolated`): load, first
+    doc, timed ``nlp.pipe``."""
     import spacy
     import torch
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(threads)
     imported = time.perf_counter()
-    texts = load_texts(args.docs)
-    nlp = spacy.load(args.child_pipeline)
+    texts = word_sense_texts(docs)
+    nlp = spacy.load(pipeline)
     loaded = time.perf_counter()
-    rss_loaded = rss_mb()
+    rss_loaded = rss_mib()
     autocast: contextlib.AbstractContextManager = contextlib.nullcontext()
-    if args.child == "trf-bf16":
+    if config == "trf-bf16":
         autocast = torch.autocast("cpu", dtype=torch.bfloat16)
         for node in nlp.get_pipe("transformer").model.walk():
             for shim in node.shims:
                 shim._model.register_forward_hook(float32_outputs)
-    import threading
-
-    pipe_peak = [rss_mb()]
-    done = threading.Event()
-
-    def sample() -> None:  # RSS during nlp.pipe alone (ru_maxrss also covers spacy.load)
-        while not done.wait(0.005):
-            pipe_peak[0] = max(pipe_peak[0], rss_mb())
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    with autocast:
+    with autocast, RssSampler() as sampler:  # RSS during nlp.pipe alone (ru_maxrss also covers spacy.load)
         list(nlp.pipe([WARM_UP]))
         first = time.perf_counter()
         n_words = 0
         start = time.perf_counter()
-        for doc in nlp.pipe(texts, batch_size=args.batch_size):
+        for doc in nlp.pipe(texts, batch_size=batch_size):
             n_words += len(doc)
         elapsed = time.perf_counter() - start
-    done.set()
-    sampler.join()
-    print(json.dumps({
-        "config": args.child, "words": n_words, "seconds": elapsed, "words_per_s": n_words / elapsed,
-        "import_s": imported - START, "load_s": loaded - imported, "first_doc_s": first - START,
-        "rss_loaded_mb": rss_loaded, "pipe_peak_rss_mb": max(pipe_peak[0], rss_mb()),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    return {
+        "words": n_words,
+        "seconds": elapsed,
+        "words_per_s": n_words / elapsed,
+        "import_s": imported - STARTED,
+        "load_s": loaded - imported,
+        "first_doc_s": first - STARTED,
+        "rss_loaded_mb": rss_loaded,
+        "pipe_peak_rss_mb": sampler.peak,
         "threads": torch.get_num_threads(),
-    }), flush=True)
+    }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--docs", type=int, default=480, help="sentences (docs) to run, at most 480")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads (torch.set_num_threads)")
-    parser.add_argument("--batch-size", type=int, default=64, help="nlp.pipe batch_size")
-    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS + EXTRA_CONFIGS)}")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--child-pipeline", help=argparse.SUPPRESS)
-    parser.add_argument("--build", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    if args.child:
-        child(args)
-        return
-    if args.build:
-        paths = build_pipelines(configs, Path(args.build), load_texts(480), args.threads)  # vocab: all sentences
-        print(json.dumps({c: str(p) for c, p in paths.items()}))
-        return
-    texts = load_texts(args.docs)
-    print(f"{len(texts)} sentences from {TEXT_FILE.relative_to(REPO)}, {sum(len(t.split()) for t in texts)} "
-          f"whitespace-separated words; {args.threads} torch threads, nlp.pipe batch_size {args.batch_size}",
-          flush=True)
-    results: Dict[str, List[dict]] = {c: [] for c in configs}
-    with tempfile.TemporaryDirectory() as tmp_name:
-        # Built in a subprocess: a child inherits its parent's peak RSS across fork, so this one stays small.
-        build = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--build", tmp_name, "--configs",
-                                ",".join(configs), "--threads", str(args.threads)], capture_output=True, text=True)
-        if build.returncode:
-            raise SystemExit(f"building the pipelines failed:\n{build.stderr}")
-        print(build.stdout.strip(), flush=True)
-        paths = {c: Path(p) for c, p in json.loads(build.stdout.strip().splitlines()[-1]).items()}
-        for round_ in range(1, args.rounds + 1):
-            for config in configs:
-                command = [sys.executable, str(Path(__file__).resolve()), "--child", config,
-                           "--child-pipeline", str(paths[config]), "--docs", str(args.docs),
-                           "--threads", str(args.threads), "--batch-size", str(args.batch_size)]
-                run = subprocess.run(command, capture_output=True, text=True)
-                if run.returncode:
-                    raise SystemExit(f"{config} failed:\n{run.stderr}")
-                row = json.loads(run.stdout.strip().splitlines()[-1])
+@app.command()
+def main(
+    docs: int = typer.Option(480, help="Sentences (docs) to run, at most 480"),
+    rounds: int = typer.Option(3, help="Interleaved rounds"),
+    threads: int = typer.Option(2, help="torch threads (torch.set_num_threads)"),
+    batch_size: int = typer.Option(64, help="nlp.pipe batch_size"),
+    configs: str = typer.Option(",".join(CONFIGS), help=f"Comma-separated, of {', '.join(CONFIGS + EXTRA_CONFIGS)}"),
+) -> None:
+    chosen = [c.strip() for c in configs.split(",") if c.strip()]
+    unknown = sorted(set(chosen) - set(CONFIGS + EXTRA_CONFIGS))
+    if unknown:
+        raise typer.BadParameter(f"unknown configurations {unknown}; choose from {', '.join(CONFIGS + EXTRA_CONFIGS)}")
+    texts = word_sense_texts(docs)
+    print(machine())
+    print(
+        f"{len(texts)} sentences from {WORD_SENSES.relative_to(REPO)}, {sum(len(t.split()) for t in texts)} "
+        f"whitespace-separated words; {threads} torch threads, nlp.pipe batch_size {batch_size}",
+        flush=True,
+    )
+    results: Dict[str, List[Dict[str, Any]]] = {c: [] for c in chosen}
+    with tempfile.TemporaryDirectory() as tmp:
+        built = isolated(build_pipelines, configs=chosen, directory=tmp, threads=threads)
+        print("\n".join(built["notes"]), flush=True)
+        paths = built["paths"]
+        for round_ in range(1, rounds + 1):
+            for config in chosen:
+                row = isolated(
+                    measure, config=config, pipeline=paths[config], docs=docs, threads=threads, batch_size=batch_size
+                )
                 results[config].append(row)
-                print(f"round {round_} {config:20s} {row['words_per_s']:8.0f} words/s ({row['words']} words in "
-                      f"{row['seconds']:.2f} s)  first doc {row['first_doc_s']:.2f} s (imports "
-                      f"{row['import_s']:.2f}, load {row['load_s']:.2f})  RSS loaded {row['rss_loaded_mb']:.0f} MB, "
-                      f"peak in nlp.pipe {row['pipe_peak_rss_mb']:.0f} MB, peak of the process "
-                      f"{row['peak_rss_mb']:.0f} MB", flush=True)
-    print("\n| configuration | words/s over rounds | peak RSS in nlp.pipe / of the process | time to first doc |\n"
-          "|---|---|---|---|")
+                print(
+                    f"round {round_} {config:20s} {row['words_per_s']:8.0f} words/s ({row['words']} words in "
+                    f"{row['seconds']:.2f} s)  first doc {row['first_doc_s']:.2f} s (imports "
+                    f"{row['import_s']:.2f}, load {row['load_s']:.2f})  RSS loaded {row['rss_loaded_mb']:.0f} MB, "
+                    f"peak in nlp.pipe {row['pipe_peak_rss_mb']:.0f} MB, peak of the process "
+                    f"{row['peak_rss_mib']:.0f} MB",
+                    flush=True,
+                )
+    print(
+        "\n| configuration | words/s over rounds | peak RSS in nlp.pipe / of the process | time to first doc |\n"
+        "|---|---|---|---|"
+    )
     for config, rows in results.items():
         rates = [r["words_per_s"] for r in rows]
-        peaks = [r["peak_rss_mb"] for r in rows]
+        peaks = [r["peak_rss_mib"] for r in rows]
         pipe_peaks = [r["pipe_peak_rss_mb"] for r in rows]
         firsts = [r["first_doc_s"] for r in rows]
-        print(f"| {config} | {min(rates):,.0f}-{max(rates):,.0f} | {max(pipe_peaks):,.0f} / {max(peaks):,.0f} MB | "
-              f"{min(firsts):.1f}-{max(firsts):.1f} s |")
+        print(
+            f"| {config} | {min(rates):,.0f}-{max(rates):,.0f} | {max(pipe_peaks):,.0f} / {max(peaks):,.0f} MB | "
+            f"{min(firsts):.1f}-{max(firsts):.1f} s |"
+        )
     if "elmo-original-auto" in results and "trf-bf16" in results:
-        ours = sorted(r["words_per_s"] for r in results["elmo-original-auto"])
-        peer = sorted(r["words_per_s"] for r in results["trf-bf16"])
-        print(f"\nelmo-original-auto / trf-bf16 (median words/s): {ours[len(ours) // 2] / peer[len(peer) // 2]:.2f}x")
+        ours = statistics.median(r["words_per_s"] for r in results["elmo-original-auto"])
+        peer = statistics.median(r["words_per_s"] for r in results["trf-bf16"])
+        print(f"\nelmo-original-auto / trf-bf16 (median words/s): {ours / peer:.2f}x")
 
 
 if __name__ == "__main__":
-    main()
+    app()

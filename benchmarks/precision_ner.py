@@ -16,6 +16,7 @@ import torch
 import typer
 from spacy.training import Corpus
 
+from harness import machine
 from spacy_elmo.layers import get_bilm
 
 app = typer.Typer(add_completion=False)
@@ -32,14 +33,17 @@ def main(
     nlp = spacy.load(model)
     examples = list(Corpus(str(data))(nlp))
     bilm = get_bilm(nlp.get_pipe("elmo").model)
+    typer.echo(machine())
     typer.echo(f"{model}: {len(examples)} docs of {data}, {threads} threads")
     typer.echo("| precision | ents_p | ents_r | ents_f | seconds |\n|---|---|---|---|---|")
     for precision in precisions.split(","):
         bilm.precision = precision
         start = time.perf_counter()
         scores = nlp.evaluate(examples)
-        typer.echo(f"| {precision} | {100 * scores['ents_p']:.2f} | {100 * scores['ents_r']:.2f} | "
-                   f"{100 * scores['ents_f']:.2f} | {time.perf_counter() - start:.1f} |")
+        typer.echo(
+            f"| {precision} | {100 * scores['ents_p']:.2f} | {100 * scores['ents_r']:.2f} | "
+            f"{100 * scores['ents_f']:.2f} | {time.perf_counter() - start:.1f} |"
+        )
 
 
 if __name__ == "__main__":

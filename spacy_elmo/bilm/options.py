@@ -8,7 +8,7 @@ any other key is an error, because a key we do not understand may change the mod
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Tuple, Union
+from typing import Any, Dict, Tuple, TypedDict, Union
 
 from .errors import ElmoFileError
 
@@ -35,10 +35,19 @@ TRAINING_KEYS = {
 }
 ACTIVATIONS = ("relu", "tanh")
 
+class SizeOverrides(TypedDict):
+    """Sizes that differ from :class:`ElmoOptions`' defaults, as keyword arguments it takes."""
+
+    lstm_dim: int
+    projection_dim: int
+    n_layers: int
+    n_highway: int
+
+
 # The published 'Original' model's sizes where they differ from :class:`ElmoOptions`' defaults (the
 # 'Small' model's): ``ElmoOptions(**ORIGINAL_SIZES)``, or the same keys in ``[components.elmo.model]``
 # for a random biLM of that size, as benchmarks build one.
-ORIGINAL_SIZES: Dict[str, int] = {"lstm_dim": 4096, "projection_dim": 512, "n_layers": 2, "n_highway": 2}
+ORIGINAL_SIZES: SizeOverrides = {"lstm_dim": 4096, "projection_dim": 512, "n_layers": 2, "n_highway": 2}
 
 
 @dataclass(frozen=True)
