@@ -71,7 +71,7 @@ def main() -> None:
     print(
         f"preset {args.preset}: {n_params / 1e6:.1f} M parameters (softmax included), "
         f"batch {config.batch_size} x window {config.window}, {config.n_negatives or 'full'} softmax, "
-        f"{args.threads} thread(s), {args.precision} precision ({trainer.bilm.products.dtype})"
+        f"{args.threads} thread(s), {args.precision} precision ({trainer.bilm.resolved_precision.dtype})"
     )
     print(
         f"{tokens / seconds:.0f} tokens/s ({seconds / args.steps * 1000:.0f} ms/step); "

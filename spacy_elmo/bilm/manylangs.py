@@ -308,7 +308,7 @@ class ManyLangsTokenEncoder(nn.Module):
     def encode(self, tokens: Sequence[Hashable], dtype: torch.dtype, boundaries: Tuple[Hashable, Hashable]) -> Tensor:
         """The vectors of ``tokens`` (strings, or the biLM's sentence-start and sentence-end keys
         ``boundaries``), products in ``dtype`` (float32 or bf16: the biLM chooses it, see
-        :attr:`.precision.Products.token_encoder_dtype`).
+        :attr:`.precision.ResolvedPrecision.token_encoder_dtype`).
 
         Tokens go through shortest first, in chunks cut at their padding (see
         :meth:`positions_needed`). Shape: (len(tokens), projection_dim).
