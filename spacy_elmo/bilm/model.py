@@ -21,9 +21,7 @@ from .lstm import BiLSTMStack, LSTMState
 from .offload import evict, return_freed_memory
 from .options import ElmoOptions
 from .int8 import Int8Weights, check_no_gradient
-from .precision import (
-    LowPrecisionWeights, Precision, ResolvedPrecision, check_precision, own_precision, tensor_versions,
-)
+from .precision import LowPrecisionWeights, Precision, ResolvedPrecision, check_precision, own_precision, tensor_versions
 from .token_cache import TokenCache
 
 StateMode = Literal["zero", "warm", "carry"]
@@ -158,17 +156,14 @@ class BiLM(nn.Module):
     def resolved_precision(self) -> ResolvedPrecision:
         """What a call now runs its matrix products in: :meth:`resolved_precision_for` training while
         gradients reach the parameters, else inference."""
-        training = torch.is_grad_enabled() and self.char_cnn.projection.weight.requires_grad
-        return self.resolved_precision_for(training=training)
+        return self.resolved_precision_for(training=torch.is_grad_enabled() and self.char_cnn.projection.weight.requires_grad)
 
     def resolved_precision_for(self, training: bool) -> ResolvedPrecision:
         """:attr:`precision` resolved on the model's device for training or for inference, whatever
         the gradient mode now (an ``embed`` manifest records inference's): see
         :class:`.precision.ResolvedPrecision`. ``"auto"`` on a CPU is this model's measured decision for
         that use, made once per machine, shapes and weights (:mod:`.autotune`)."""
-        return ResolvedPrecision.resolve(
-            self.precision, self.device, training, measured=lambda: self._measured_auto(training)
-        )
+        return ResolvedPrecision.resolve(self.precision, self.device, training, measured=lambda: self._measured_auto(training))
 
     def _measured_auto(self, training: bool) -> str:
         from .autotune import cpu_auto_precision
