@@ -180,10 +180,10 @@ def lstm_rate(
     second layer reads both directions' outputs, 2 x projection_dim wide, where ELMo's reads its own
     direction's). Products in ``precision`` (fp32: IEEE, no TF32)."""
     from spacy_elmo.bilm.lstm import BiLSTMStack
-    from spacy_elmo.bilm.precision import Products, own_precision
+    from spacy_elmo.bilm.precision import ResolvedPrecision, own_precision
 
     torch.manual_seed(0)
-    dtype = Products(precision).dtype
+    dtype = ResolvedPrecision(precision).dtype
     batches = padded_batches(options, sentences, batching.max_batch_tokens)
     width = options.projection_dim
     if cudnn:

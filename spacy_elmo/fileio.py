@@ -21,13 +21,9 @@ from typing import Iterator, Tuple, Union
 PathLike = Union[str, Path]
 
 
-class OutputError(ValueError, RuntimeError):
-    """An output (of ``pretrain`` or ``embed``) cannot be written or cannot take this run; the message says what
-    survived and what to do.
-
-    One class for both commands, so that a caller catches one name. It is both a ValueError (what ``embed``'s
-    used to be) and a RuntimeError (what ``pretrain``'s used to be), so code written against either still catches it.
-    """
+class OutputError(ValueError):
+    """An output (of ``pretrain`` or ``embed``) cannot be written or cannot take this run; the
+    message says what survived and what to do. One class for both commands."""
 
 
 def _default_file_mode() -> int:

@@ -3,7 +3,7 @@
 :class:`~spacy_elmo.pretraining.config.TrainingConfig` (``spacy-elmo pretrain``) and
 :class:`~spacy_elmo.embed.settings.EmbedSettings` (``spacy-elmo embed``) declare their fields
 with :func:`setting`; the command line builds an option per field from it
-(:func:`spacy_elmo.cli.with_settings`), so a new setting is one field and its use.
+(:func:`spacy_elmo.cli.options.with_settings`), so a new setting is one field and its use.
 """
 
 from dataclasses import field

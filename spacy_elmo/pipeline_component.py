@@ -11,17 +11,15 @@ use, without the ``nlp.initialize()`` that would reset the other components.
 
 import os
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy
-import spacy.util
-import srsly
 import torch
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples
-from spacy.util import SimpleFrozenList, minibatch
+from spacy.util import minibatch
 from spacy.vocab import Vocab
 from thinc.api import Model, Optimizer
 from thinc.types import Floats1d, Floats3d
@@ -31,8 +29,8 @@ from .bilm import BiLM
 from .layers import ElmoBiLMSettings, ElmoListener, get_bilm, set_bilm
 from .layers.arrays import no_backprop
 from .layers.language import choose_pretrained
-from .bilm.serialize import bilm_from_bytes, bilm_from_directory, bilm_to_bytes, bilm_to_directory
 from .layers.listener import FEATURES_ATTR, UNREAD_ATTR
+from .pipeline_serialization import ElmoSerialization
 from .threads import Threads, check_threads, torch_threads
 from .vector_hooks import VECTORS_ATTR, install_vector_hooks
 
@@ -49,17 +47,10 @@ for _attr in (FEATURES_ATTR, UNREAD_ATTR, LAYERS_ATTR):
 # What the component sets, for ``nlp.analyze_pipes()``: its vectors and the vector/similarity hooks
 # always, the tensor where no component before it wrote one, the layers for the listeners (and
 # which of them have yet to read them) when there are listeners, every layer as numpy with
-# ``store_layers``. It requires nothing but tokens: a doc's
-# sentences, where it has them, are run one by one, and without them the doc is run whole.
-ASSIGNS = [
-    "doc.tensor",
-    "doc.user_hooks",
-    "doc.user_span_hooks",
-    "doc.user_token_hooks",
-    f"doc._.{VECTORS_ATTR}",
-    f"doc._.{FEATURES_ATTR}",
-    f"doc._.{UNREAD_ATTR}",
-    f"doc._.{LAYERS_ATTR}",
+# ``store_layers``. It requires nothing but tokens: a doc's sentences, where it has them, are
+# run one by one, and without them the doc is run whole.
+ASSIGNS = ["doc.tensor", "doc.user_hooks", "doc.user_span_hooks", "doc.user_token_hooks"] + [
+    f"doc._.{attr}" for attr in (VECTORS_ATTR, FEATURES_ATTR, UNREAD_ATTR, LAYERS_ATTR)
 ]
 
 
@@ -106,19 +97,14 @@ def make_elmo(
             model.attrs["pretrained"], model.attrs["options_file"] is not None, nlp.lang
         )
     return Elmo(
-        nlp.vocab,
-        model,
-        name=name,
-        store_layers=store_layers,
-        tensor_weights=tensor_weights,
-        pipe_batch_tokens=pipe_batch_tokens,
-        threads=threads,
-        features=features,
+        nlp.vocab, model, name=name, store_layers=store_layers, tensor_weights=tensor_weights,
+        pipe_batch_tokens=pipe_batch_tokens, threads=threads, features=features,
     )
 
 
-class Elmo(TrainablePipe):
-    """Runs the biLM once per batch; see the module docstring."""
+class Elmo(ElmoSerialization, TrainablePipe):
+    """Runs the biLM once per batch; see the module docstring. Saved and read back as
+    :class:`~spacy_elmo.pipeline_serialization.ElmoSerialization` says."""
 
     def __init__(
         self,
@@ -287,6 +273,12 @@ class Elmo(TrainablePipe):
         return self.cfg["threads"]
 
     # ------------------------------------------------------------------ training
+    @property
+    def is_trainable(self) -> bool:
+        """A frozen biLM is not: spaCy then neither steps it nor logs a loss column for it, which
+        would read 0.00 at every step. Its ``update`` still feeds the listeners."""
+        return not self.model.attrs["freeze"]
+
     def update(
         self,
         examples: Iterable[Example],
@@ -297,12 +289,14 @@ class Elmo(TrainablePipe):
     ) -> Dict[str, float]:
         """Run the biLM once on the batch and hand the layers to every listener.
 
-        With a frozen biLM the listeners' gradients stop at their mixes. Otherwise the gradients
-        of all listeners are summed, and the last listener's backprop call (the last component
-        to update) runs the biLM's backward pass and the optimizer step, once.
+        With a frozen biLM the listeners' gradients stop at their mixes, and ``losses`` gets no
+        entry for it. Otherwise the gradients of all listeners are summed (their squared sum is its
+        loss), and the last listener's backprop call (the last component to update) runs the
+        biLM's backward pass and the optimizer step, once.
         """
         losses = {} if losses is None else losses
-        losses.setdefault(self.name, 0.0)
+        if self.is_trainable:
+            losses.setdefault(self.name, 0.0)
         validate_examples(examples, "Elmo.update")
         docs = [eg.predicted for eg in examples]
         if not self.listeners:
@@ -385,55 +379,11 @@ class Elmo(TrainablePipe):
     def add_label(self, label: str) -> int:
         raise NotImplementedError("The elmo component has no labels")
 
-    # ------------------------------------------------------------------ serialization
-    # spaCy's convention (TrainablePipe): a serializer per name, and ``exclude`` skips names. The
-    # names are "cfg" (the settings, a file ``cfg``) and "bilm" (the biLM's files in a folder
-    # ``bilm``, or their bytes: see spacy_elmo.bilm.serialize); "model", spaCy's name for a pipe's
-    # weights, excludes "bilm". No vocab is written: the component keeps nothing in it.
-    def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> None:
-        """Write ``cfg`` and the biLM's files in ``bilm/``: the standard ``options.json`` and
-        ``weights.hdf5``, or an ELMoForManyLangs model's own directory (the saved pipeline needs
-        nothing outside it)."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        serializers: Dict[str, Callable[[Path], object]] = {
-            "cfg": lambda p: srsly.write_json(p, self.cfg),
-            "bilm": lambda p: bilm_to_directory(self._loaded_bilm(), p),
-        }
-        spacy.util.to_disk(path, serializers, _excluded(exclude))
-
+    # ------------------------------------------------------------------ the biLM, for the serializers
     def _loaded_bilm(self) -> BiLM:
         """The biLM, its weights read first if need be: a pipeline saved before its first doc holds them."""
         self._load_once()
         return get_bilm(self.model)
-
-    def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> "Elmo":
-        def load_bilm(p: Path) -> None:
-            self._set_bilm(bilm_from_directory(p, self.model.attrs["bilm_settings"].to_dict()))
-
-        deserializers: Dict[str, Callable[[Path], object]] = {
-            "cfg": lambda p: self.cfg.update(srsly.read_json(p)),
-            "bilm": load_bilm,
-        }
-        spacy.util.from_disk(path, deserializers, _excluded(exclude))
-        return self
-
-    def to_bytes(self, *, exclude: Iterable[str] = SimpleFrozenList()) -> bytes:
-        """``cfg`` and the bytes of the biLM's files (see :func:`~spacy_elmo.bilm.serialize.bilm_to_bytes`)."""
-        serializers: Dict[str, Callable[[], object]] = {
-            "cfg": lambda: self.cfg,
-            "bilm": lambda: bilm_to_bytes(self._loaded_bilm()),
-        }
-        return spacy.util.to_bytes(serializers, _excluded(exclude))
-
-    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = SimpleFrozenList()) -> "Elmo":
-        """What ``to_bytes`` wrote, less ``exclude``; a part the bytes lack is left as it is."""
-        deserializers: Dict[str, Callable[[object], object]] = {
-            "cfg": self.cfg.update,
-            "bilm": lambda data: self._set_bilm(bilm_from_bytes(data, settings=self.model.attrs["bilm_settings"])),
-        }
-        spacy.util.from_bytes(bytes_data, deserializers, _excluded(exclude))
-        return self
 
     def _set_bilm(self, bilm: BiLM) -> None:
         """Install deserialized weights: their first use reads no files."""
@@ -448,14 +398,6 @@ class Elmo(TrainablePipe):
         if self.model.attrs["freeze"] and bilm.device.type == "cpu":
             with torch_threads(self._threads()):
                 bilm.prepare_inference()
-
-
-def _excluded(exclude: Iterable[str]) -> Set[str]:
-    """The serializer names ``exclude`` skips: "model" stands for "bilm" too."""
-    names = set(exclude)
-    if "model" in names:
-        names.add("bilm")
-    return names
 
 
 def _token_budget_groups(docs: List[Doc], max_tokens: int) -> Iterator[List[Doc]]:

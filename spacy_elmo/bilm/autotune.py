@@ -10,7 +10,7 @@ keep the accuracy contract against float32 on that batch (mean per-token cosine 
 times forward passes; training times training steps, a forward and a backward pass through every
 parameter, in fp32 and bf16 (int8 has no gradient). The backward pass has products of other
 shapes, so the two can differ. That takes seconds at the Original size, a fraction of that below.
-This is what :class:`~.precision.Products` takes for ``auto`` on a CPU.
+This is what :class:`~.precision.ResolvedPrecision` takes for ``auto`` on a CPU.
 
 The decision is kept in memory for the process and in ``precision.json`` under the model cache
 (``SPACY_ELMO_CACHE``, see :mod:`spacy_elmo.published.cache`), keyed by what it depends on: the
@@ -19,8 +19,8 @@ torch version and quantized engine, the model's shapes (:func:`decision_fields`)
 accuracy the model's weights (:func:`.identity.model_digest`). Speeds depend on the shapes alone:
 another model of the same shapes (every ELMoForManyLangs model has one) takes them from the record
 and checks only its own accuracy, one untimed pass per precision. Later loads read the decision
-without timing; an unreadable file is ignored and rewritten. Records made before decisions named
-the weights lend their speeds only, never their accuracy. Processes that start together
+without timing; an unreadable file is ignored and rewritten. A record that does not name the
+weights lends its speeds only, never its accuracy. Processes that start together
 (``n_process`` workers, ``torchrun`` ranks) wait for the one that measures (a file lock) and read
 its decision. Each decision is logged once (logger ``spacy_elmo``, INFO).
 
@@ -78,23 +78,16 @@ MIN_MEAN_COSINE = 0.999  # the accuracy contract of every precision, per layer, 
 # Nominal FLOPs per token (char CNN + LSTM) below which auto is float32 without measuring: the
 # tiny models of tests and experiments, where Python overhead, not the products, sets the speed.
 MIN_MEASURED_FLOPS = 2_000_000
-# The timed batch: 64 sentences of 5 made-up words. The rows are those of a batch of nlp.pipe
-# (its products' shapes decide which precision wins: on an AMX Xeon at 16 rows bf16 edged out int8,
-# which ran 1.28x as fast at 64), the few words keep the measurement short.
+# The timed batch: 64 sentences of 5 made-up words. The rows are those of a batch of nlp.pipe (its
+# products' shapes decide which precision wins, and the row count changes them); the few words
+# keep the measurement short.
 BATCH_ROWS, BATCH_WORDS = 64, 5
 MIN_ROUNDS, MAX_ROUNDS, MIN_SECONDS = 3, 15, 0.5  # interleaved rounds: at least 3, more while cheap
-# How much faster a less accurate precision must be to be chosen: at 1 thread on a 2-core Xeon,
-# int8 was once cached at 490 tokens/s against bf16's 452 (8%), a margin inside a shared
-# machine's noise.
+# How much faster a less accurate precision must be to be chosen: more than the noise of timings
+# on a shared machine.
 CLEAR_WIN = 1.10
 # The version of the biLM's CPU computation that decisions were measured with: raise it when a
 # change makes one precision's pass faster or slower than another's, so that caches measure again.
-# 2: the LSTM's gates windows bounded in bytes, int8 products written per direction.
-# 3: one sigmoid for the four gates, bf16 LSTM weights laid out (out, in), int8's char CNN in bf16.
-# 4: int8 weights packed for oneDNN on CPUs with VNNI or AMX int8.
-# 5: low-precision LSTM directions one after the other, the char CNN as unfolded products, the
-#    timed batch of 64 rows.
-# 6: int8's input and recurrent products as one product per step.
 KERNELS = 6
 # The two passes decided apart (``training`` in the functions below).
 PASSES = {False: "inference", True: "training"}
@@ -289,7 +282,7 @@ def decision_fields(options: ElmoOptions, threads: int, training: bool = False) 
 
 def candidates() -> List[str]:
     """The precisions this CPU runs natively: fp32; bf16 with AVX512-BF16 or AMX (elsewhere torch
-    emulates it, 30x slower: not worth timing); int8 where torch has the kernels."""
+    emulates it, many times slower: not worth timing); int8 where torch has the kernels."""
     found = ["fp32"]
     if cpu_has_native_bf16():
         found.append("bf16")

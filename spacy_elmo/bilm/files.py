@@ -73,7 +73,7 @@ def read_weights(model: ElmoWeights, weight_file: PathLike, check_values: bool =
         datasets = layout(model)
         # Every dataset is found and checked before any is read: a file that does not fit is refused
         # before hundreds of MB are read, and the lookups find HDF5's metadata still in the CPU's
-        # caches (between large reads they cost 3x: 6 of 60 ms at the Original size).
+        # caches (between large reads they cost several times as much).
         sources = {name: _checked_dataset(f, name, d.shape, path) for name, d in datasets.items()}
         direct = {name: bool(d.into) and all(_fillable(view) for view, _ in d.into) for name, d in datasets.items()}
         # The datasets that ``set`` converts (transposes) are converted on another thread while

@@ -14,7 +14,7 @@ The char CNN does not run in int8: int8 highways and projection lose too much (m
 cosine of layer 0 to float32 0.9965 on the bundled ``en`` biLM, below the 0.999 contract; its
 inputs, the filters' maxima, have outliers that one per-tensor scale serves badly), while the LSTM
 products keep 0.9999 (``benchmarks/int8_char_cnn.py``). It runs in bf16 where the CPU multiplies
-bf16 in hardware, else in float32 (:attr:`~.precision.Products.token_encoder_dtype`).
+bf16 in hardware, else in float32 (:attr:`~.precision.ResolvedPrecision.token_encoder_dtype`).
 
 There is no gradient through int8 products: training refuses the precision
 (:func:`check_no_gradient`). torch has deprecated its quantized tensor type (``quantize_per_channel``

@@ -20,7 +20,7 @@ from .lstm import BiLSTMStack, LSTMState
 from .offload import evict, return_freed_memory
 from .options import ElmoOptions
 from .int8 import Int8Weights, check_no_gradient
-from .precision import LowPrecisionWeights, Precision, Products, check_precision, own_precision, tensor_versions
+from .precision import LowPrecisionWeights, Precision, ResolvedPrecision, check_precision, own_precision, tensor_versions
 from .token_cache import TokenCache
 from .token_encoder import SENTENCE_END, SENTENCE_START, TokenEncoder
 
@@ -136,7 +136,7 @@ class BiLM(nn.Module):
 
     @module_property
     def precision(self) -> Precision:
-        """``"fp32"``, ``"bf16"``, ``"int8"`` or ``"auto"``: the setting, as given (see :attr:`products`)."""
+        """``"fp32"``, ``"bf16"``, ``"int8"`` or ``"auto"``: the setting, as given (see :attr:`resolved_precision`)."""
         return self._precision
 
     @precision.setter
@@ -145,18 +145,18 @@ class BiLM(nn.Module):
         self._precision = precision
 
     @module_property
-    def products(self) -> Products:
-        """What a call now runs its matrix products in: :meth:`products_for` training while
+    def resolved_precision(self) -> ResolvedPrecision:
+        """What a call now runs its matrix products in: :meth:`resolved_precision_for` training while
         gradients reach the parameters, else inference."""
         trained = self.token_encoder.projection.weight.requires_grad
-        return self.products_for(training=torch.is_grad_enabled() and trained)
+        return self.resolved_precision_for(training=torch.is_grad_enabled() and trained)
 
-    def products_for(self, training: bool) -> Products:
+    def resolved_precision_for(self, training: bool) -> ResolvedPrecision:
         """:attr:`precision` resolved on the model's device for training or for inference, whatever
         the gradient mode now (an ``embed`` manifest records inference's): see
-        :class:`.precision.Products`. ``"auto"`` on a CPU is this model's measured decision for
+        :class:`.precision.ResolvedPrecision`. ``"auto"`` on a CPU is this model's measured decision for
         that use, made once per machine, shapes and weights (:mod:`.autotune`)."""
-        return Products.resolve(self.precision, self.device, training, measured=lambda: self._measured_auto(training))
+        return ResolvedPrecision.resolve(self.precision, self.device, training, measured=lambda: self._measured_auto(training))
 
     def _measured_auto(self, training: bool) -> str:
         from .autotune import cpu_auto_precision
@@ -234,12 +234,12 @@ class BiLM(nn.Module):
         """
         if len(sentences) == 0:
             raise ValueError("BiLM.forward needs at least one sentence (an empty one is fine)")
-        products = self.products
-        if products.precision == "int8":
+        resolved = self.resolved_precision
+        if resolved.precision == "int8":
             check_no_gradient(list(self.parameters()))
-        with own_precision(self.device, products.dtype):
+        with own_precision(self.device, resolved.dtype):
             table, index = self.token_table([(SENTENCE_START, *sentence, SENTENCE_END) for sentence in sentences])
-            return self._forward(sentences, table, index, state, products.dtype)
+            return self._forward(sentences, table, index, state, resolved.dtype)
 
     def prepare_inference(self) -> None:
         """Make now, not in the first call, what inference's products need: ``auto``'s decision,
@@ -247,7 +247,7 @@ class BiLM(nn.Module):
         to disk (:mod:`.offload`). The first batch then does not hold the weights in two forms
         beside its own working memory, and a service's first request waits for none of it. One
         zero-state pass over one token, its outputs dropped; nothing to make in fp32."""
-        precision = self.products_for(training=False).precision
+        precision = self.resolved_precision_for(training=False).precision
         if precision != "fp32":
             self.layers_at([["."]], precision)
 
@@ -261,15 +261,15 @@ class BiLM(nn.Module):
         parameter; the gradients are computed and dropped, each parameter's ``.grad`` left as it
         was. Returns the layers, detached.
         """
-        products = Products.resolve(precision, self.device, training=training)
+        resolved = ResolvedPrecision.resolve(precision, self.device, training=training)
         distinct, index = _token_index([(SENTENCE_START, *sentence, SENTENCE_END) for sentence in sentences])
         dropout_on = self.lstm.dropout.training
         self.lstm.dropout.eval()  # a model in training mode: the passes must be comparable, and draw nothing
         try:
-            with torch.set_grad_enabled(training), own_precision(self.device, products.dtype):
-                table = self._encode(distinct, range(len(distinct)), products)
+            with torch.set_grad_enabled(training), own_precision(self.device, resolved.dtype):
+                table = self._encode(distinct, range(len(distinct)), resolved)
                 zero = self.initial_state(len(sentences), "zero")
-                layers = self._forward(sentences, table, index, zero, products.dtype).layers
+                layers = self._forward(sentences, table, index, zero, resolved.dtype).layers
                 trained = [parameter for parameter in self.parameters() if parameter.requires_grad]
                 if training and trained:
                     torch.autograd.grad(layers.float().square().mean(), trained, allow_unused=True)
@@ -320,10 +320,10 @@ class BiLM(nn.Module):
 
         When no gradient is recorded, vectors come from :attr:`token_cache` where present.
         """
-        products = self.products
+        resolved = self.resolved_precision
         if torch.is_grad_enabled():
-            return self._encode(tokens, range(len(tokens)), products)
-        return self.token_cache.lookup(tokens, self.fingerprint(), lambda todo: self._encode(tokens, todo, products))
+            return self._encode(tokens, range(len(tokens)), resolved)
+        return self.token_cache.lookup(tokens, self.fingerprint(), lambda todo: self._encode(tokens, todo, resolved))
 
     def token_table(self, sequences: Sequence[Sequence[Hashable]]) -> Tuple[Tensor, Tensor]:
         """The distinct tokens' vectors, each encoded once, and where each position takes its vector.
@@ -344,7 +344,7 @@ class BiLM(nn.Module):
         under ``spacy train`` is fingerprinted with gradients on, and must not decide training's
         ``auto``). Writes that torch does not track must be reported with :meth:`weights_written`.
         """
-        dtype = self.products_for(training=False).dtype
+        dtype = self.resolved_precision_for(training=False).dtype
         return (dtype, tensor_versions(itertools.chain(self.parameters(), self.buffers())))
 
     def weights_written(self) -> None:
@@ -428,11 +428,11 @@ class BiLM(nn.Module):
         self._carried = LSTMState(hidden, memory)
 
     # ------------------------------------------------------------------ helpers
-    def _encode(self, tokens: Sequence[Hashable], positions: Sequence[int], products: Products) -> Tensor:
+    def _encode(self, tokens: Sequence[Hashable], positions: Sequence[int], resolved: ResolvedPrecision) -> Tensor:
         """Layer 0 of ``tokens[p] for p in positions`` (:meth:`.TokenEncoder.encode`), products in
-        the token encoder's dtype of ``products`` (:attr:`.precision.Products.token_encoder_dtype`).
+        the token encoder's dtype of ``resolved`` (:attr:`.precision.ResolvedPrecision.token_encoder_dtype`).
         Shape: (len(positions), projection_dim)."""
-        return self.token_encoder.encode([tokens[p] for p in positions], products.token_encoder_dtype)
+        return self.token_encoder.encode([tokens[p] for p in positions], resolved.token_encoder_dtype)
 
     def batches(self, sentences: Sequence[Sequence[str]]) -> Iterator[List[int]]:
         """Indices of sentences per batch: all as given in carry mode, else length-sorted."""

@@ -3,8 +3,8 @@
 Inference in bf16 or int8 on a CPU multiplies with copies of the large weights (see
 :class:`~.precision.LowPrecisionWeights`, :class:`~.int8.Int8Weights`); the float32 parameters
 they were made from are still the model's weights (what a save writes, what training updates,
-what another precision casts), but inference no longer reads them. Held in memory they made peak
-RSS in bf16 higher than in float32 (docs/bilm.md, "Memory"). So once a copy is made without gradients, each
+what another precision casts), but inference does not read them. Held in memory they would make
+peak RSS in bf16 higher than in float32. So once a copy is made without gradients, each
 large float32 source moves to a temporary file (unlinked at once: nothing is left behind), mapped
 back copy-on-write (``numpy.memmap`` mode ``"c"``): the parameter reads as before, its pages come
 back from the file (the page cache, usually) when something reads them, and a write (an optimizer

@@ -29,7 +29,7 @@ under the process's own settings: set both to ``"ieee"`` yourself to train in st
 :mod:`.int8`.
 
 Which of these a setting (``"auto"`` included) runs in, on a device, in training or inference, is
-decided in one place: :class:`Products`.
+decided in one place: :class:`ResolvedPrecision`.
 """
 
 import contextlib
@@ -46,7 +46,7 @@ from .offload import MOVING, offload
 
 Precision = Literal["fp32", "bf16", "int8", "auto"]
 PRECISIONS: Tuple[str, ...] = ("fp32", "bf16", "int8", "auto")
-# A setting decided: what the products run in (see Products).
+# A setting decided: what the products run in (see ResolvedPrecision).
 Explicit = Literal["fp32", "bf16", "int8"]
 # The product dtype each explicit precision passes through the layers; torch.qint8 stands for
 # "dynamic int8 products" (weights int8, activations quantized per call, float32 out: see .int8).
@@ -95,7 +95,7 @@ def cuda_has_native_bf16(device: torch.device) -> bool:
 
 
 @dataclass(frozen=True)
-class Products:
+class ResolvedPrecision:
     """What the biLM's matrix products run in: a precision setting decided, ``precision`` being
     ``"fp32"``, ``"bf16"`` or ``"int8"``. :meth:`resolve` is where a setting becomes it:
 
@@ -128,7 +128,7 @@ class Products:
     @classmethod
     def resolve(
         cls, setting: Precision, device: torch.device, training: bool, measured: Optional[Callable[[], str]] = None
-    ) -> "Products":
+    ) -> "ResolvedPrecision":
         """``setting`` decided on ``device``, for training or inference (see the class docstring).
 
         ``measured``: the model's measured choice on a CPU for this use (training or inference),
@@ -148,13 +148,13 @@ class Products:
         return cls("bf16" if native else "fp32")
 
     @classmethod
-    def _unmeasured(cls) -> "Products":
+    def _unmeasured(cls) -> "ResolvedPrecision":
         """``auto`` on a CPU with no model to time: fp32, unless ``SPACY_ELMO_PRECISION`` names fp32 or bf16."""
         override = os.environ.get(PRECISION_ENV, "").strip()
         return cls(override if override in ("fp32", "bf16") else "fp32")  # type: ignore[arg-type]
 
     @classmethod
-    def from_recorded(cls, name: str) -> "Products":
+    def from_recorded(cls, name: str) -> "ResolvedPrecision":
         """The products an ``embed`` manifest records as ``name`` (:attr:`recorded`)."""
         for precision in _DTYPES:
             if cls(precision).recorded == name:  # type: ignore[arg-type]
@@ -264,7 +264,7 @@ def ieee_float32() -> Iterator[None]:
 
 @contextlib.contextmanager
 def own_precision(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
-    """Run the block at the biLM's precision, ``dtype`` (its products' :attr:`Products.dtype`).
+    """Run the block at the biLM's precision, ``dtype`` (its products' :attr:`ResolvedPrecision.dtype`).
 
     Any autocast set up around it is off: the biLM casts its products itself. On CUDA in float32,
     TF32 is off too (:func:`ieee_float32`), so that ``"fp32"`` means float32.

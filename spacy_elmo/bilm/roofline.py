@@ -73,8 +73,8 @@ def flops_per_token(options: ElmoOptions) -> FlopCount:
       the output projection ``2 H P``: ``2 L (2 * 2 P 4H + 2 H P)`` (Original: 67.1 + 67.1 + 16.8
       = 151.0 M).
 
-    The Original size (H = 4096, P = 512, L = 2, two highways, 2048 filters) comes to 204.3 M,
-    the issue's 18 + 34 + 2 + 151 = 205 with each part rounded. This is the published model's
+    The Original size (H = 4096, P = 512, L = 2, two highways, 2048 filters) comes to 204.3 M
+    (18 + 34 + 2 + 151 = 205 with each part rounded). This is the published model's
     nominal cost (what ``auto`` compares with ``MIN_MEASURED_FLOPS``), per word, as tokens/s
     counts them. Left out: element-wise work (biases, gate nonlinearities, clipping, max-pooling,
     highway gating: a few FLOP per value, not per product term). What the biLM computes differs

@@ -80,7 +80,7 @@ class TokenEncoder(nn.Module, abc.ABC):
 
     def encode(self, tokens: Sequence[Hashable], dtype: torch.dtype) -> Tensor:
         """The vectors of ``tokens``, products in ``dtype`` (float32 or bf16: the biLM chooses it,
-        see :attr:`.precision.Products.token_encoder_dtype`). Shape: (len(tokens), projection_dim).
+        see :attr:`.precision.ResolvedPrecision.token_encoder_dtype`). Shape: (len(tokens), projection_dim).
 
         Tokens go through shortest first, in chunks of at most :data:`CHUNK_BYTES` of working
         memory, each cut at its padding on the host (:meth:`positions_needed`), so that a GPU's

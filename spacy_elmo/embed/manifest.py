@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List
 
-from ..bilm.precision import Products
+from ..bilm.precision import ResolvedPrecision
 from ..fileio import OutputError, atomic_path
 from .settings import identity_differences, resume_identity
 
@@ -85,7 +85,8 @@ class Manifest:
             raise OutputError(
                 f"{output} holds layers computed with {stored} matrix products, and this run would compute "
                 f"{computed} ones (--precision {other.settings['precision']} on this device). Finish it with "
-                f"--precision {Products.from_recorded(stored).precision}, or write to a new OUTPUT (or delete this one)."
+                f"--precision {ResolvedPrecision.from_recorded(stored).precision}, or write to a new OUTPUT "
+                "(or delete this one)."
             )
         for what, mine, theirs in (
             ("model", self.model, other.model),

@@ -76,7 +76,7 @@ def run_embed(
         bilm = load_bilm(options_file, weight_file, settings)
 
         def cpu_auto() -> str:  # what the local engine computes with on this CPU: inference's auto for this biLM
-            return bilm.products_for(training=False).precision
+            return bilm.resolved_precision_for(training=False).precision
 
         workers_settings = dataclasses.replace(
             settings, precision=worker_precision(settings.precision, workers_on, torch.cuda.device_count(), cpu_auto)

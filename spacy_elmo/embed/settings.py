@@ -120,7 +120,7 @@ def model_identity(bilm: BiLM) -> Dict[str, Any]:
     Unlike :meth:`BiLM.fingerprint`, which only tells in-process changes apart, this names the
     same weights the same way in every process and on every machine, however they were loaded.
     """
-    products = bilm.products_for(training=False).recorded
+    products = bilm.resolved_precision_for(training=False).recorded
     return {"fingerprint": weights_digest(bilm), "products": products, "options": bilm.options.to_dict()}
 
 

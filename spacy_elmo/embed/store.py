@@ -6,7 +6,7 @@ looks up each biLM input (a doc, a sentence of it, or a window; see
 runs over the same corpus pay for the biLM once. A stored value stands for what the biLM would
 compute only if it is the same biLM (weights, checked by the fingerprint in the manifest) in the
 same state mode, with products at least as precise as the biLM's setting asks
-(:meth:`~spacy_elmo.bilm.precision.Products.serves`); all are checked before the first lookup, and
+(:meth:`~spacy_elmo.bilm.precision.ResolvedPrecision.serves`); all are checked before the first lookup, and
 a mismatch is an error.
 
 The store is opened on first use: only the tokens are read then (an index held in memory); the
@@ -23,7 +23,7 @@ from typing import Dict, Hashable, List, Optional, Sequence, Tuple
 import numpy
 
 from ..bilm import BiLM, ElmoOptions
-from ..bilm.precision import Products
+from ..bilm.precision import ResolvedPrecision
 from ..fileio import PathLike
 from .hdf5 import SENTENCE_TO_INDEX, finished_manifest
 from .manifest import MANIFEST_NAME, Manifest
@@ -117,8 +117,8 @@ class FeatureStore:
                 f"pipeline's is {current[:12]}). Recompute it with `spacy-elmo embed` and this pipeline's "
                 "biLM (--options-file/--weight-file), or set [components.elmo] features = null."
             )
-        held = Products.from_recorded(self._manifest.model["products"])
-        asked = Products.from_recorded(identity["products"])
+        held = ResolvedPrecision.from_recorded(self._manifest.model["products"])
+        asked = ResolvedPrecision.from_recorded(identity["products"])
         if not held.serves(bilm.precision):
             raise ValueError(
                 f"elmo features: {self.path} holds layers computed with {held.recorded} matrix products, and "

@@ -8,10 +8,10 @@ the sentence itself, which makes the token strings a complete key.
 
 Once full, the cache keeps what it holds and stores nothing new. Training reads every sentence
 once an epoch, in a new order each time, and kept entries serve the cache's share of every later
-epoch. Evicting the least recently used entry, the policy before, drops many sentences just before
-their next use once an epoch outgrows the cache: in a simulation of shuffled epochs it served 67%
-of an epoch 10% larger than the cache and 16% of one twice its size, where keeping serves 90% and
-50% (at the Original size, 512 MB hold 44,000 tokens, less than WNUT-16's training set).
+epoch. Evicting the least recently used entry instead would drop many sentences just before
+their next use once an epoch outgrows the cache: it serves a small share of an epoch larger than
+the cache, where keeping serves the cache's share (at the Original size, 512 MB hold 44,000
+tokens, less than WNUT-16's training set).
 """
 
 from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple

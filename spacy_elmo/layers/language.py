@@ -1,18 +1,18 @@
-"""Which biLM the elmo component of a pipeline gets for its language (issue 37).
+"""Which biLM the elmo component of a pipeline gets for its language.
 
 ``pretrained = "default"`` (the component's default) is the biLM bundled for the pipeline's
 language: English's, ``en``, for English and multi-language (``xx``) pipelines. No other language
 has one bundled, so ``add_pipe("elmo")`` in, say, a German pipeline is an error that lists the
-biLMs published for German (a German pipeline silently given the English biLM was the case to
-catch). A biLM named explicitly whose language the registry knows, and that is not the pipeline's,
-gives one warning; files, directories and URLs (language unknown) and ``xx`` pipelines are not
-checked.
+biLMs published for German, rather than giving it the English biLM silently. A biLM named
+explicitly whose language the registry knows, and that is not the pipeline's, gives one warning;
+files, directories and URLs (language unknown) and ``xx`` pipelines are not checked.
 """
 
 import warnings
 from typing import Optional
 
-from ..published.registry import find_model, language_name, models_for_language, same_language
+from ..published.languages import language_name, same_language
+from ..published.registry import find_model, models_for_language
 
 DEFAULT_PRETRAINED = "default"
 BUNDLED = {"en": "en"}  # pipeline language -> the biLM bundled for it

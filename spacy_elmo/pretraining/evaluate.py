@@ -32,7 +32,7 @@ def heldout_perplexity(
 ) -> Dict[str, float]:
     """Perplexities ``forward``, ``backward``, ``average`` and the number of ``targets``.
 
-    The products run at the biLM's precision (:attr:`BiLM.products`), the softmax's too.
+    The products run at the biLM's precision (:attr:`BiLM.resolved_precision`), the softmax's too.
     """
     if initial not in STATE_MODES:
         raise ValueError(f"initial state must be one of {STATE_MODES}, got {initial!r}")
@@ -51,7 +51,7 @@ def heldout_perplexity(
                 output = bilm(batch, state=state)
                 carried = output.state
                 batch_nll, batch_count = _document_nll(
-                    output.layers[-1], output.lengths, batch, softmax, vocab, bilm.products.dtype
+                    output.layers[-1], output.lengths, batch, softmax, vocab, bilm.resolved_precision.dtype
                 )
                 nll += batch_nll
                 count += batch_count

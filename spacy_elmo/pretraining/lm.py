@@ -38,11 +38,11 @@ class BiLMLoss(nn.Module):
 
         ``state``: hidden (n_layers, 2, batch, P), memory (n_layers, 2, batch, lstm_dim).
         """
-        with own_precision(self.softmax.weight.device, self.bilm.products.dtype):
+        with own_precision(self.softmax.weight.device, self.bilm.resolved_precision.dtype):
             return self._losses(batch, state)
 
     def _losses(self, batch: WindowBatch, state: LSTMState) -> Tuple[Tensor, Tensor, LSTMState]:
-        dtype = self.bilm.products.dtype
+        dtype = self.bilm.resolved_precision.dtype
         top, final = self.top_layer(batch, state)
         device = top.device
         scored = batch.scored.to(device)
@@ -68,7 +68,7 @@ class BiLMLoss(nn.Module):
         index = index.view(2, len(forward_rows), -1).permute(2, 0, 1)
         x = table[index.to(device)]  # (window, 2, batch, P)
         lengths = torch.full((x.shape[2],), x.shape[0], dtype=torch.int64, device=device)
-        layers, final = self.bilm.lstm.run(x, lengths, state, self.bilm.products.dtype)
+        layers, final = self.bilm.lstm.run(x, lengths, state, self.bilm.resolved_precision.dtype)
         return layers[-1].permute(1, 2, 0, 3), final
 
     def zero_state(self, batch_size: int) -> LSTMState:

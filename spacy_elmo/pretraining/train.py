@@ -27,7 +27,7 @@ from ..bilm import BiLM, ElmoOptions
 from ..bilm.autotune import cpu_auto_precision
 from ..bilm.model import STATE_MODES
 from ..bilm.offload import keep_in_memory
-from ..bilm.precision import Products
+from ..bilm.precision import ResolvedPrecision
 from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, PathLike, standard_files
 from .checkpoint import CHECKPOINT_NAME, Interrupted, load_checkpoint, prepare_output_dir, seed_everything, stop_requests
 from .config import TrainingConfig, build_optimizer, with_training_keys
@@ -138,7 +138,8 @@ class Trainer(Checkpointed):
         decided = None
         if env.is_main:
             measured = functools.partial(cpu_auto_precision, bilm, training=True)  # called on a CPU only
-            decided = Products.resolve(config.precision, env.device, training=True, measured=measured).precision
+            resolved = ResolvedPrecision.resolve(config.precision, env.device, training=True, measured=measured)
+            decided = resolved.precision
         bilm.precision = env.broadcast(decided)
         if self.progress and config.precision == "auto":
             tqdm.write(f"precision auto: the matrix products run in {bilm.precision} here")

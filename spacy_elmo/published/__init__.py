@@ -8,10 +8,11 @@ started from and kept near word2vec vectors; sizes, data and held-out perplexiti
 contextual vectors with no configuration.
 
 The biLMs published by others (AllenNLP's, ELMoForManyLangs' and more) are named in
-:mod:`.registry` and downloaded (:mod:`.download`, archives extracted by :mod:`.archive` and read
-by :mod:`.layout`) into the cache of :mod:`.cache`; :mod:`.resolve` turns a NAME, URL or
-DIRECTORY into local files. (Not to be confused with :mod:`spacy_elmo.pretraining`, which trains
-a biLM.)
+:mod:`.registry` (their languages: :mod:`.languages`) and downloaded (:mod:`.download`, archives
+extracted by :mod:`.archive` and read by :mod:`.layout`) into the cache of :mod:`.cache`, as two
+files or an archive (:mod:`.sources`), each recorded (:mod:`.records`); :mod:`.resolve` turns a
+NAME, URL or DIRECTORY into local files. (Not to be confused with
+:mod:`spacy_elmo.pretraining`, which trains a biLM.)
 """
 
 from pathlib import Path

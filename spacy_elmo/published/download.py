@@ -21,12 +21,17 @@ status 200), or a size that contradicts the one expected. Bytes are kept as the 
 The file's sha256 is computed from the bytes as they arrive, so that the cache records it
 without reading the file again (on a resumed transfer, the bytes kept from before are hashed
 first, once).
+
+A host that cannot be reached at all (no name resolution, no route, a refused or timed-out
+connection) is a :class:`HostUnreachable`, which says which host and why in a few words, so that
+the cache can say what to do instead (:mod:`.cache`).
 """
 
 import hashlib
 import time
+import urllib.parse
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import Iterator, List, NoReturn, Optional, Sequence, Tuple
 
 import requests
 import urllib3
@@ -49,6 +54,16 @@ _HTML_STARTS = (b"<!doctype html", b"<html", b"<head", b"<?xml")
 
 class DownloadError(ValueError):
     """A file could not be fetched, or what came is not the file: the message says what to do."""
+
+
+class HostUnreachable(DownloadError):
+    """No connection to the host could be made: the network, not the file. ``hosts``: the hosts
+    tried; ``reason``: why, in a few words (``Temporary failure in name resolution``)."""
+
+    def __init__(self, message: str, hosts: Tuple[str, ...] = (), reason: str = "") -> None:
+        super().__init__(message)
+        self.hosts = hosts
+        self.reason = reason
 
 
 class _Retry(Exception):
@@ -152,13 +167,44 @@ def download(url: str, part: Path, expected_bytes: Optional[int] = None, progres
                     ) from err
                 time.sleep(min(BACKOFF_SECONDS * 2 ** (failures - 1), MAX_BACKOFF_SECONDS) if failures else 0)
             except _GaveUp as err:
-                kept = _size(part)
-                where = (f"; {kept} bytes are kept in {part}: run the same command again to continue from there"
-                         if kept else ": run the same command again once the host is reachable")
-                raise DownloadError(f"downloading {url} failed ({err}){where}") from err
+                raise _gave_up(url, part, err) from err
             except DownloadError:
                 part.unlink(missing_ok=True)
                 raise
+
+
+def download_first(urls: Sequence[str], part: Path, expected_bytes: Optional[int], progress: bool) -> str:
+    """:func:`download` from the first of ``urls`` that serves the file (the same file under other
+    names: a partial file is continued from the next one); the sha256 of the file. When no host
+    could be reached, a :class:`HostUnreachable` naming them all."""
+    failures: List[Tuple[str, DownloadError]] = []
+    for url in urls:
+        try:
+            return download(url, part, expected_bytes, progress)
+        except DownloadError as err:
+            if len(urls) == 1:
+                raise
+            failures.append((url, err))
+    message = f"no URL of the file served it; {'; '.join(f'{url}: {err}' for url, err in failures)}"
+    unreachable = [err for _, err in failures if isinstance(err, HostUnreachable)]
+    if len(unreachable) == len(failures):
+        hosts = tuple(dict.fromkeys(host for err in unreachable for host in err.hosts))
+        raise HostUnreachable(message, hosts, unreachable[0].reason)
+    raise DownloadError(message)
+
+
+def _gave_up(url: str, part: Path, err: "_GaveUp") -> DownloadError:
+    """The error of a download the transport gave up on: a :class:`HostUnreachable` where no
+    connection was made."""
+    kept = _size(part)
+    where = (f"; {kept} bytes are kept in {part}: run the same command again to continue from there"
+             if kept else ": run the same command again once the host is reachable")
+    message = f"downloading {url} failed ({err}){where}"
+    reason = None if err.__cause__ is None else _unreachable_reason(err.__cause__)
+    if reason is None:
+        return DownloadError(message)
+    parts = urllib.parse.urlsplit(url)
+    return HostUnreachable(message, (parts.hostname or parts.netloc,), reason)
 
 
 def _attempt(
@@ -243,20 +289,42 @@ def _copy_body(url: str, response: requests.Response, part: Path, offset: int, b
             bar.update(len(chunk))
 
 
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and every exception behind it: urllib3's ``reason``, a wrapped first argument
+    (requests'), ``__cause__`` and ``__context__``, depth first, each once."""
+    seen = set()
+    todo = [error]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        nested = current.args[0] if current.args and isinstance(current.args[0], BaseException) else None
+        reason = getattr(current, "reason", None)
+        behind = [current.__context__, current.__cause__, nested, reason if isinstance(reason, BaseException) else None]
+        todo.extend(e for e in behind if e is not None)
+
+
 def _refused(error: BaseException) -> bool:
     """Whether ``error`` (an urllib3 or requests exception) comes from a refused connection."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, ConnectionRefusedError):
-            return True
-        reason = getattr(error, "reason", None)
-        if isinstance(reason, BaseException) and reason is not error:
-            if _refused(reason):
-                return True
-        nested = error.args[0] if error.args and isinstance(error.args[0], BaseException) else None
-        error = error.__cause__ or error.__context__ or nested
-    return False
+    return any(isinstance(e, ConnectionRefusedError) for e in _causes(error))
+
+
+def _unreachable_reason(error: BaseException) -> Optional[str]:
+    """Why no connection to the host could be made, in the system's words (``Temporary failure
+    in name resolution``, ``Connection refused``, ``timed out``), or None when one was made.
+
+    urllib3's :class:`~urllib3.exceptions.ConnectTimeoutError` covers every failure to connect
+    (its ``NewConnectionError`` is one); the system's own error is the first ``OSError`` behind
+    it that is not one of requests' (which are ``OSError`` too)."""
+    causes = list(_causes(error))
+    if not any(isinstance(e, (urllib3.exceptions.ConnectTimeoutError, ConnectionRefusedError)) for e in causes):
+        return None
+    system = [e for e in causes if isinstance(e, OSError) and not isinstance(e, requests.exceptions.RequestException)]
+    if not system:
+        return _reason(error)
+    return system[0].strerror or str(system[0])
 
 
 def _reason(error: BaseException) -> str:

@@ -31,28 +31,13 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from . import PRETRAINED
+from .languages import LANGUAGE_NAMES, language_name, same_language
+from .layout import MANYLANGS, STANDARD
 
 MODELS_ENV = "SPACY_ELMO_MODELS"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
-STANDARD, MANYLANGS = "standard", "elmoformanylangs"
 FORMATS = (STANDARD, MANYLANGS)
-
-# Language codes (ISO 639-1 where there is one, else 639-3) and their English names, for the
-# listing and the language check of the elmo component.
-LANGUAGE_NAMES: Dict[str, str] = {
-    "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "cu": "Old Church Slavonic",
-    "da": "Danish", "de": "German", "el": "Greek", "en": "English", "es": "Spanish", "et": "Estonian",
-    "eu": "Basque", "fa": "Persian", "fi": "Finnish", "fr": "French", "ga": "Irish", "gl": "Galician",
-    "grc": "Ancient Greek", "he": "Hebrew", "hi": "Hindi", "hr": "Croatian", "hu": "Hungarian",
-    "id": "Indonesian", "it": "Italian", "ja": "Japanese", "ko": "Korean", "la": "Latin", "lt": "Lithuanian",
-    "lv": "Latvian", "nb": "Norwegian Bokmål", "nl": "Dutch", "nn": "Norwegian Nynorsk", "no": "Norwegian",
-    "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sk": "Slovak", "sl": "Slovenian",
-    "sv": "Swedish", "ta": "Tamil", "tr": "Turkish", "ug": "Uyghur", "uk": "Ukrainian", "ur": "Urdu",
-    "vi": "Vietnamese", "zh": "Chinese", "xx": "multi-language",
-}
-# A language code that covers others: a Norwegian ("no") biLM fits Bokmål and Nynorsk pipelines.
-_MACRO_LANGUAGES = {"nb": "no", "nn": "no"}
 
 _ALLENNLP = "https://allennlp.s3.amazonaws.com/models/elmo/"
 # The same bucket under the host name AllenNLP's own pages use for small, medium, pubmed and the
@@ -317,7 +302,6 @@ _FIELDS = {
     for field in dataclasses.fields(PublishedModel)
     if field.name != "name"
 }
-SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 # Checksum fields and the lowercase hex digits each takes.
 _DIGEST_LENGTHS = {"weights_sha256": 64, "archive_sha256": 64, "options_md5": 32, "weights_md5": 32, "weights_sha1": 40}
 # A URL an override replaces drops the alternate of the URL it replaced (an alternate of a mirror
@@ -353,27 +337,10 @@ def find_model(name: str) -> Optional[PublishedModel]:
     return registered_models().get(name)
 
 
-def language_name(code: str) -> str:
-    """``"German ('de')"`` for ``"de"``; the code alone for one this module does not name."""
-    name = LANGUAGE_NAMES.get(code.lower())
-    return f"{name} ({code!r})" if name else repr(code)
-
-
-def same_language(pipeline: str, model: str) -> bool:
-    """Whether a biLM of language ``model`` fits a pipeline of language ``pipeline``: the same primary
-    code (``zh`` and ``zh-hans``), or ``model`` a language that covers ``pipeline`` (``no`` for ``nb``)."""
-    first, second = (_primary(code) for code in (pipeline, model))
-    return first == second or _MACRO_LANGUAGES.get(first) == second
-
-
 def models_for_language(language: str, models: Optional[Dict[str, PublishedModel]] = None) -> Dict[str, PublishedModel]:
     """The entries whose biLM fits a pipeline of ``language`` (see :func:`same_language`)."""
     models = registered_models() if models is None else models
     return {name: model for name, model in models.items() if model.language and same_language(language, model.language)}
-
-
-def _primary(code: str) -> str:
-    return re.split(r"[-_]", code.strip().lower(), maxsplit=1)[0]
 
 
 def unconfirmed_message(model: PublishedModel) -> str:

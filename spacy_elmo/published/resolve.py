@@ -31,10 +31,11 @@ from typing import Callable, Iterator, List, Optional, Tuple, TypeVar, Union
 
 from . import PRETRAINED, pretrained_files
 from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, standard_files
-from .cache import ArchiveSource, Check, OfflineError, Source, cache_root, fetch, fetch_archive
+from .cache import OfflineError, cache_root, fetch
 from .download import DownloadError
 from .layout import STANDARD, is_manylangs_directory, standard_pair
 from .registry import PublishedModel, find_model, registered_models, unconfirmed_message
+from .sources import ArchiveSource, Check, Source
 
 REMOTE_SCHEMES = ("http", "https")
 # What a URL of an archive ends with (anything else is a directory of two files).
@@ -77,7 +78,7 @@ def load_pretrained(
             return checked[-1]
 
         with _noted(spec):
-            directory, kind = fetch_archive(source, check_model, progress=progress)
+            directory, kind = fetch(source, check_model, progress=progress)
         return checked[-1] if checked else _load_model_directory(directory, kind, load, load_directory, False)
 
     def check(options_file: Path, weight_file: Path) -> Loaded:
@@ -98,7 +99,7 @@ def resolve_pretrained(
     source = source_for(spec)
     if isinstance(source, ArchiveSource):
         with _noted(spec):
-            directory, kind = fetch_archive(source, _model_check(check, check_directory), progress=progress)
+            directory, kind = fetch(source, _model_check(check, check_directory), progress=progress)
         if kind != STANDARD:
             raise ValueError(_no_standard_files(spec, directory))
         pair = standard_pair(directory)
@@ -140,7 +141,7 @@ def download_pretrained(
     with _noted(spec):
         if isinstance(source, ArchiveSource):
             check_model = _model_check(check, check_directory)
-            return (fetch_archive(source, check_model, force=force, progress=progress, verify=verify)[0],)
+            return (fetch(source, check_model, force=force, progress=progress, verify=verify)[0],)
         return fetch(source, check, force=force, progress=progress, verify=verify)
 
 
@@ -156,7 +157,7 @@ def _noted(spec: str) -> Iterator[None]:
         model = find_model(spec)
         if model is None or not model.note:
             raise
-        raise DownloadError(f"{err}. Note on {spec!r}: {model.note}") from err
+        raise DownloadError(f"{str(err).rstrip('.')}. Note on {spec!r}: {model.note}") from err
 
 
 def _model_check(check: Check, check_directory: Optional[CheckDirectory]) -> Callable[[Path, str], object]:

@@ -235,11 +235,11 @@ def test_inference_and_training_each_resolve_auto_by_their_own_decision(monkeypa
     monkeypatch.setattr(autotune, "measure", measure)
     model = BiLM(measured_options(), precision="auto")
     with torch.no_grad():
-        assert model.products.dtype == torch.qint8
-        assert model.products.dtype == torch.qint8
-    assert model.products.dtype == torch.bfloat16  # gradients on: training's decision, never int8
-    assert model.products.dtype == torch.bfloat16
-    assert model.products_for(training=False).precision == "int8"  # inference's, whatever the gradient mode
+        assert model.resolved_precision.dtype == torch.qint8
+        assert model.resolved_precision.dtype == torch.qint8
+    assert model.resolved_precision.dtype == torch.bfloat16  # gradients on: training's decision, never int8
+    assert model.resolved_precision.dtype == torch.bfloat16
+    assert model.resolved_precision_for(training=False).precision == "int8"  # inference's, whatever the gradient mode
     assert timed == [PRECISIONS, ["fp32", "bf16"]]  # each measured once; training without int8
     fields = [entry["fields"]["pass"] for entry in json.loads(autotune.decisions_path().read_text()).values()]
     assert sorted(fields) == ["inference", "training"]

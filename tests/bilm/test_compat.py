@@ -74,12 +74,12 @@ def test_a_failing_capability_probe_surfaces_its_own_message(monkeypatch, tmp_pa
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
     monkeypatch.setattr(autotune, "_decided", {})
     bilm = BiLM(tiny_options(lstm_dim=512, projection_dim=64), precision="auto")  # measured: asks the CPU
-    with pytest.raises(RuntimeError, match="BiLM.products failed: AttributeError: the probe's own message"):
-        bilm.products
+    with pytest.raises(RuntimeError, match="BiLM.resolved_precision failed: AttributeError: the probe's own message"):
+        bilm.resolved_precision
 
 
 def test_other_errors_under_a_property_pass_unchanged(monkeypatch):
     bilm = BiLM(tiny_options(), precision="auto")
     monkeypatch.setattr(BiLM, "_measured_auto", lambda self, training: "fp64")
     with pytest.raises(ValueError, match="fp64"):
-        bilm.products
+        bilm.resolved_precision

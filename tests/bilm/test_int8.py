@@ -32,9 +32,9 @@ def test_int8_layers_keep_the_accuracy_contract_on_the_bundled_bilm(monkeypatch,
 def test_the_token_encoder_runs_int8_in_bf16_only_where_the_cpu_multiplies_bf16(monkeypatch):
     for native in (True, False):
         monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
-        assert precision.Products("int8").token_encoder_dtype == (torch.bfloat16 if native else torch.float32)
-        assert precision.Products("fp32").token_encoder_dtype == torch.float32
-        assert precision.Products("bf16").token_encoder_dtype == torch.bfloat16
+        assert precision.ResolvedPrecision("int8").token_encoder_dtype == (torch.bfloat16 if native else torch.float32)
+        assert precision.ResolvedPrecision("fp32").token_encoder_dtype == torch.float32
+        assert precision.ResolvedPrecision("bf16").token_encoder_dtype == torch.bfloat16
 
 
 def test_int8_steps_follow_each_directions_rows_and_state(monkeypatch):
@@ -84,7 +84,7 @@ def test_pretraining_refuses_int8():
 
 def test_int8_runs_on_a_cpu_only():
     with pytest.raises(ValueError, match="'int8' runs on a CPU only.*cuda:0"):
-        precision.Products.resolve("int8", torch.device("cuda", 0), training=False)
+        precision.ResolvedPrecision.resolve("int8", torch.device("cuda", 0), training=False)
 
 
 def test_int8_packs_follow_changed_weights():
@@ -121,7 +121,7 @@ def test_a_pack_is_made_once_while_the_weights_are_unchanged(monkeypatch):
      ("bfloat16", "int8", False), ("float32", "int8", True)],
 )
 def test_a_feature_store_of_int8_products_serves_int8_and_auto_only(stored, setting, serves):
-    assert precision.Products.from_recorded(stored).serves(setting) is serves
+    assert precision.ResolvedPrecision.from_recorded(stored).serves(setting) is serves
 
 
 def test_copies_and_pickles_of_a_model_leave_the_packs_behind():

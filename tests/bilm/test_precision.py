@@ -85,8 +85,8 @@ def test_products_decide_each_setting_per_device_and_use(monkeypatch, setting, d
         asked.append(1)
         return "bf16" if training else "int8"
 
-    found = precision.Products.resolve(setting, torch.device(device), training, measured)
-    assert found == precision.Products(expected)
+    found = precision.ResolvedPrecision.resolve(setting, torch.device(device), training, measured)
+    assert found == precision.ResolvedPrecision(expected)
     assert len(asked) == ((setting, device) == ("auto", "cpu"))  # asked only where it decides
 
 
@@ -98,30 +98,30 @@ def test_auto_on_a_cpu_without_a_model_to_time_is_fp32_or_what_the_environment_n
         monkeypatch.delenv(precision.PRECISION_ENV)  # set by tests/conftest.py
     else:
         monkeypatch.setenv(precision.PRECISION_ENV, override)
-    assert precision.Products.resolve("auto", CPU, training) == precision.Products(expected)
+    assert precision.ResolvedPrecision.resolve("auto", CPU, training) == precision.ResolvedPrecision(expected)
 
 
 @pytest.mark.parametrize("device", ["cuda:0", "mps"])
 @pytest.mark.parametrize("training", [False, True])
 def test_int8_is_decided_on_a_cpu_only(device, training):
     with pytest.raises(ValueError, match=f"'int8' runs on a CPU only .*this biLM is on {device}: use"):
-        precision.Products.resolve("int8", torch.device(device), training)
+        precision.ResolvedPrecision.resolve("int8", torch.device(device), training)
 
 
 @pytest.mark.parametrize(
     "name, recorded, dtype", [("fp32", "float32", torch.float32), ("bf16", "bfloat16", torch.bfloat16), ("int8", "qint8", torch.qint8)]
 )
 def test_products_are_recorded_by_their_dtypes_name_and_read_back(name, recorded, dtype):
-    products = precision.Products(name)
+    products = precision.ResolvedPrecision(name)
     assert (products.recorded, products.dtype) == (recorded, dtype)
-    assert precision.Products.from_recorded(recorded) == products
+    assert precision.ResolvedPrecision.from_recorded(recorded) == products
 
 
 def test_products_are_decided_ones_and_a_recorded_name_must_be_known():
     with pytest.raises(ValueError, match="products run in fp32, bf16 or int8, not 'auto'"):
-        precision.Products("auto")
+        precision.ResolvedPrecision("auto")
     with pytest.raises(ValueError, match="unknown matrix products 'float16'"):
-        precision.Products.from_recorded("float16")
+        precision.ResolvedPrecision.from_recorded("float16")
 
 
 SERVES = {  # stored products -> the settings whose biLM they may stand in for
@@ -133,14 +133,14 @@ SERVES = {  # stored products -> the settings whose biLM they may stand in for
 
 @pytest.mark.parametrize("stored", sorted(SERVES))
 def test_stored_products_serve_their_own_setting_and_auto_and_float32_serves_every_setting(stored):
-    products = precision.Products.from_recorded(stored)
+    products = precision.ResolvedPrecision.from_recorded(stored)
     assert {setting for setting in precision.PRECISIONS if products.serves(setting)} == SERVES[stored]
 
 
 def test_an_explicit_setting_is_what_the_products_run_in():
-    assert BiLM(tiny_options(), precision="fp32").products.dtype == torch.float32
-    assert BiLM(tiny_options(), precision="bf16").products.dtype == torch.bfloat16
-    assert BiLM(tiny_options(), precision="int8").products.dtype == torch.qint8
+    assert BiLM(tiny_options(), precision="fp32").resolved_precision.dtype == torch.float32
+    assert BiLM(tiny_options(), precision="bf16").resolved_precision.dtype == torch.bfloat16
+    assert BiLM(tiny_options(), precision="int8").resolved_precision.dtype == torch.qint8
 
 
 @pytest.mark.parametrize(
@@ -273,10 +273,10 @@ def test_auto_on_a_gpu_asks_the_models_gpu(monkeypatch, capability, expected):
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", get_device_capability)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
-    assert precision.Products.resolve("auto", torch.device("cuda", 1), training=False).dtype == expected
+    assert precision.ResolvedPrecision.resolve("auto", torch.device("cuda", 1), training=False).dtype == expected
     assert asked == [torch.device("cuda", 1)]
-    assert precision.Products.resolve("fp32", torch.device("cuda", 1), training=False).dtype == torch.float32
-    assert precision.Products.resolve("bf16", torch.device("cuda", 1), training=False).dtype == torch.bfloat16
+    assert precision.ResolvedPrecision.resolve("fp32", torch.device("cuda", 1), training=False).dtype == torch.float32
+    assert precision.ResolvedPrecision.resolve("bf16", torch.device("cuda", 1), training=False).dtype == torch.bfloat16
     assert len(asked) == 1  # only "auto" looks at the hardware
 
 

@@ -35,7 +35,7 @@ def layers_of(bilm: BiLM, fused: bool, monkeypatch) -> numpy.ndarray:
 def test_the_fused_loop_runs_on_the_gpu_and_gives_the_eager_layers(monkeypatch) -> None:
     bilm = BiLM.from_pretrained("en", precision="fp32", cache_size=0).cuda().eval()
     with torch.no_grad():
-        assert fused_lstm.use_fused_lstm(bilm.device, bilm.products.dtype)
+        assert fused_lstm.use_fused_lstm(bilm.device, bilm.resolved_precision.dtype)
     assert_float32_close(layers_of(bilm, True, monkeypatch), layers_of(bilm, False, monkeypatch))
 
 

@@ -122,7 +122,7 @@ def test_auto_is_bf16_on_a_gpu_with_native_bf16_and_close_to_fp32() -> None:
         pipelines[precision] = nlp
     native = gpu_has_native_bf16(torch.cuda.get_device_capability(0))
     bilm = get_bilm(pipelines["auto"].get_pipe("elmo").model)
-    assert bilm.products.dtype == (torch.bfloat16 if native else torch.float32)
+    assert bilm.resolved_precision.dtype == (torch.bfloat16 if native else torch.float32)
     auto = numpy.concatenate(elmo_layers(pipelines["auto"]), axis=1)
     fp32 = numpy.concatenate(elmo_layers(pipelines["fp32"]), axis=1)
     assert auto.dtype == numpy.float32

@@ -1,3 +1,5 @@
+import io
+
 import numpy
 import pytest
 import spacy
@@ -100,6 +102,23 @@ def test_frozen_biLM_keeps_its_weights_and_caches_features(bilm_files, monkeypat
     assert calls == [len({eg.text for eg in examples})]  # epochs 2 and 3 come from the feature cache
     assert all(torch.equal(a, b) for a, b in zip(before, bilm.parameters()))
     assert len(nlp.get_pipe("elmo").model.attrs["feature_cache"]) == len({eg.text for eg in examples})
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_only_a_biLM_being_fine_tuned_has_a_loss_and_a_column_in_spacys_training_table(bilm_files, freeze) -> None:
+    """spaCy's training table (its ConsoleLogger) has a loss column per trainable component: a
+    frozen biLM's would read 0.00 at every step, so a frozen biLM is not trainable and has no loss."""
+    nlp = build_ner_textcat(bilm_files, freeze=freeze)
+    losses = train(nlp, make_examples(nlp))
+    assert set(losses) == ({"ner", "textcat"} if freeze else {"elmo", "ner", "textcat"})
+    assert nlp.get_pipe("elmo").is_trainable is not freeze
+    table = io.StringIO()
+    log_step, finalize = spacy.registry.loggers.get("spacy.ConsoleLogger.v3")()(nlp, stdout=table)
+    log_step({"epoch": 0, "step": 1, "score": 0.0, "other_scores": {}, "losses": losses})
+    finalize()
+    header = table.getvalue().splitlines()[0].lower()
+    assert "loss ner" in header and "loss textcat" in header
+    assert ("loss elmo" in header) is not freeze
 
 
 def test_dev_evaluation_reads_the_feature_cache_once_training_filled_it(bilm_files, monkeypatch) -> None:

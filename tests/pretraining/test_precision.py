@@ -102,7 +102,7 @@ def test_auto_pretrains_in_the_training_decision_measured_for_the_bilm(tmp_path,
     config = preset.training.updated(max_steps=1, precision="auto", warm_documents=0)
     trainer = train.Trainer(Distributed(), tmp_path / "train.txt", tmp_path / "out", preset.options, config, dev_path=None,
                             init_from=None, resume=False, progress=True)
-    assert trainer.bilm.precision == "bf16" and trainer.bilm.products.dtype == torch.bfloat16
+    assert trainer.bilm.precision == "bf16" and trainer.bilm.resolved_precision.dtype == torch.bfloat16
     assert asked == [(preset.options.lstm_dim, True)]
     assert "precision auto: the matrix products run in bf16 here" in capsys.readouterr().out
 

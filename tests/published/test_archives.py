@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 from spacy_elmo.published import archive as archives
-from spacy_elmo.published import cache as caching
+from spacy_elmo.published import sources
 from spacy_elmo.published import resolve as resolution
 from spacy_elmo.published.cache import CacheIntegrityError, OfflineError
 from spacy_elmo.published.download import DownloadError
@@ -310,7 +310,7 @@ def test_a_manylangs_check_is_required_for_such_an_archive(registry, host, cache
     with pytest.raises(DownloadError, match="ELMoForManyLangs model"):
         resolution.download_pretrained("zhs", check=BiLM.from_files, progress=False)
     assert_nothing_cached(cache, "zhs")
-    assert caching.MODEL_DIRNAME == "model"
+    assert sources.MODEL_DIRNAME == "model"
 
 
 def test_a_full_disk_during_extraction_keeps_the_archive_for_the_next_run(registry, host, cache, bilm_files,

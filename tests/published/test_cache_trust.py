@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM
 from spacy_elmo.bilm import files as bilm_files_module
 from spacy_elmo.cli import app
-from spacy_elmo.published import cache as cache_module
+from spacy_elmo.published import records as records_module
 from spacy_elmo.published.cache import CacheIntegrityError
 
 WEIGHTS = "/tiny/weights.hdf5"
@@ -29,7 +29,7 @@ class Reads:
     def __init__(self, monkeypatch) -> None:
         self.hashed: List[str] = []
         self.loaded: List[Tuple[str, bool]] = []
-        sha256_of, read_weights = cache_module.sha256_of, bilm_files_module.read_weights
+        sha256_of, read_weights = records_module.sha256_of, bilm_files_module.read_weights
 
         def counting_sha256_of(path: Path) -> str:
             self.hashed.append(Path(path).name)
@@ -39,7 +39,7 @@ class Reads:
             self.loaded.append((Path(weight_file).name, check_values))
             read_weights(model, weight_file, check_values)
 
-        monkeypatch.setattr(cache_module, "sha256_of", counting_sha256_of)
+        monkeypatch.setattr(records_module, "sha256_of", counting_sha256_of)
         monkeypatch.setattr(bilm_files_module, "read_weights", counting_read_weights)
 
     def reset(self) -> None:
@@ -164,7 +164,7 @@ def test_recorded_times_are_settled_in_the_past_so_a_write_in_the_same_tick_show
     BiLM.from_pretrained("tiny")
     for entry in record(cache)["files"].values():
         assert entry["mtime_ns"] % 2_000_000_000 == 0
-        assert entry["mtime_ns"] <= (os.path.getmtime(cache / "tiny" / "source.json") - cache_module.SETTLE_SECONDS) * 1e9
+        assert entry["mtime_ns"] <= (os.path.getmtime(cache / "tiny" / "source.json") - records_module.SETTLE_SECONDS) * 1e9
 
 
 def test_bad_settings_are_refused_before_anything_is_downloaded(registry, host, cache):

@@ -10,6 +10,7 @@ import time
 
 import pytest
 import torch
+import urllib3.util.connection
 
 from spacy_elmo import BiLM
 from spacy_elmo.published import download
@@ -93,6 +94,32 @@ def test_a_refused_connection_fails_at_once_naming_the_url(cache, tmp_path, monk
         download.download(url, tmp_path / "weights.part", progress=False)
     assert time.monotonic() - start < 2.0
     assert not (tmp_path / "weights.part").exists()
+
+
+def test_an_unreachable_host_says_in_three_short_lines_how_to_do_without_it(registry, host, cache, monkeypatch):
+    """No network (host names do not resolve): retry, place the files by hand at the paths given, or
+    SPACY_ELMO_OFFLINE=1. An entry with a second host (as AllenNLP's have) names both."""
+    urls = {f"{kind}_url": f"https://first.example/tiny/{kind}" for kind in ("options", "weights")}
+    second = {f"alternate_{kind}_url": f"https://second.example/tiny/{kind}" for kind in ("options", "weights")}
+    write_registry(registry, tiny=tiny_entry(host, **urls, **second))
+
+    def no_name_resolution(address, *args, **kwargs):
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(urllib3.util.connection, "create_connection", no_name_resolution)
+    with pytest.raises(DownloadError) as error:
+        resolve_pretrained("tiny", progress=False)
+    what, by_hand, offline = str(error.value).splitlines()
+    assert what == (
+        "cannot reach first.example or second.example to download the biLM 'tiny' "
+        "(Temporary failure in name resolution)."
+    )
+    paths = [str(cache / "tiny" / name) for name in ("options.json", "weights.hdf5")]
+    places = [urls["options_url"], paths[0], urls["weights_url"], paths[1]]
+    assert by_hand.startswith("Retry once the network is up") and all(place in by_hand for place in places)
+    assert len(by_hand) - sum(map(len, places)) < 80  # short but for the URLs and paths it gives
+    assert "SPACY_ELMO_OFFLINE=1" in offline and len(offline) <= 80
+    assert_nothing_cached(cache)
 
 
 def test_a_host_that_answers_503_twice_then_the_file_is_retried_by_the_transport(host, tmp_path, bilm_files):

@@ -11,8 +11,9 @@ from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 from spacy_elmo.published import resolve as resolution
 from spacy_elmo.published.download import DownloadError
+from spacy_elmo.published.languages import LANGUAGE_NAMES, same_language
 from spacy_elmo.published.registry import (
-    BUILTIN, LANGUAGE_NAMES, MANYLANGS, models_for_language, registered_models, same_language,
+    BUILTIN, MANYLANGS, models_for_language, registered_models,
 )
 from spacy_elmo.published.resolve import UnconfirmedError
 
