@@ -1,14 +1,14 @@
 """Errors raised for bad ELMo files, so callers can tell them from bugs; and the property of a
 torch module whose errors reach the caller as they are."""
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 
 class ElmoFileError(ValueError):
     """An options or weight file is missing, corrupt, or does not match the model it describes."""
 
 
-class module_property(property):
+class _ModuleProperty(property):
     """A property of an ``nn.Module`` whose ``AttributeError`` surfaces, as a ``RuntimeError``
     that names the property and carries the original (``from``).
 
@@ -26,3 +26,10 @@ class module_property(property):
         except AttributeError as err:
             name = getattr(self.fget, "__name__", "property")
             raise RuntimeError(f"{type(obj).__name__}.{name} failed: {type(err).__name__}: {err}") from err
+
+
+# mypy reads a getter and its setter as one attribute only under ``property`` itself, not a subclass.
+if TYPE_CHECKING:
+    module_property = property
+else:
+    module_property = _ModuleProperty
