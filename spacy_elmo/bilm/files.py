@@ -9,17 +9,18 @@ import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Protocol, Tuple, TypeVar
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Protocol, Tuple, TypeVar, cast
 
 import h5py
 import numpy
 import torch
+from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from ..fileio import PathLike, atomic_path
-from .char_cnn import CharCNN
+from .char_cnn import CharCNN, Highway
 from .errors import ElmoFileError
-from .lstm import BiLSTMStack
+from .lstm import BiLSTMStack, ProjectedLSTM
 from .options import ElmoOptions
 from .token_encoder import TokenEncoder
 
@@ -200,10 +201,13 @@ def layout(model: ElmoWeights) -> Dict[str, Dataset]:
 
     def bind(name: str, param: torch.Tensor, to_file: Callable[[torch.Tensor], torch.Tensor],
              from_file: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        def set_param(array: numpy.ndarray) -> None:
+            param.copy_(from_file(torch.from_numpy(array)))
+
         datasets[name] = Dataset(
             shape=tuple(to_file(param).shape),
             get=lambda: to_file(param.detach().float().cpu()).contiguous().numpy(),
-            set=lambda array: param.copy_(from_file(torch.from_numpy(array))),
+            set=set_param,
             into=((param, slice(None)),) if to_file is same else (),
             writes=(param,),
         )
@@ -215,10 +219,11 @@ def layout(model: ElmoWeights) -> Dict[str, Dataset]:
         return t.T
 
     bind("char_embed", cnn.char_embedding.weight[1:], same, same)
-    for i, conv in enumerate(cnn.convolutions):
+    for i, conv in enumerate(cast(Iterable[nn.Conv1d], cnn.convolutions)):
+        assert conv.bias is not None  # nn.Conv1d's default, which every token encoder keeps
         bind(f"CNN/W_cnn_{i}", conv.weight, lambda t: t.permute(2, 1, 0).unsqueeze(0), lambda a: a[0].permute(2, 1, 0))
         bind(f"CNN/b_cnn_{i}", conv.bias, same, same)
-    for k, highway in enumerate(cnn.highways):
+    for k, highway in enumerate(cast(Iterable[Highway], cnn.highways)):
         bind(f"CNN_high_{k}/W_transform", highway.transform.weight, transpose, transpose)
         bind(f"CNN_high_{k}/b_transform", highway.transform.bias, same, same)
         bind(f"CNN_high_{k}/W_carry", highway.carry.weight, transpose, transpose)
@@ -226,7 +231,7 @@ def layout(model: ElmoWeights) -> Dict[str, Dataset]:
     bind("CNN_proj/W_proj", cnn.projection.weight, transpose, transpose)
     bind("CNN_proj/b_proj", cnn.projection.bias, same, same)
     for direction in (0, 1):
-        for index, layer in enumerate(model.lstm.layers):
+        for index, layer in enumerate(cast(Iterable[ProjectedLSTM], model.lstm.layers)):
             prefix = f"RNN_{direction}/RNN/MultiRNNCell/Cell{index}/LSTMCell"
             datasets[f"{prefix}/W_0"] = _stacked_rows(layer.input_weight[direction], layer.hidden_weight[direction])
             bind(f"{prefix}/B", layer.bias[direction], same, same)

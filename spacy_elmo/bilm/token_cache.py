@@ -32,7 +32,7 @@ class TokenCache:
         return {"max_entries": self.max_entries}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["max_entries"])
+        TokenCache.__init__(self, state["max_entries"])
 
     def __len__(self) -> int:
         return len(self._rows)

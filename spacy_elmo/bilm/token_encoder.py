@@ -10,7 +10,7 @@ AllenNLP's highways, a word embedding beside the characters). The biLM calls
 """
 
 import abc
-from typing import Callable, Hashable, Iterator, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Hashable, Iterator, NamedTuple, Optional, Sequence, Tuple, cast
 
 import numpy
 import torch
@@ -124,7 +124,7 @@ class TokenEncoder(nn.Module, abc.ABC):
 
     def _filter_maxima(self, index: int, chars: Tensor) -> Tensor:
         """Convolution ``index``'s maximum per filter over positions (see :func:`filter_maxima`)."""
-        return filter_maxima(self.convolutions[index], chars, self.low_precision, f"conv{index}")
+        return filter_maxima(cast(nn.Conv1d, self.convolutions[index]), chars, self.low_precision, f"conv{index}")
 
     def positions_needed(self, char_ids: numpy.ndarray) -> int:
         """How many leading character positions give the same maxima as all of them (see
@@ -170,6 +170,7 @@ def filter_maxima(conv: nn.Conv1d, chars: Tensor, copies: LowPrecisionWeights, n
     the (n_tokens, count) maxima only; in bf16 only those are converted to float32, since the
     maximum keeps order. ``copies`` keeps the bf16 weight under ``name``.
     """
+    assert conv.bias is not None  # nn.Conv1d's default, which every token encoder keeps
     count, char_dim, width = conv.weight.shape
     weight = conv.weight
     if chars.dtype != torch.float32:

@@ -71,7 +71,7 @@ class ManyLangsNetwork:
         config.setdefault("classifier", copy.deepcopy(PACKAGE_NETWORK["classifier"]))
         config.setdefault("dropout", PACKAGE_NETWORK["dropout"])
         config["encoder"] = {
-            **(config.get("encoder") if isinstance(config.get("encoder"), dict) else {}),
+            **_read_section(config, "encoder"),
             "name": "elmo",
             "projection_dim": options.projection_dim,
             "cell_clip": _clip_value(options.cell_clip),
@@ -80,7 +80,7 @@ class ManyLangsNetwork:
             "n_layers": options.n_layers,
         }
         config["token_embedder"] = {
-            **(config.get("token_embedder") if isinstance(config.get("token_embedder"), dict) else {}),
+            **_read_section(config, "token_embedder"),
             "name": "cnn",
             "activation": options.activation,
             "filters": [[width, count] for width, count in options.filters],
@@ -178,6 +178,12 @@ def _section(config: Dict[str, Any], name: str, source: str) -> Dict[str, Any]:
     if not isinstance(section, dict):
         raise ElmoFileError(f'{source}: missing the "{name}" section')
     return section
+
+
+def _read_section(config: Dict[str, Any], name: str) -> Dict[str, Any]:
+    """The section ``name`` of a config as read, where it is a JSON object (its keys to keep), else an empty one."""
+    section = config.get(name)
+    return section if isinstance(section, dict) else {}
 
 
 def _key(section: Dict[str, Any], key: str, source: str, name: str) -> Any:

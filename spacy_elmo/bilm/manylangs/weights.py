@@ -11,15 +11,15 @@ holds anything else is refused.
 import pickle
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, Iterable, Optional, Tuple, cast
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..errors import ElmoFileError
-from ..lstm import BiLSTMStack
+from ..lstm import BiLSTMStack, ProjectedLSTM
 from ..options import ElmoOptions
-from .modules import ManyLangsTokenEncoder
+from .modules import GatedHighway, ManyLangsTokenEncoder
 
 # The reference names each layer's directions so; ProjectedLSTM holds them at indices 0 and 1.
 LSTM_DIRECTIONS = ("forward", "backward")
@@ -97,10 +97,11 @@ def _token_encoder_parameters(encoder: ManyLangsTokenEncoder) -> Dict[str, Tenso
     if encoder.word_embedding is not None:
         params["word_emb_layer.embedding.weight"] = encoder.word_embedding.weight
     params["char_emb_layer.embedding.weight"] = encoder.char_embedding.weight
-    for i, conv in enumerate(encoder.convolutions):
+    for i, conv in enumerate(cast(Iterable[nn.Conv1d], encoder.convolutions)):
+        assert conv.bias is not None  # nn.Conv1d's default, which every token encoder keeps
         params[f"convolutions.{i}.weight"] = conv.weight
         params[f"convolutions.{i}.bias"] = conv.bias
-    for k, highway in enumerate(encoder.highways):
+    for k, highway in enumerate(cast(Iterable[GatedHighway], encoder.highways)):
         params[f"highways._layers.{k}.weight"] = highway.linear.weight
         params[f"highways._layers.{k}.bias"] = highway.linear.bias
     params["projection.weight"] = encoder.projection.weight
@@ -108,7 +109,7 @@ def _token_encoder_parameters(encoder: ManyLangsTokenEncoder) -> Dict[str, Tenso
     return params
 
 
-def read_state_dict(path: Path, shapes: Dict[str, Tuple[int, ...]], check_values: bool = True) -> Dict[str, Tensor]:
+def read_state_dict(path: Path, shapes: Mapping[str, Tuple[int, ...]], check_values: bool = True) -> Dict[str, Tensor]:
     """A PyTorch state dict holding exactly the tensors ``shapes`` names, each of its shape.
 
     Read with ``weights_only=True``: a pickle that holds anything but tensors and plain
@@ -178,7 +179,7 @@ def load_weights(
     with torch.no_grad():
         for name, param in _token_encoder_parameters(token_encoder).items():
             param.copy_(embedder_state[name])
-        for index, layer in enumerate(lstm.layers):
+        for index, layer in enumerate(cast(Iterable[ProjectedLSTM], lstm.layers)):
             for direction, name in enumerate(LSTM_DIRECTIONS):
                 weights = lstm_weights(encoder_state, f"{name}_layer_{index}")
                 layer.input_weight[direction].copy_(weights[0])
@@ -196,7 +197,7 @@ def manylangs_state_dicts(
     undone: AllenNLP's gate order and the forget gate's 1.0 back in the bias."""
     embedder = {name: saved(param) for name, param in _token_encoder_parameters(token_encoder).items()}
     encoder: Dict[str, Tensor] = {}
-    for index, layer in enumerate(lstm.layers):
+    for index, layer in enumerate(cast(Iterable[ProjectedLSTM], lstm.layers)):
         for direction, name in enumerate(LSTM_DIRECTIONS):
             prefix = f"{name}_layer_{index}"
             bias = saved(layer.bias[direction])
