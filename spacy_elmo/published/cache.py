@@ -37,8 +37,10 @@ from .records import LOCK_NAME, CacheIntegrityError, Record
 CACHE_ENV = "SPACY_ELMO_CACHE"
 APP_NAME = "spacy-elmo"  # the cache's directory name under the user's cache directory
 OFFLINE_ENV = "SPACY_ELMO_OFFLINE"
-# What a fetch gives: (options.json, weights.hdf5), or (model directory, format) for an archive.
+# What a fetch gives: (options.json, weights.hdf5), or (model directory, format) for an archive;
+# covariant in the protocol, which only returns it.
 Fetched = TypeVar("Fetched")
+Fetched_co = TypeVar("Fetched_co", covariant=True)
 
 __all__ = ["CacheIntegrityError", "CachedSource", "OfflineError", "cache_root", "fetch", "offline"]
 
@@ -47,7 +49,7 @@ class OfflineError(DownloadError):
     """A biLM must be downloaded, but ``SPACY_ELMO_OFFLINE`` forbids the network."""
 
 
-class CachedSource(Protocol[Fetched]):
+class CachedSource(Protocol[Fetched_co]):
     """What :func:`fetch` needs of a biLM's source: where it is cached (``directory``), how the
     user named it (``label``, for messages), how to fetch it anew (``fix``: "run `spacy-elmo
     download NAME --force`"), and the steps that differ between two files and an archive."""
@@ -70,7 +72,7 @@ class CachedSource(Protocol[Fetched]):
     def wanted(self, record: Record) -> bool:
         """Whether the recorded download is the one the registry pins (size, sha256), if it pins one."""
 
-    def result(self, record: Record) -> Fetched:
+    def result(self, record: Record) -> Fetched_co:
         """What :func:`fetch` returns for the biLM that ``record`` describes."""
 
     def by_hand(self) -> str:
@@ -80,7 +82,7 @@ class CachedSource(Protocol[Fetched]):
         """Check files placed by hand: the record's fields and the files' digests where known.
         Raises ValueError (or OSError) saying why they are not the biLM."""
 
-    def download(self, check: Callable[..., object], progress: bool, fresh: bool) -> Fetched:
+    def download(self, check: Callable[..., object], progress: bool, fresh: bool) -> Fetched_co:
         """Download, check, move into place and record (continuing partial files unless ``fresh``)."""
 
 

@@ -317,7 +317,7 @@ def registered_models() -> Dict[str, PublishedModel]:
     models = dict(BUILTIN)
     for name, fields in _read_overrides(Path(path)).items():
         base = models.get(name, PublishedModel(name))
-        dropped = {
+        dropped: Dict[str, Any] = {
             alternate: None for url, alternate in _ALTERNATES.items()
             if url in fields and fields[url] != getattr(base, url) and alternate not in fields
         }
