@@ -43,7 +43,7 @@ def load_bilm(
     """
     if (options_file is None) != (weight_file is None):
         raise ValueError("give both --options-file and --weight-file, or neither (for the bundled biLM)")
-    if options_file is None:
+    if options_file is None or weight_file is None:  # both, by the check above
         options_file, weight_file = pretrained_files("en")
     bilm = BiLM.from_files(
         options_file, weight_file, state=settings.state, max_batch_tokens=settings.batch_tokens, precision=settings.precision

@@ -17,7 +17,7 @@ which is what lets a run resume at a shard and lets Ray workers read their shard
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ..fileio import PathLike, text_lines
 from ..pretraining.corpus import corpus_files, jsonl_text, spacy_tokenizer
@@ -28,8 +28,10 @@ if TYPE_CHECKING:
 Tokenizer = Callable[[str], List[str]]
 
 
-class Sentence(NamedTuple):
-    """One input record: its number in the input, its text (stripped) and its tokens."""
+@dataclass(frozen=True)
+class Sentence:
+    """One input record: its number in the input, its text (stripped) and its tokens. (A dataclass:
+    a NamedTuple's ``index`` would hide ``tuple.index``.)"""
 
     index: int
     text: str

@@ -66,7 +66,7 @@ class FeatureStore:
             return [None] * len(keys)
         index = self._open()
         self._check(bilm)
-        return [self._read(index[key]) if key in index else None for key in keys]  # type: ignore[index]
+        return [self._read(index[key]) if key in index else None for key in keys]
 
     # ------------------------------------------------------------------ opening and checks
     def check(self) -> None:
