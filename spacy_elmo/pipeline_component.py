@@ -94,7 +94,7 @@ def make_elmo(
     """
     if "pretrained" in model.attrs:  # the ElmoBiLM layer (another architecture may stand in its place)
         model.attrs["pretrained"] = choose_pretrained(
-            model.attrs["pretrained"], model.attrs["options_file"] is not None, nlp.lang
+            model.attrs["pretrained"], model.attrs["options_file"] is not None, nlp.lang or ""
         )
     return Elmo(
         nlp.vocab, model, name=name, store_layers=store_layers, tensor_weights=tensor_weights,

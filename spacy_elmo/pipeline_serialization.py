@@ -39,7 +39,7 @@ class ElmoSerialization:
         nothing outside it)."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        serializers: Dict[str, Callable[[Path], object]] = {
+        serializers: Dict[str, Callable[[Path], None]] = {
             "cfg": lambda p: srsly.write_json(p, self.cfg),
             "bilm": lambda p: bilm_to_directory(self._loaded_bilm(), p),
         }
@@ -51,7 +51,7 @@ class ElmoSerialization:
         def load_bilm(p: Path) -> None:
             self._set_bilm(bilm_from_directory(p, self.model.attrs["bilm_settings"].to_dict()))
 
-        deserializers: Dict[str, Callable[[Path], object]] = {
+        deserializers: Dict[str, Callable[[Path], None]] = {
             "cfg": lambda p: self.cfg.update(srsly.read_json(p)),
             "bilm": load_bilm,
         }
@@ -64,14 +64,19 @@ class ElmoSerialization:
             "cfg": lambda: self.cfg,
             "bilm": lambda: bilm_to_bytes(self._loaded_bilm()),
         }
-        return spacy.util.to_bytes(serializers, _excluded(exclude))
+        # spaCy msgpacks what each getter gives (its own pipes give str or dict); its annotation says bytes.
+        return spacy.util.to_bytes(serializers, _excluded(exclude))  # type: ignore[arg-type]
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = SimpleFrozenList()) -> "ElmoSerialization":
         """What ``to_bytes`` wrote, less ``exclude``; a part the bytes lack is left as it is."""
-        deserializers: Dict[str, Callable[[Any], object]] = {
-            "cfg": self.cfg.update,
-            "bilm": lambda data: self._set_bilm(bilm_from_bytes(data, settings=self.model.attrs["bilm_settings"])),
-        }
+
+        def load_bilm(data: bytes) -> None:
+            bilm = bilm_from_bytes(data, settings=self.model.attrs["bilm_settings"])
+            if bilm is None:  # to_bytes writes a biLM always; empty bytes are a thinc shim's "no model"
+                raise ValueError("elmo: the serialized component holds no biLM (its 'bilm' bytes are empty)")
+            self._set_bilm(bilm)
+
+        deserializers: Dict[str, Callable[[Any], object]] = {"cfg": self.cfg.update, "bilm": load_bilm}
         spacy.util.from_bytes(bytes_data, deserializers, _excluded(exclude))
         return self
 

@@ -9,7 +9,7 @@ a saved pipeline never goes back to them.
 
 import copy
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 import numpy
 import torch
@@ -231,11 +231,10 @@ def _run_frozen(model: Model, docs: List[Doc], plan: SegmentPlan, use_cache: boo
     doc_lengths = [len(doc) for doc in docs]
     flat = ops.alloc3f(model.get_dim("nL"), sum(doc_lengths), model.get_dim("nO"))
     place = _placements(flat, plan, doc_lengths)
-    cache: Optional[FeatureCache] = model.attrs["feature_cache"]
-    if not use_cache or bilm.state_mode == "carry" or cache.max_bytes == 0:
-        cache = None
+    held: FeatureCache = model.attrs["feature_cache"]
+    cache = held if use_cache and bilm.state_mode != "carry" and held.max_bytes != 0 else None
     keys = [tuple(sentence) for sentence in plan.sentences]
-    copies: Dict[Tuple[str, ...], List[int]] = {}
+    copies: Dict[Tuple[Hashable, ...], List[int]] = {}  # a sentence's tokens, or its row alone in carry mode
     for i, key in enumerate(keys):
         copies.setdefault(key if bilm.state_mode != "carry" else (i,), []).append(i)
     groups = list(copies.values())

@@ -91,8 +91,8 @@ class ElmoListener(Model):
     def take_sizes(self, n_layers: int, width: int, upstream: str) -> None:
         """Take the upstream biLM's sizes for the dims left unset; a set one it contradicts is an error."""
         bilm_sizes = (n_layers, width)
-        own_sizes = (self.maybe_get_dim("nL"), self.maybe_get_dim("nO"))
-        configured = tuple(own if own is not None else bilm for own, bilm in zip(own_sizes, bilm_sizes))
+        own_layers, own_width = self.maybe_get_dim("nL"), self.maybe_get_dim("nO")
+        configured = (n_layers if own_layers is None else own_layers, width if own_width is None else own_width)
         if configured != bilm_sizes:
             raise size_mismatch(configured, bilm_sizes, self.component_name, upstream)
         self.set_dim("nL", n_layers)
@@ -145,7 +145,7 @@ def init(model: ElmoListener, X: Optional[List[Doc]] = None, Y: Optional[object]
 
 
 def forward(model: ElmoListener, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
-    if is_train and model._batch_id is not None:
+    if is_train and model._outputs is not None:  # received with its batch id (see receive)
         model.verify_inputs(docs)
         return model._outputs, model.backprop_and_clear
     outputs = [doc._.get(FEATURES_ATTR) if Doc.has_extension(FEATURES_ATTR) else None for doc in docs]
