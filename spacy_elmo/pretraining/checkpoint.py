@@ -15,7 +15,7 @@ import signal
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Sequence
+from typing import Any, Dict, Iterator, List, Sequence, Tuple, cast
 
 import numpy
 import torch
@@ -116,7 +116,8 @@ def seed_everything(seed: int) -> None:
 
 def rng_state() -> Dict[str, Any]:
     """Python, NumPy and torch RNG states as tensors and plain containers."""
-    name, keys, pos, has_gauss, cached = numpy.random.get_state()
+    # The legacy tuple, which get_state() gives for the global MT19937 generator (numpy's stub says a dict).
+    name, keys, pos, has_gauss, cached = cast(Tuple[str, numpy.ndarray, int, int, float], numpy.random.get_state())
     return {
         "python": random.getstate(),
         "numpy": [name, torch.from_numpy(keys.astype(numpy.int64)), pos, has_gauss, cached],

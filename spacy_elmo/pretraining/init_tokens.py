@@ -61,6 +61,8 @@ class InitTokens(nn.Module):
     state dict. The head is the module's only parameter.
     """
 
+    targets: Tensor  # (n_words, width) float32, a buffer
+
     def __init__(self, words: List[str], vectors: numpy.ndarray, projection_dim: int) -> None:
         super().__init__()
         if len(words) != len(vectors):

@@ -47,7 +47,7 @@ class SharedSoftmax(nn.Module):
         the logits never take more than 64 MB, whatever the vocabulary size.
         """
         rows = max(1, LOGITS_PER_CHUNK // self.vocab_size)
-        weight = self.weight
+        weight: Tensor = self.weight
         if dtype != torch.float32:
             weight = self.low_precision.get("weight", dtype, [self.weight], lambda: self.weight)
         chunks = zip(hidden.split(rows), targets.split(rows))

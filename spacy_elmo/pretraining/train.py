@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from ..bilm import BiLM, ElmoOptions
 from ..bilm.autotune import cpu_auto_precision
-from ..bilm.model import STATE_MODES
+from ..bilm.model import STATE_MODES, StateMode
 from ..bilm.offload import keep_in_memory
 from ..bilm.precision import ResolvedPrecision
 from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, PathLike, standard_files
@@ -146,6 +146,7 @@ class Trainer(Checkpointed):
         self.loss = BiLMLoss(bilm, len(self.vocab), config.n_negatives, config.dropout)
         if continuation is not None:
             load_softmax(self.loss.softmax, continuation)
+            assert init_from is not None  # a continuation is found beside its weights only
             if self.progress:
                 tqdm.write(f"Continuing with the softmax and vocabulary exported beside {init_from[1]}")
         self.loss.to(env.device)
@@ -258,7 +259,7 @@ class Trainer(Checkpointed):
         )
         self.log.write(record)
         return record
-    def _evaluate(self, initial_states: Sequence[str] = ("zero",)) -> Dict[str, Any]:
+    def _evaluate(self, initial_states: Sequence[StateMode] = ("zero",)) -> Dict[str, Any]:
         """Held-out perplexity (rank 0 only); logged as an ``"eval"`` record."""
         if not self.env.is_main:
             return {}
