@@ -301,6 +301,12 @@ def test_to_bytes_and_from_bytes_honour_exclude(bilm_files, tmp_path) -> None:
     assert not same_bilm(target, source)
 
 
+def test_from_bytes_with_an_empty_bilm_part_says_so(bilm_files) -> None:
+    elmo = spacy.blank("en").add_pipe("elmo", config=elmo_config(bilm_files))
+    with pytest.raises(ValueError, match="holds no biLM"):
+        elmo.from_bytes(srsly.msgpack_dumps({"bilm": b""}))
+
+
 def test_bad_weight_configs_are_clear_errors(bilm_files, tmp_path) -> None:
     nlp = spacy.blank("en")
     with pytest.raises(ValueError, match="both options_file and weight_file"):
