@@ -107,11 +107,14 @@ def graph_replay_gain(device: torch.device, quick: bool) -> None:
     if device.type != "cuda":
         print("\ngraph replay: needs a CUDA GPU")
         return
-    from spacy_elmo.bilm.cuda_graphs import SWITCH
+    from spacy_elmo.bilm.cuda_graphs import CUDA_GRAPHS_ENV
+    from spacy_elmo.bilm.kernels import FusedKernel
     from spacy_elmo.bilm.lstm import BiLSTMStack, _active_rows
+    from spacy_elmo.bilm.precision import LowPrecisionWeights
 
     options = TINY if quick else ORIGINAL
     layer = BiLSTMStack(options).layers[0].to(device)
+    kernel = FusedKernel(LowPrecisionWeights(), torch.bfloat16)
     rng = random.Random(0)
     lengths = sorted((rng.randint(7, 47) for _ in range(16384 // 49)), reverse=True)
     active = _active_rows(lengths, max(lengths))
@@ -121,15 +124,15 @@ def graph_replay_gain(device: torch.device, quick: bool) -> None:
 
     def seconds(graphs: str, calls: int) -> float:
         """Mean seconds of ``calls`` calls of the layer, ``SPACY_ELMO_CUDA_GRAPHS=graphs``."""
-        os.environ[SWITCH] = graphs
+        os.environ[CUDA_GRAPHS_ENV] = graphs
         synchronize(device)
         start = time.perf_counter()
         for _ in range(calls):
-            layer.fused_forward(x, active, hidden, memory, torch.bfloat16)
+            kernel(0, layer, x, active, hidden, memory)
         synchronize(device)
         return (time.perf_counter() - start) / calls
 
-    saved = os.environ.get(SWITCH)
+    saved = os.environ.get(CUDA_GRAPHS_ENV)
     try:
         with torch.no_grad():
             seconds("0", 3)
@@ -139,9 +142,9 @@ def graph_replay_gain(device: torch.device, quick: bool) -> None:
             replayed = seconds("1", 10)
     finally:
         if saved is None:
-            del os.environ[SWITCH]
+            del os.environ[CUDA_GRAPHS_ENV]
         else:
-            os.environ[SWITCH] = saved
+            os.environ[CUDA_GRAPHS_ENV] = saved
     print(f"\ngraph replay: one fused layer, {len(lengths)} rows x {max(lengths)} steps, bf16: launched "
           f"{launched * 1e3:.2f} ms, replayed {replayed * 1e3:.2f} ms ({launched / replayed:.1f}x); "
           f"capture {capture * 1e3:.0f} ms")

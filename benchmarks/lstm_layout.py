@@ -6,7 +6,7 @@ size's shapes (lstm_dim 4096, projection_dim 512, both directions) and a batch o
 
 - cell: the gate nonlinearities, clipped memory and cell output of one step, in place, with
   torch.tanh (as before) and with tanh as 2 sigmoid(2x) - 1, the four gates in one sigmoid (as
-  spacy_elmo.bilm.lstm.ProjectedLSTM._cell_in_place does); microseconds per step.
+  spacy_elmo.bilm.kernels.cell.cell_in_place does); microseconds per step.
 - products: the input (2 rows x 512) @ (512 x 16384), recurrent (rows x 512) @ (512 x 16384) and
   projection (rows x 4096) @ (4096 x 512) products of both directions in bf16, the weight stored (in, out) as the parameters are, and
   stored (out, in) and read through its transposed view (as the biLM's bf16 copies are on a CPU);

@@ -1,5 +1,5 @@
 """The CPU's LSTM window: the gates of how many timesteps one input product writes before the steps
-read them (spacy_elmo.bilm.lstm.WINDOW_GATES_BYTES), timed at two sizes in interleaved runs.
+read them (spacy_elmo.bilm.kernels.eager.WINDOW_GATES_BYTES), timed at two sizes in interleaved runs.
 
     python benchmarks/lstm_window.py [--threads 1] [--sentences 64] [--precisions bf16,int8,fp32]
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm import lstm
+from spacy_elmo.bilm.kernels import eager as lstm
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bilm_speed import ORIGINAL, make_sentences  # noqa: E402  (a sibling script, not a package)
