@@ -8,7 +8,7 @@ each explicit precision run the same random-word batches of ``--rows`` sentences
 to ``--max-words`` words (no token cache: every word goes through the char CNN, as fresh words
 do), interleaved, ``--repeats`` rounds; the median tokens/s of each is printed, and auto's ratio
 to the fastest (issue 30 asks for at least 0.9). Then the roofline: this machine's fp32 and bf16
-product rates at the biLM's shapes for these batches (``spacy_elmo.bilm.roofline``, timed in the
+product rates at the biLM's shapes for these batches (``spacy_elmo.roofline``, timed in the
 same run), and each precision's FLOP rate (tokens/s x 204.3 MFLOP per token) as a fraction of the
 best of them (issue 35 asks ``auto`` for at least 0.60 on a CPU with AVX512-BF16 and no AMX, 0.40
 with AMX).
@@ -29,7 +29,8 @@ import typer
 
 from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm import autotune
-from spacy_elmo.bilm.roofline import DTYPES, bilm_products, flops_per_token, product_rates
+from spacy_elmo.bilm.flops import flops_per_token
+from spacy_elmo.roofline import DTYPES, bilm_products, product_rates
 
 ORIGINAL = ElmoOptions(lstm_dim=4096, projection_dim=512, n_layers=2, n_highway=2)
 

@@ -348,13 +348,14 @@ def bench(
 
     Beside tokens/s, a roofline: this machine's own matrix-product rate per precision at the
     biLM's product shapes, timed in the same run, and the fraction of it the biLM reaches (its
-    tokens/s times its FLOP per token, counted from the options: spacy_elmo.bilm.roofline)."""
+    tokens/s times its FLOP per token, counted from the options: spacy_elmo.roofline)."""
     import torch
 
     from .bilm import ElmoFileError
     from .bilm.autotune import BATCH_ROWS, BATCH_WORDS, PRECISION_ENV, decisions_path, remeasure, timing_batch
     from .bilm.compat import cpu_capabilities
-    from .bilm.roofline import bilm_products, flops_per_token, product_rates, report, roofline
+    from .bilm.flops import flops_per_token
+    from .roofline import bilm_products, product_rates, report, roofline
 
     if threads is not None:
         torch.set_num_threads(threads)

@@ -3,7 +3,7 @@
 Whether bf16 or int8 beats float32 depends on the CPU and on the model's shapes: with the same
 AVX512-BF16, bf16 is faster than float32 on one CPU and slower on another (docs/bilm.md has the
 figures). No CPU flag predicts it, so at the first use of a model's shapes on a machine the biLM
-times its own passes on a fixed batch of made-up words (:meth:`BiLM.layers_at`) in each
+times its own passes on a fixed batch of made-up words (:func:`timed_pass`) in each
 precision the CPU can run (:func:`candidates`), interleaved, and takes the fastest whose layers
 keep the accuracy contract against float32 on that batch (mean per-token cosine of at least
 :data:`MIN_MEAN_COSINE` in every layer). Inference and training are decided apart: inference
@@ -44,30 +44,44 @@ import threading
 import time
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass
-from typing import Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple
 
 import numpy
 import torch
 
-from .decision_file import decision_key, decisions_path, locked, read_decisions, record_decision, recorded_rates
-from .identity import model_digest
 from . import compat
+from .decision_file import decision_key, decisions_path, locked, read_decisions, record_decision, recorded_rates
+from .flops import flops_per_token
+from .identity import model_digest
 from .int8 import int8_available
+from .lstm import LSTMState
 from .options import ElmoOptions
 from .precision import PRECISION_ENV, check_precision, cpu_has_native_bf16
-from .roofline import flops_per_token
+
+if TYPE_CHECKING:
+    from .model import BiLMOutput
 
 
 class TunedModel(Protocol):
     """What the decision needs of a biLM (:class:`~spacy_elmo.bilm.BiLM` has it): its shapes, its
-    weights (``state_dict``, for :func:`.identity.model_digest`), and its layers from a pass in a
-    given precision, inference's or a training step's."""
+    weights (``state_dict``, for :func:`.identity.model_digest`), its parameters and training
+    mode, a forward pass from zero states in a precision given for the call, and a way to drop
+    the weight copies a pass made."""
 
     options: ElmoOptions
+    training: bool
 
     def state_dict(self) -> Dict[str, torch.Tensor]: ...
 
-    def layers_at(self, sentences: Sequence[Sequence[str]], precision: str, training: bool = False) -> torch.Tensor: ...
+    def parameters(self) -> Iterator[torch.nn.Parameter]: ...
+
+    def train(self, mode: bool = True) -> object: ...
+
+    def initial_state(self, batch: int, mode: Optional[str] = None) -> LSTMState: ...
+
+    def __call__(
+        self, sentences: Sequence[Sequence[str]], state: Optional[LSTMState] = None, precision: Optional[str] = None
+    ) -> "BiLMOutput": ...
 
     def release_product_copies(self) -> None: ...
 
@@ -88,13 +102,8 @@ MIN_ROUNDS, MAX_ROUNDS, MIN_SECONDS = 3, 15, 0.5  # interleaved rounds: at least
 # machine's noise.
 CLEAR_WIN = 1.10
 # The version of the biLM's CPU computation that decisions were measured with: raise it when a
-# change makes one precision's pass faster or slower than another's, so that caches measure again.
-# 2: the LSTM's gates windows bounded in bytes, int8 products written per direction.
-# 3: one sigmoid for the four gates, bf16 LSTM weights laid out (out, in), int8's char CNN in bf16.
-# 4: int8 weights packed for oneDNN on CPUs with VNNI or AMX int8.
-# 5: low-precision LSTM directions one after the other, the char CNN as unfolded products, the
-#    timed batch of 64 rows.
-# 6: int8's input and recurrent products as one product per step.
+# change makes one precision's pass faster or slower than another's, so that caches measure again
+# (what each version changed: the git history of this line).
 KERNELS = 6
 # The two passes decided apart (``training`` in the functions below).
 PASSES = {False: "inference", True: "training"}
@@ -259,10 +268,33 @@ def _passes(model: TunedModel, run: Optional[Run], training: bool) -> Passes:
         return Passes(run)
     batch = timing_batch()
     return Passes(
-        run=lambda precision: model.layers_at(batch, precision, training),  # type: ignore[arg-type]
-        prepare=lambda precision: model.layers_at(batch[:1], precision, training),  # type: ignore[arg-type]
+        run=lambda precision: timed_pass(model, batch, precision, training),
+        prepare=lambda precision: timed_pass(model, batch[:1], precision, training),
         release=model.release_product_copies,
     )
+
+
+def timed_pass(model: TunedModel, sentences: Sequence[Sequence[str]], precision: str, training: bool = False) -> torch.Tensor:
+    """:attr:`~.model.BiLMOutput.layers` of one zero-state pass of ``model`` with its products in
+    ``precision``, without the token cache, dropout off (the passes must be comparable, and draw
+    nothing): what ``auto`` times. The model's settings and mode are left as they were.
+
+    Inference's pass runs without gradients. ``training``: a training step's passes instead, the
+    forward pass with gradients and a backward pass from a loss on the layers to every parameter;
+    the gradients are computed and dropped, each parameter's ``.grad`` left as it was. Returns the
+    layers, detached.
+    """
+    mode = model.training
+    model.train(False)
+    try:
+        with torch.set_grad_enabled(training):
+            layers = model(sentences, state=model.initial_state(len(sentences), "zero"), precision=precision).layers
+            trained = [parameter for parameter in model.parameters() if parameter.requires_grad]
+            if training and trained:
+                torch.autograd.grad(layers.float().square().mean(), trained, allow_unused=True)
+            return layers.detach()
+    finally:
+        model.train(mode)
 
 
 def _checked_override(value: str) -> str:
@@ -340,7 +372,7 @@ def accuracies(passes: Passes, precisions: Sequence[str]) -> Dict[str, float]:
 
 
 def worst_cosine(found: torch.Tensor, expected: torch.Tensor) -> float:
-    """The smallest over layers of the mean per-token cosine; ``layers`` as :meth:`BiLM.layers_at` gives them.
+    """The smallest over layers of the mean per-token cosine; ``layers`` as :func:`timed_pass` gives them.
 
     Shapes (n_layers + 1, batch, time, width); positions of zeros (padding) are left out.
     """
