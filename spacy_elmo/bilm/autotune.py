@@ -44,7 +44,7 @@ import threading
 import time
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple
 
 import numpy
 import torch
@@ -58,15 +58,16 @@ from .lstm import LSTMState
 from .options import ElmoOptions
 from .precision import PRECISION_ENV, check_precision, cpu_has_native_bf16
 
-if TYPE_CHECKING:
-    from .model import BiLMOutput
+
+class PassOutput(Protocol):
+    """What a pass gives: its layers, as :class:`~spacy_elmo.bilm.BiLMOutput`'s."""
+
+    layers: torch.Tensor
 
 
 class TunedModel(Protocol):
-    """What the decision needs of a biLM (:class:`~spacy_elmo.bilm.BiLM` has it): its shapes, its
-    weights (``state_dict``, for :func:`.identity.model_digest`), its parameters and training
-    mode, a forward pass from zero states in a precision given for the call, and a way to drop
-    the weight copies a pass made."""
+    """What the decision needs of a biLM (:class:`~spacy_elmo.bilm.BiLM` has it): its shapes, weights
+    (for :func:`.identity.model_digest`) and mode, a zero-state pass in a precision given per call."""
 
     options: ElmoOptions
     training: bool
@@ -81,7 +82,7 @@ class TunedModel(Protocol):
 
     def __call__(
         self, sentences: Sequence[Sequence[str]], state: Optional[LSTMState] = None, precision: Optional[str] = None
-    ) -> "BiLMOutput": ...
+    ) -> PassOutput: ...
 
     def release_product_copies(self) -> None: ...
 
@@ -274,7 +275,9 @@ def _passes(model: TunedModel, run: Optional[Run], training: bool) -> Passes:
     )
 
 
-def timed_pass(model: TunedModel, sentences: Sequence[Sequence[str]], precision: str, training: bool = False) -> torch.Tensor:
+def timed_pass(
+    model: TunedModel, sentences: Sequence[Sequence[str]], precision: str, training: bool = False
+) -> torch.Tensor:
     """:attr:`~.model.BiLMOutput.layers` of one zero-state pass of ``model`` with its products in
     ``precision``, without the token cache, dropout off (the passes must be comparable, and draw
     nothing): what ``auto`` times. The model's settings and mode are left as they were.

@@ -205,7 +205,10 @@ class BiLM(LSTMStates, PrecisionSetting):
 
     # ----------------------------------------------------------------- forward pass
     def forward(
-        self, sentences: Sequence[Sequence[str]], state: Optional[LSTMState] = None, precision: Optional[Precision] = None
+        self,
+        sentences: Sequence[Sequence[str]],
+        state: Optional[LSTMState] = None,
+        precision: Optional[Precision] = None,
     ) -> BiLMOutput:
         """Run the biLM over a batch of tokenized sentences; boundaries are added here.
 

@@ -160,7 +160,7 @@ def random_layer_batch(lengths: Sequence[int], device: torch.device) -> LayerBat
 
 
 def eager_kernel(dtype: torch.dtype, device: torch.device) -> Float32Kernel:
-    """The eager loop's kernel with products in ``dtype`` (float32 or bf16), as a pass on ``device`` lays out its copies."""
+    """The eager loop's kernel with products in ``dtype`` (float32 or bf16), copies laid out as on ``device``."""
     if dtype == torch.float32:
         return Float32Kernel()
     return Bf16Kernel(LowPrecisionWeights(), out_major=device.type == "cpu")

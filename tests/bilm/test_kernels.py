@@ -46,7 +46,8 @@ def test_the_stack_keeps_every_layers_weight_copies_in_one_place(precision):
     with torch.no_grad():
         model(REAL_TEXT[:2])
     stack = model.lstm
-    caches = [c for m in stack.layers.modules() for c in vars(m).values() if isinstance(c, (LowPrecisionWeights, Int8Weights))]
+    kinds = (LowPrecisionWeights, Int8Weights)
+    caches = [c for m in stack.layers.modules() for c in vars(m).values() if isinstance(c, kinds)]
     assert not caches  # no layer keeps copies of its own
     per_layer = 3 if precision == "bf16" else 1  # input, recurrent and projection copies; one entry of packs
     assert len(stack.copies if precision == "bf16" else stack.packs) == per_layer * model.options.n_layers

@@ -16,7 +16,7 @@ all layers: the stack's :attr:`~spacy_elmo.bilm.lstm.BiLSTMStack.copies` and
 :attr:`~spacy_elmo.bilm.lstm.BiLSTMStack.packs`, named by layer index.
 """
 
-from typing import TYPE_CHECKING, Protocol, Sequence, Tuple
+from typing import Protocol, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -28,16 +28,14 @@ from .bf16 import Bf16Kernel
 from .eager import Float32Kernel
 from .fused import FusedKernel
 from .int8 import Int8Kernel
-
-if TYPE_CHECKING:
-    from ..lstm import ProjectedLSTM
+from .layer import LSTMLayer
 
 
 class LayerKernel(Protocol):
     """Runs a layer of the LSTM; one kernel object serves one pass, layer after layer."""
 
     def __call__(
-        self, index: int, layer: "ProjectedLSTM", inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
+        self, index: int, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
     ) -> Tuple[Tensor, Tensor, Tensor]:
         """Run layer ``index``, ``layer``, over a batch whose rows are sorted by length, longest first.
 
@@ -67,4 +65,4 @@ def kernel_for(
     raise ValueError(f"the LSTM's products run in float32, bfloat16 or int8, not {dtype}")
 
 
-__all__ = ["Bf16Kernel", "Float32Kernel", "FusedKernel", "Int8Kernel", "LayerKernel", "kernel_for"]
+__all__ = ["Bf16Kernel", "Float32Kernel", "FusedKernel", "Int8Kernel", "LSTMLayer", "LayerKernel", "kernel_for"]

@@ -11,7 +11,7 @@ bounded row counts (:mod:`..row_buckets`).
 """
 
 from functools import partial
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -20,9 +20,7 @@ from ..gathered_gradients import GatheredWeight
 from ..precision import LowPrecisionWeights
 from ..row_buckets import on_padded_rows
 from .eager import Float32Kernel, LSTMWeights, Weight
-
-if TYPE_CHECKING:
-    from ..lstm import ProjectedLSTM
+from .layer import LSTMLayer
 
 DTYPE = torch.bfloat16
 
@@ -39,18 +37,18 @@ class Bf16Kernel(Float32Kernel):
         self.copies = copies
         self.out_major = out_major
 
-    def weights(self, index: int, layer: "ProjectedLSTM") -> LSTMWeights:
+    def weights(self, index: int, layer: LSTMLayer) -> LSTMWeights:
         """The three weights in bf16, without the bias, from :attr:`copies`."""
         return product_copies(self.copies, index, layer, DTYPE, self.out_major)
 
-    def gathered_weights(self, index: int, layer: "ProjectedLSTM") -> LSTMWeights:
+    def gathered_weights(self, index: int, layer: LSTMLayer) -> LSTMWeights:
         """Copies made for this pass outside autograd, laid out as :meth:`weights` lays them out;
         where a parameter is trained, its gradient gathered into it in float32."""
         sources = (layer.input_weight, layer.hidden_weight, layer.projection)
         copies = [_copy(source, self.out_major) for source in sources]
         return LSTMWeights(*(GatheredWeight(s, c) if s.requires_grad else c for s, c in zip(sources, copies)))
 
-    def lowered_inputs(self, inputs: Tensor, layer: "ProjectedLSTM") -> Tuple[Tensor, Optional[Tensor]]:
+    def lowered_inputs(self, inputs: Tensor, layer: LSTMLayer) -> Tuple[Tensor, Optional[Tensor]]:
         """The inputs in bf16, and the bias, which bf16 would round: float32, (2, 1, 4 * lstm_dim),
         added where the input product is converted to float32."""
         return inputs.to(DTYPE), layer.gate_bias().unsqueeze(1)
@@ -77,7 +75,7 @@ class Bf16Kernel(Float32Kernel):
 
 
 def product_copies(
-    copies: LowPrecisionWeights, index: int, layer: "ProjectedLSTM", dtype: torch.dtype, out_major: bool
+    copies: LowPrecisionWeights, index: int, layer: LSTMLayer, dtype: torch.dtype, out_major: bool
 ) -> LSTMWeights:
     """Layer ``index``'s three product weights as stored, (2, in, out), in ``dtype``, kept in
     ``copies`` while the parameters are unchanged; ``out_major``: laid out (2, out, in) in memory

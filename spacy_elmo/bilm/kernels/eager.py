@@ -13,7 +13,7 @@ the products and the weights they multiply by.
 """
 
 from functools import partial
-from typing import TYPE_CHECKING, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -21,9 +21,7 @@ from torch.nn import functional as F
 
 from ..gathered_gradients import GatheredWeight
 from .cell import cell, cell_in_place
-
-if TYPE_CHECKING:
-    from ..lstm import ProjectedLSTM
+from .layer import LSTMLayer
 
 # The float32 gates of a window of timesteps whose input products are computed in one product:
 # small enough to stay in a CPU's cache between the product that writes them and the steps that
@@ -60,7 +58,7 @@ class Float32Kernel:
         self._workspace: Optional[Tensor] = None
 
     def __call__(
-        self, index: int, layer: "ProjectedLSTM", inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
+        self, index: int, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
     ) -> Result:
         if torch.is_grad_enabled():
             return self._loop(layer, inputs, active, hidden, memory, self.gathered_weights(index, layer), None)
@@ -69,18 +67,18 @@ class Float32Kernel:
         return self._loop(layer, inputs, active, hidden.clone(), memory.clone(), weights, workspace)
 
     # -------------------------------------------------------------- the products, in float32
-    def weights(self, index: int, layer: "ProjectedLSTM") -> LSTMWeights:
+    def weights(self, index: int, layer: LSTMLayer) -> LSTMWeights:
         """Inference's product weights; the input weight with the bias row (+ forget bias)."""
         bias = layer.gate_bias().unsqueeze(1)
         return LSTMWeights(torch.cat([layer.input_weight, bias], dim=1), layer.hidden_weight, layer.projection)
 
-    def gathered_weights(self, index: int, layer: "ProjectedLSTM") -> LSTMWeights:
+    def gathered_weights(self, index: int, layer: LSTMLayer) -> LSTMWeights:
         """:meth:`weights` for a pass with autograd: each weight whose parameters are trained is a
         :class:`GatheredWeight`, its gradient gathered over the steps."""
         sources = self.weights(index, layer)
         return LSTMWeights(*(GatheredWeight(s, s.detach()) if s.requires_grad else s.detach() for s in sources))
 
-    def lowered_inputs(self, inputs: Tensor, layer: "ProjectedLSTM") -> Tuple[Tensor, Optional[Tensor]]:
+    def lowered_inputs(self, inputs: Tensor, layer: LSTMLayer) -> Tuple[Tensor, Optional[Tensor]]:
         """The inputs of the input product and the bias it leaves to add: here the constant-1
         input of the bias row appended, (time, 2, batch, input_dim + 1), and no bias."""
         n_steps, _, batch, _ = inputs.shape
@@ -119,7 +117,7 @@ class Float32Kernel:
         return self._workspace
 
     def _loop(
-        self, layer: "ProjectedLSTM", inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor,
+        self, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor,
         weights: LSTMWeights, workspace: Optional[Tensor],
     ) -> Result:
         """Windows of input gates, then the steps; in place in ``hidden``, ``memory`` and
@@ -149,7 +147,7 @@ class Float32Kernel:
         return torch.stack(outputs), hidden, memory
 
     def _step(
-        self, layer: "ProjectedLSTM", gates: Tensor, hidden: Tensor, memory: Tensor, weights: LSTMWeights
+        self, layer: LSTMLayer, gates: Tensor, hidden: Tensor, memory: Tensor, weights: LSTMWeights
     ) -> Tuple[Tensor, Tensor]:
         """One step of the running rows (``gates``' rows), as new tensors: output and memory."""
         running = gates.shape[1]
@@ -158,7 +156,7 @@ class Float32Kernel:
         return cell(gates, memory[:, :running], project, layer.cell_clip, layer.proj_clip)
 
     def _step_in_place(
-        self, layer: "ProjectedLSTM", gates: Tensor, hidden: Tensor, memory: Tensor, weights: LSTMWeights
+        self, layer: LSTMLayer, gates: Tensor, hidden: Tensor, memory: Tensor, weights: LSTMWeights
     ) -> Tensor:
         """One step of the running rows, over ``gates``, the rows of ``hidden`` and ``memory``
         overwritten; returns the output."""

@@ -1,7 +1,7 @@
 """The fused time loop of a layer: inference on a CUDA GPU with Triton (see :mod:`..fused_lstm`),
 replayed from a CUDA graph where one serves (:mod:`..cuda_graphs`)."""
 
-from typing import TYPE_CHECKING, Sequence, Tuple
+from typing import Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -9,9 +9,7 @@ from torch import Tensor
 from ..cuda_graphs import run_fused_layer
 from ..precision import LowPrecisionWeights
 from .bf16 import product_copies
-
-if TYPE_CHECKING:
-    from ..lstm import ProjectedLSTM
+from .layer import LSTMLayer
 
 Result = Tuple[Tensor, Tensor, Tensor]
 
@@ -25,7 +23,7 @@ class FusedKernel:
         self.dtype = dtype
 
     def __call__(
-        self, index: int, layer: "ProjectedLSTM", inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
+        self, index: int, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
     ) -> Result:
         weights = fused_weights(self.copies, index, layer, self.dtype)
         bias = layer.gate_bias().contiguous()
@@ -33,7 +31,7 @@ class FusedKernel:
 
 
 def fused_weights(
-    copies: LowPrecisionWeights, index: int, layer: "ProjectedLSTM", dtype: torch.dtype
+    copies: LowPrecisionWeights, index: int, layer: LSTMLayer, dtype: torch.dtype
 ) -> Tuple[Tensor, Tensor, Tensor]:
     """The input, recurrent and projection weights as stored, (2, in, out), in ``dtype``: the
     parameters in float32, else copies kept in ``copies``."""

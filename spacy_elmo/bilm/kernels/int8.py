@@ -7,7 +7,7 @@ both halves (within the accuracy contract). Each direction runs all its steps be
 so a step reads one direction's weights, which can stay in the CPU's cache.
 """
 
-from typing import TYPE_CHECKING, List, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -15,9 +15,7 @@ from torch.nn import functional as F
 
 from .. import int8
 from .cell import cell_in_place
-
-if TYPE_CHECKING:
-    from ..lstm import ProjectedLSTM
+from .layer import LSTMLayer
 
 # Per direction: the gates' pack (the input weight over the recurrent one, with the bias), then the projection's.
 Packs = Tuple[Tuple[int8.Packed, ...], Tuple[int8.Packed, ...]]
@@ -32,7 +30,7 @@ class Int8Kernel:
         self.packs = packs
 
     def __call__(
-        self, index: int, layer: "ProjectedLSTM", inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
+        self, index: int, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
     ) -> Result:
         packs = self.packs.get(str(index), list(layer.parameters()), lambda: make_packs(layer))  # refuses gradients
         with torch.no_grad():
@@ -44,19 +42,19 @@ class Int8Kernel:
         return torch.stack(outputs, dim=1), torch.stack(final_hidden), torch.stack(final_memory)
 
 
-def make_packs(layer: "ProjectedLSTM") -> Packs:
+def make_packs(layer: LSTMLayer) -> Packs:
     """The layer's int8 packs, per direction, each (out, in): the gates' and the projection's."""
     bias = layer.gate_bias()
     # One direction's stacked float32 weight at a time, made (out, in) as the pack reads it: the
     # only transient copy of a weight (64 MB at the Original size), freed once packed.
     return (
-        tuple(int8.pack(torch.cat([layer.input_weight[d].T, layer.hidden_weight[d].T], dim=1), bias[d]) for d in range(2)),
+        tuple(int8.pack(torch.cat([layer.input_weight[d].T, layer.hidden_weight[d].T], 1), bias[d]) for d in range(2)),
         tuple(int8.pack(layer.projection[d].T, None) for d in range(2)),
     )
 
 
 def _direction(
-    layer: "ProjectedLSTM", inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor,
+    layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor,
     gates_pack: int8.Packed, projection_pack: int8.Packed,
 ) -> Result:
     """One direction's steps. Shapes: ``inputs`` (time, batch, input_dim), ``hidden`` (batch,
@@ -71,7 +69,8 @@ def _direction(
     outputs: List[Tensor] = []
     for step in range(n_steps):
         running = active[step]
-        step_inputs = torch.cat([inputs[step, :running], hidden[:running]], dim=1)  # (running, input_dim + projection_dim)
+        # (running, input_dim + projection_dim)
+        step_inputs = torch.cat([inputs[step, :running], hidden[:running]], dim=1)
         gates = int8.linear(step_inputs, gates_pack).unsqueeze(0)  # (1, running, 4 * lstm_dim)
         new_hidden = cell_in_place(gates, memory[None, :running], project, layer.cell_clip, layer.proj_clip)[0]
         hidden[:running] = new_hidden
