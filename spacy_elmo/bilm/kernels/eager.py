@@ -20,7 +20,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from ..gathered_gradients import GatheredWeight
-from .cell import cell, cell_in_place
+from .cell import Project, cell, cell_in_place
 from .layer import LSTMLayer
 
 # The float32 gates of a window of timesteps whose input products are computed in one product:
@@ -125,6 +125,7 @@ class Float32Kernel:
         lowered, bias = self.lowered_inputs(inputs, layer)
         n_steps, _, batch, _ = inputs.shape
         chunk = window_steps(n_steps, batch, layer.lstm_dim)
+        project = partial(self.project, weight=weights.projection)
         outputs: List[Tensor] = []
         for start in range(0, n_steps, chunk):
             rows = active[start]  # the window's later steps need no more rows than its first
@@ -138,31 +139,30 @@ class Float32Kernel:
             # index per step would write a window-sized gradient (zeros and one step) per step.
             for offset, step_gates in enumerate(pre_gates.unbind(1)):
                 running = active[start + offset]
+                gates = step_gates[:, :running]
                 if workspace is not None:
-                    new_hidden = self._step_in_place(layer, step_gates[:, :running], hidden, memory, weights)
+                    new_hidden = self._step_in_place(layer, gates, hidden, memory, weights, project)
                 else:
-                    new_hidden, new_memory = self._step(layer, step_gates[:, :running], hidden, memory, weights)
+                    new_hidden, new_memory = self._step(layer, gates, hidden, memory, weights, project)
                     hidden, memory = _update_rows(hidden, new_hidden), _update_rows(memory, new_memory)
                 outputs.append(F.pad(new_hidden, (0, 0, 0, batch - running)))
         return torch.stack(outputs), hidden, memory
 
     def _step(
-        self, layer: LSTMLayer, gates: Tensor, hidden: Tensor, memory: Tensor, weights: LSTMWeights
+        self, layer: LSTMLayer, gates: Tensor, hidden: Tensor, memory: Tensor, weights: LSTMWeights, project: Project
     ) -> Tuple[Tensor, Tensor]:
         """One step of the running rows (``gates``' rows), as new tensors: output and memory."""
         running = gates.shape[1]
         gates = gates + self.recurrent(hidden[:, :running], weights.hidden)
-        project = partial(self.project, weight=weights.projection)
         return cell(gates, memory[:, :running], project, layer.cell_clip, layer.proj_clip)
 
     def _step_in_place(
-        self, layer: LSTMLayer, gates: Tensor, hidden: Tensor, memory: Tensor, weights: LSTMWeights
+        self, layer: LSTMLayer, gates: Tensor, hidden: Tensor, memory: Tensor, weights: LSTMWeights, project: Project
     ) -> Tensor:
         """One step of the running rows, over ``gates``, the rows of ``hidden`` and ``memory``
         overwritten; returns the output."""
         running = gates.shape[1]
         gates = self.add_recurrent_(gates, hidden[:, :running], weights.hidden)  # type: ignore[arg-type]
-        project = partial(self.project, weight=weights.projection)
         new_hidden = cell_in_place(gates, memory[:, :running], project, layer.cell_clip, layer.proj_clip)
         hidden[:, :running] = new_hidden
         return new_hidden
