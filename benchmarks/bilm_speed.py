@@ -31,7 +31,7 @@ from torch.utils import benchmark
 from harness import Timing, interleaved, layer_agreement, machine, step_by_step, timed, zipf_sentences
 from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm.options import ORIGINAL_SIZES
-from spacy_elmo.bilm.roofline import flops_per_token
+from spacy_elmo.bilm.flops import flops_per_token
 
 SIZES = {
     "original": ElmoOptions(**ORIGINAL_SIZES),

@@ -3,7 +3,7 @@
 Whether bf16 or int8 beats float32 depends on the CPU and on the model's shapes: with the same
 AVX512-BF16, bf16 is faster than float32 on one CPU and slower on another (docs/bilm.md has the
 figures). No CPU flag predicts it, so at the first use of a model's shapes on a machine the biLM
-times its own passes on a fixed batch of made-up words (:meth:`BiLM.layers_at`) in each
+times its own passes on a fixed batch of made-up words (:func:`timed_pass`) in each
 precision the CPU can run (:func:`candidates`), interleaved, and takes the fastest whose layers
 keep the accuracy contract against float32 on that batch (mean per-token cosine of at least
 :data:`MIN_MEAN_COSINE` in every layer). Inference and training are decided apart: inference
@@ -49,25 +49,40 @@ from typing import Callable, Dict, Iterator, List, Optional, Protocol, Sequence,
 import numpy
 import torch
 
-from .decision_file import decision_key, decisions_path, locked, read_decisions, record_decision, recorded_rates
-from .identity import model_digest
 from . import compat
+from .decision_file import decision_key, decisions_path, locked, read_decisions, record_decision, recorded_rates
+from .flops import flops_per_token
+from .identity import model_digest
 from .int8 import int8_available
+from .lstm import LSTMState
 from .options import ElmoOptions
 from .precision import PRECISION_ENV, check_precision, cpu_has_native_bf16
-from .roofline import flops_per_token
+
+
+class PassOutput(Protocol):
+    """What a pass gives: its layers, as :class:`~spacy_elmo.bilm.BiLMOutput`'s."""
+
+    layers: torch.Tensor
 
 
 class TunedModel(Protocol):
-    """What the decision needs of a biLM (:class:`~spacy_elmo.bilm.BiLM` has it): its shapes, its
-    weights (``state_dict``, for :func:`.identity.model_digest`), and its layers from a pass in a
-    given precision, inference's or a training step's."""
+    """What the decision needs of a biLM (:class:`~spacy_elmo.bilm.BiLM` has it): its shapes, weights
+    (for :func:`.identity.model_digest`) and mode, a zero-state pass in a precision given per call."""
 
     options: ElmoOptions
+    training: bool
 
     def state_dict(self) -> Dict[str, torch.Tensor]: ...
 
-    def layers_at(self, sentences: Sequence[Sequence[str]], precision: str, training: bool = False) -> torch.Tensor: ...
+    def parameters(self) -> Iterator[torch.nn.Parameter]: ...
+
+    def train(self, mode: bool = True) -> object: ...
+
+    def initial_state(self, batch: int, mode: Optional[str] = None) -> LSTMState: ...
+
+    def __call__(
+        self, sentences: Sequence[Sequence[str]], state: Optional[LSTMState] = None, precision: Optional[str] = None
+    ) -> PassOutput: ...
 
     def release_product_copies(self) -> None: ...
 
@@ -252,10 +267,35 @@ def _passes(model: TunedModel, run: Optional[Run], training: bool) -> Passes:
         return Passes(run)
     batch = timing_batch()
     return Passes(
-        run=lambda precision: model.layers_at(batch, precision, training),  # type: ignore[arg-type]
-        prepare=lambda precision: model.layers_at(batch[:1], precision, training),  # type: ignore[arg-type]
+        run=lambda precision: timed_pass(model, batch, precision, training),
+        prepare=lambda precision: timed_pass(model, batch[:1], precision, training),
         release=model.release_product_copies,
     )
+
+
+def timed_pass(
+    model: TunedModel, sentences: Sequence[Sequence[str]], precision: str, training: bool = False
+) -> torch.Tensor:
+    """:attr:`~.model.BiLMOutput.layers` of one zero-state pass of ``model`` with its products in
+    ``precision``, without the token cache, dropout off (the passes must be comparable, and draw
+    nothing): what ``auto`` times. The model's settings and mode are left as they were.
+
+    Inference's pass runs without gradients. ``training``: a training step's passes instead, the
+    forward pass with gradients and a backward pass from a loss on the layers to every parameter;
+    the gradients are computed and dropped, each parameter's ``.grad`` left as it was. Returns the
+    layers, detached.
+    """
+    mode = model.training
+    model.train(False)
+    try:
+        with torch.set_grad_enabled(training):
+            layers = model(sentences, state=model.initial_state(len(sentences), "zero"), precision=precision).layers
+            trained = [parameter for parameter in model.parameters() if parameter.requires_grad]
+            if training and trained:
+                torch.autograd.grad(layers.float().square().mean(), trained, allow_unused=True)
+            return layers.detach()
+    finally:
+        model.train(mode)
 
 
 def _checked_override(value: str) -> str:
@@ -333,7 +373,7 @@ def accuracies(passes: Passes, precisions: Sequence[str]) -> Dict[str, float]:
 
 
 def worst_cosine(found: torch.Tensor, expected: torch.Tensor) -> float:
-    """The smallest over layers of the mean per-token cosine; ``layers`` as :meth:`BiLM.layers_at` gives them.
+    """The smallest over layers of the mean per-token cosine; ``layers`` as :func:`timed_pass` gives them.
 
     Shapes (n_layers + 1, batch, time, width); positions of zeros (padding) are left out.
     """

@@ -47,7 +47,7 @@ from .fused_lstm import GPU_PRECOMPUTED_POSITIONS, LayerBuffers, fused_layer, pa
 from .precision import tensor_versions
 
 # Set to "0" to launch the fused loop step by step: to compare, or as a way out should graphs misbehave.
-SWITCH = "SPACY_ELMO_CUDA_GRAPHS"
+CUDA_GRAPHS_ENV = "SPACY_ELMO_CUDA_GRAPHS"
 STEP_GRAIN = 4  # steps are padded to a multiple of this at least
 ROW_GRAIN = 16  # rows too: products of a multiple of 16 rows suit the GPU's matrix units
 MAX_GRAPHS = 32  # per device; a graph holds little beyond its kernels' arguments (see StaticBuffers)
@@ -64,7 +64,7 @@ Result = Tuple[Tensor, Tensor, Tensor]
 def use_cuda_graphs(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether the fused loop on ``device`` with products in ``dtype`` runs from CUDA graphs: on
     CUDA in :data:`GRAPH_DTYPES`, unless ``SPACY_ELMO_CUDA_GRAPHS=0``."""
-    return device.type == "cuda" and dtype in GRAPH_DTYPES and os.environ.get(SWITCH, "1") != "0"
+    return device.type == "cuda" and dtype in GRAPH_DTYPES and os.environ.get(CUDA_GRAPHS_ENV, "1") != "0"
 
 
 def bucket(n: int, grain: int) -> int:
@@ -281,7 +281,7 @@ class GraphCache:
     def _warn(self, message: str) -> None:
         if not self._warned:
             self._warned = True
-            warnings.warn(f"spacy-elmo, CUDA graphs: {message} (set {SWITCH}=0 to launch it always)",
+            warnings.warn(f"spacy-elmo, CUDA graphs: {message} (set {CUDA_GRAPHS_ENV}=0 to launch it always)",
                           RuntimeWarning, stacklevel=4)
 
 

@@ -4,7 +4,7 @@ The LSTM's products, which dominate inference from the Small size up, run on PyT
 dynamic-quantization kernels (``torch.ops.quantized.linear_dynamic``: oneDNN's where the CPU has
 VNNI or AMX int8, else the current engine's, fbgemm on x86: see :func:`pack_engine`): at each step
 one product of the step's input beside the previous output by the input and recurrent weights
-stacked (see :meth:`~.lstm.ProjectedLSTM.forward_int8`), and the output projection. Each weight is
+stacked (see :mod:`.kernels.int8`), and the output projection. Each weight is
 quantized once per output channel to int8 (scale: the channel's largest magnitude / 127) and
 prepacked for the kernel; each call quantizes its activations per tensor to uint8, accumulates in
 int32 and returns float32 with the float32 bias added. The gates, cell state, clipping, skip
@@ -118,7 +118,7 @@ class Int8Weights:
     Keyed as :class:`~.precision.LowPrecisionWeights` keys its copies: on the sources'
     :func:`~.precision.tensor_versions` (and the quantized engine, which the packing is for), so a
     write to a weight (loading, an optimizer step, ``weights_written``) is never served stale; the
-    large float32 sources then move to disk (:mod:`.offload`).
+    large float32 sources then move to disk where they are frozen for inference (:mod:`.offload`).
     """
 
     def __init__(self) -> None:
@@ -149,6 +149,6 @@ class Int8Weights:
             if cached is not None and cached[0] == (engine, tensor_versions(sources)):
                 return cached[1]
             packs = make()
-            offload(sources)  # the packs do the work now: the float32 sources go to disk
+            offload(sources)  # the packs do the work now: frozen float32 sources go to disk
             self._packs[name] = ((engine, tensor_versions(sources)), packs)
             return packs

@@ -1,4 +1,4 @@
-"""The ELMo biLM: a token encoder (:mod:`.token_encoder`) + bidirectional LSTM stack (Peters et al., 2018).
+"""The ELMo biLM: char-CNN token encoder + bidirectional LSTM stack (Peters et al., 2018).
 
 Pure PyTorch. Reads and writes the standard ``options.json`` + ``weights.hdf5`` files through
 :mod:`spacy_elmo.bilm.files`.
@@ -6,7 +6,7 @@ Pure PyTorch. Reads and writes the standard ``options.json`` + ``weights.hdf5`` 
 
 import itertools
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Hashable, Iterator, List, Literal, Optional, Sequence, Tuple
+from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy
 import torch
@@ -16,17 +16,14 @@ from ..fileio import PathLike
 from .char_cnn import CharCNN
 from .errors import module_property
 from .files import load_files, write_files
+from .int8 import check_no_gradient
 from .lstm import BiLSTMStack, LSTMState
-from .offload import evict, return_freed_memory
 from .options import ElmoOptions
-from .int8 import Int8Weights, check_no_gradient
-from .precision import LowPrecisionWeights, Precision, ResolvedPrecision, check_precision, own_precision, tensor_versions
+from .precision import Precision, ResolvedPrecision, own_precision, tensor_versions
+from .precision_setting import PrecisionSetting
+from .states import STATE_MODES, LSTMStates, StateMode
 from .token_cache import TokenCache
 from .token_encoder import SENTENCE_END, SENTENCE_START, TokenEncoder
-
-StateMode = Literal["zero", "warm", "carry"]
-STATE_MODES: Tuple[str, ...] = ("zero", "warm", "carry")
-
 
 @dataclass(frozen=True)
 class BiLMSettings:
@@ -64,7 +61,7 @@ class BiLMOutput:
     state: LSTMState
 
 
-class BiLM(nn.Module):
+class BiLM(LSTMStates, PrecisionSetting):
     """A bidirectional language model whose layers are ELMo's representations.
 
     ``state`` chooses where every batch's LSTM states start:
@@ -108,9 +105,6 @@ class BiLM(nn.Module):
         self.lstm = BiLSTMStack(options)
         self.dropout = dropout
         self.token_cache = TokenCache(cache_size)
-        self.register_buffer("warm_hidden", None)
-        self.register_buffer("warm_memory", None)
-        self._carried: Optional[LSTMState] = None
         self.register_load_state_dict_pre_hook(_renamed_token_encoder)
 
     @module_property
@@ -133,35 +127,6 @@ class BiLM(nn.Module):
     @dropout.setter
     def dropout(self, p: float) -> None:
         self.lstm.dropout.p = p
-
-    @module_property
-    def precision(self) -> Precision:
-        """``"fp32"``, ``"bf16"``, ``"int8"`` or ``"auto"``: the setting, as given (see :attr:`resolved_precision`)."""
-        return self._precision
-
-    @precision.setter
-    def precision(self, precision: Precision) -> None:
-        check_precision(precision)
-        self._precision = precision
-
-    @module_property
-    def resolved_precision(self) -> ResolvedPrecision:
-        """What a call now runs its matrix products in: :meth:`resolved_precision_for` training while
-        gradients reach the parameters, else inference."""
-        trained = self.token_encoder.projection.weight.requires_grad
-        return self.resolved_precision_for(training=torch.is_grad_enabled() and trained)
-
-    def resolved_precision_for(self, training: bool) -> ResolvedPrecision:
-        """:attr:`precision` resolved on the model's device for training or for inference, whatever
-        the gradient mode now (an ``embed`` manifest records inference's): see
-        :class:`.precision.ResolvedPrecision`. ``"auto"`` on a CPU is this model's measured decision for
-        that use, made once per machine, shapes and weights (:mod:`.autotune`)."""
-        return ResolvedPrecision.resolve(self.precision, self.device, training, measured=lambda: self._measured_auto(training))
-
-    def _measured_auto(self, training: bool) -> str:
-        from .autotune import cpu_auto_precision
-
-        return cpu_auto_precision(self, training)
 
     @module_property
     def settings(self) -> BiLMSettings:
@@ -224,58 +189,37 @@ class BiLM(nn.Module):
         write_files(self, options_file, weight_file)
 
     # ----------------------------------------------------------------- forward pass
-    def forward(self, sentences: Sequence[Sequence[str]], state: Optional[LSTMState] = None) -> BiLMOutput:
+    def forward(
+        self,
+        sentences: Sequence[Sequence[str]],
+        state: Optional[LSTMState] = None,
+        precision: Optional[Precision] = None,
+    ) -> BiLMOutput:
         """Run the biLM over a batch of tokenized sentences; boundaries are added here.
 
         ``state`` overrides the model's state mode for this call: shapes
         (n_layers, 2, batch, projection_dim) and (n_layers, 2, batch, lstm_dim). An autocast
         around the call does not apply, nor TF32 in ``"fp32"``: the products run at the model's
-        ``precision`` (see :func:`~spacy_elmo.bilm.precision.own_precision`).
+        ``precision`` (see :func:`~spacy_elmo.bilm.precision.own_precision`), or at ``precision``
+        for this call (what ``auto``'s measurement times), its token vectors then all computed
+        afresh: the token cache holds the model's.
         """
         if len(sentences) == 0:
             raise ValueError("BiLM.forward needs at least one sentence (an empty one is fine)")
-        resolved = self.resolved_precision
+        if precision is None:
+            resolved = self.resolved_precision
+        else:
+            resolved = self.resolved_precision_for(self._training_now(), precision)
         if resolved.precision == "int8":
             check_no_gradient(list(self.parameters()))
+        sequences = [(SENTENCE_START, *sentence, SENTENCE_END) for sentence in sentences]
         with own_precision(self.device, resolved.dtype):
-            table, index = self.token_table([(SENTENCE_START, *sentence, SENTENCE_END) for sentence in sentences])
-            return self._forward(sentences, table, index, state, resolved.dtype)
-
-    def prepare_inference(self) -> None:
-        """Make now, not in the first call, what inference's products need: ``auto``'s decision,
-        and the low-precision weight copies or int8 packs, after which their float32 sources move
-        to disk (:mod:`.offload`). The first batch then does not hold the weights in two forms
-        beside its own working memory, and a service's first request waits for none of it. One
-        zero-state pass over one token, its outputs dropped; nothing to make in fp32."""
-        precision = self.resolved_precision_for(training=False).precision
-        if precision != "fp32":
-            self.layers_at([["."]], precision)
-
-    def layers_at(self, sentences: Sequence[Sequence[str]], precision: Precision, training: bool = False) -> Tensor:
-        """:attr:`BiLMOutput.layers` of one zero-state pass with the products in ``precision``
-        (explicit), without the token cache: what ``"auto"`` times (:mod:`.autotune`). The
-        model's own settings are left as they are.
-
-        Inference's pass runs without gradients. ``training``: a training step's passes instead,
-        the forward pass with gradients and a backward pass from a loss on the layers to every
-        parameter; the gradients are computed and dropped, each parameter's ``.grad`` left as it
-        was. Returns the layers, detached.
-        """
-        resolved = ResolvedPrecision.resolve(precision, self.device, training=training)
-        distinct, index = _token_index([(SENTENCE_START, *sentence, SENTENCE_END) for sentence in sentences])
-        dropout_on = self.lstm.dropout.training
-        self.lstm.dropout.eval()  # a model in training mode: the passes must be comparable, and draw nothing
-        try:
-            with torch.set_grad_enabled(training), own_precision(self.device, resolved.dtype):
+            if precision is None:
+                table, index = self.token_table(sequences)
+            else:
+                distinct, index = _token_index(sequences)
                 table = self._encode(distinct, range(len(distinct)), resolved)
-                zero = self.initial_state(len(sentences), "zero")
-                layers = self._forward(sentences, table, index, zero, resolved.dtype).layers
-                trained = [parameter for parameter in self.parameters() if parameter.requires_grad]
-                if training and trained:
-                    torch.autograd.grad(layers.float().square().mean(), trained, allow_unused=True)
-                return layers.detach()
-        finally:
-            self.lstm.dropout.train(dropout_on)
+            return self._forward(sentences, table, index, state, resolved.dtype)
 
     def _forward(
         self, sentences: Sequence[Sequence[str]], table: Tensor, index: Tensor, state: Optional[LSTMState], dtype: torch.dtype
@@ -351,81 +295,6 @@ class BiLM(nn.Module):
         """Report that the parameters were written outside torch (thinc's optimizer writes them
         in place through array views), so that :meth:`fingerprint` changes as for any torch write."""
         torch.autograd.graph.increment_version(list(self.parameters()))
-
-    def release_product_copies(self) -> None:
-        """Forget every low-precision weight copy and int8 pack (the next pass remakes those of
-        its precision), drop the float32 weights' pages read back from disk (:func:`.offload.evict`)
-        and hand the freed memory back to the system. ``auto``'s measurement calls it after each
-        candidate's pass, so that memory holds one candidate's weights at a time."""
-        for module in self.modules():
-            for cache in vars(module).values():
-                if isinstance(cache, (LowPrecisionWeights, Int8Weights)):
-                    cache.clear()
-        evict(self.parameters())
-        return_freed_memory()
-
-    # ------------------------------------------------------------------ states
-    def warm_up(self, sentences: Sequence[Sequence[str]]) -> None:
-        """Store the state reached after reading ``sentences`` in order as the warm start.
-
-        The text runs as one stream, a sentence at a time, with states carried between
-        sentences as in training. The forward stack keeps its state after the last sentence's
-        end; the backward stack its state after the last sentence's start. Saved by
-        :meth:`to_files`, used in ``"warm"`` mode.
-        """
-        if not sentences:
-            raise ValueError("warm_up needs at least one sentence")
-        with torch.no_grad():
-            state = self.lstm.zero_state(1, self.token_encoder.projection.weight)
-            for sentence in sentences:
-                state = self.forward([sentence], state=state).state
-        self.warm_hidden = state.hidden[:, :, 0].clone()
-        self.warm_memory = state.memory[:, :, 0].clone()
-
-    def reset_states(self) -> None:
-        """Forget the states carried between batches in ``"carry"`` mode."""
-        self._carried = None
-
-    def initial_state(self, batch: int, mode: Optional[StateMode] = None, carried: Optional[LSTMState] = None) -> LSTMState:
-        """The LSTM states a batch of ``batch`` rows starts from, in ``mode`` (default: the model's).
-
-        ``"carry"`` continues row r from row r of ``carried`` (default: the state the model
-        carries from its previous batch); rows it lacks start from zero. Shapes:
-        (n_layers, 2, batch, projection_dim) and (n_layers, 2, batch, lstm_dim).
-        """
-        mode = self.state_mode if mode is None else mode
-        if mode not in STATE_MODES:
-            raise ValueError(f"state must be one of {STATE_MODES}, got {mode!r}")
-        if mode == "warm":
-            if self.warm_hidden is None or self.warm_memory is None:
-                raise ValueError(
-                    "state='warm' needs a warm start: call bilm.warm_up(sentences) or load "
-                    "files written after it"
-                )
-            return LSTMState(
-                self.warm_hidden.unsqueeze(2).expand(-1, -1, batch, -1),
-                self.warm_memory.unsqueeze(2).expand(-1, -1, batch, -1),
-            )
-        zeros = self.lstm.zero_state(batch, self.token_encoder.projection.weight)
-        carried = self._carried if carried is None else carried
-        if mode == "zero" or carried is None:
-            return zeros
-        rows = min(batch, carried.hidden.shape[2])
-        zeros.hidden[:, :, :rows] = carried.hidden[:, :, :rows]
-        zeros.memory[:, :, :rows] = carried.memory[:, :, :rows]
-        return zeros
-
-    def _remember(self, final: LSTMState) -> None:
-        """Carry mode: rows of this batch replace the stored rows; rows beyond it are kept."""
-        final = LSTMState(final.hidden.detach(), final.memory.detach())
-        if self._carried is None or self._carried.hidden.shape[2] <= final.hidden.shape[2]:
-            self._carried = final
-            return
-        rows = final.hidden.shape[2]
-        hidden, memory = self._carried.hidden.clone(), self._carried.memory.clone()
-        hidden[:, :, :rows] = final.hidden
-        memory[:, :, :rows] = final.memory
-        self._carried = LSTMState(hidden, memory)
 
     # ------------------------------------------------------------------ helpers
     def _encode(self, tokens: Sequence[Hashable], positions: Sequence[int], resolved: ResolvedPrecision) -> Tensor:

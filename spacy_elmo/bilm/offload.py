@@ -2,15 +2,17 @@
 
 Inference in bf16 or int8 on a CPU multiplies with copies of the large weights (see
 :class:`~.precision.LowPrecisionWeights`, :class:`~.int8.Int8Weights`); the float32 parameters
-they were made from are still the model's weights (what a save writes, what training updates,
-what another precision casts), but inference does not read them. Held in memory they would make
-peak RSS in bf16 higher than in float32. So once a copy is made without gradients, each
+they were made from are still the model's weights (what a save writes, what another precision
+casts), but inference no longer reads them. Held in memory they made peak RSS in bf16 higher
+than in float32. So the weights of a biLM frozen for inference (:meth:`BiLM.prepare_inference`
+marks them: :func:`freeze_for_inference`) move to disk once a copy of them is made: each
 large float32 source moves to a temporary file (unlinked at once: nothing is left behind), mapped
 back copy-on-write (``numpy.memmap`` mode ``"c"``): the parameter reads as before, its pages come
 back from the file (the page cache, usually) when something reads them, and a write (an optimizer
 step) makes private pages as any write does, the file never changes. Each parameter moves at most
 once; the pages a later read brings back (another copy made, ``auto``'s fp32 pass) are dropped
-again once it is done (:func:`evict`). Weights being trained never move (:func:`keep_in_memory`).
+again once it is done (:func:`evict`). Weights not so marked (being trained, or of a biLM used as
+it is) never move.
 
 ``SPACY_ELMO_OFFLOAD=0`` keeps the float32 weights in memory. A file that cannot be written (a
 full disk) keeps them in memory too, with a warning.
@@ -42,7 +44,8 @@ MIN_BYTES = 1 << 20
 # on them: a tensor's attributes travel with it when it is pickled (spawned worker processes), and
 # an mmap cannot be; the copy a pickle makes holds its values in memory, as any tensor does.
 _MAPPINGS: WeakIdKeyDictionary = WeakIdKeyDictionary()
-_STAYS = "_spacy_elmo_in_memory"  # on a tensor that never moves (trained, or its file failed)
+_FROZEN = "_spacy_elmo_frozen_for_inference"  # on a tensor that may move (see freeze_for_inference)
+_STAYS = "_spacy_elmo_in_memory"  # on a tensor whose file failed: it never moves
 # Held while a copy is made from float32 weights and they move (by the copies' caches): a move
 # swaps a tensor's storage, which another thread making a copy from it at that moment (two threads'
 # first passes through one biLM) must not see.
@@ -50,8 +53,9 @@ MOVING = threading.Lock()
 
 
 def offload(tensors: Iterable[Tensor]) -> None:
-    """Move each large float32 CPU tensor of ``tensors`` to a file mapped copy-on-write, once;
-    of those moved before, drop the pages that making this copy read back (:func:`evict`)."""
+    """Move each large float32 CPU tensor of ``tensors`` frozen for inference to a file mapped
+    copy-on-write, once; of those moved before, drop the pages that making this copy read back
+    (:func:`evict`)."""
     if os.environ.get(OFFLOAD_ENV, "1").strip() == "0":
         return
     for tensor in tensors:
@@ -83,11 +87,13 @@ def return_freed_memory() -> None:
             ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def keep_in_memory(tensors: Iterable[Tensor]) -> None:
-    """Never move ``tensors`` to a file: for weights being trained, which an optimizer rewrites
-    (pretraining, fine-tuning), so that their evaluations without gradients do not write them out."""
+def freeze_for_inference(tensors: Iterable[Tensor]) -> None:
+    """Let ``tensors`` move to a file once a low-precision copy of them is made: the weights of a
+    biLM frozen for inference. Weights an optimizer rewrites (pretraining, fine-tuning) are never
+    marked, so that their evaluations without gradients do not write them out. A pickle carries
+    the mark."""
     for tensor in tensors:
-        setattr(tensor, _STAYS, True)
+        setattr(tensor, _FROZEN, True)
 
 
 def on_disk(tensor: Tensor) -> bool:
@@ -102,6 +108,7 @@ def _movable(tensor: Tensor) -> bool:
         and tensor.is_contiguous()
         and tensor.numel() * tensor.element_size() >= MIN_BYTES
         and not on_disk(tensor)
+        and getattr(tensor, _FROZEN, False)
         and not getattr(tensor, _STAYS, False)
     )
 

@@ -297,7 +297,7 @@ class LowPrecisionWeights:
 
     Without gradients (inference, held-out evaluation), a copy is keyed on the dtype and on the
     sources' :func:`tensor_versions`, so a stale copy is never served, and its large float32
-    sources move to disk (:mod:`.offload`). With gradients, every call
+    sources move to disk where they are frozen for inference (:mod:`.offload`). With gradients, every call
     casts afresh, so that autograd carries the gradient back to the float32 parameters.
     """
 
@@ -325,7 +325,7 @@ class LowPrecisionWeights:
             if cached is not None and cached[0] == key:
                 return cached[1]
             copy = make().to(dtype)
-            if copy.dtype != torch.float32:  # the copy does the work now: the float32 sources go to disk
+            if copy.dtype != torch.float32:  # the copy does the work now: frozen float32 sources go to disk
                 offload(sources)
                 key = (dtype, tensor_versions(sources))
             self._copies[name] = (key, copy)

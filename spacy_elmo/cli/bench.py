@@ -33,7 +33,7 @@ def bench(
     It times the biLM's forward pass alone, in tokens/s, not the pipeline's nlp.pipe words/s
     (benchmarks/component_speed.py times that). Beside tokens/s, a roofline: this machine's own
     matrix-product rate per precision at the biLM's product shapes, timed in the same run, and the
-    fraction of it the biLM reaches (spacy_elmo.bilm.roofline).
+    fraction of it the biLM reaches (spacy_elmo.roofline).
     """
     import torch
 
@@ -118,7 +118,8 @@ def _roofline(bilm: "BiLM", trials: Dict[str, "Trial"], n_distinct: int) -> None
     """Print the roofline of ``trials`` (each precision's timing of the biLM, on a batch of
     ``n_distinct`` tokens)."""
     from ..bilm.autotune import BATCH_ROWS, BATCH_WORDS
-    from ..bilm.roofline import bilm_products, flops_per_token, product_rates, report, roofline
+    from ..bilm.flops import flops_per_token
+    from ..roofline import bilm_products, product_rates, report, roofline
 
     count = flops_per_token(bilm.options)
     rates = product_rates(bilm_products(bilm.options, BATCH_ROWS, BATCH_WORDS + 2, n_distinct), list(trials))

@@ -23,7 +23,6 @@ from thinc.types import Floats3d, FloatsXd
 from ..bilm import BiLM, ElmoOptions
 from ..published.resolve import resolve_files
 from .arrays import no_backprop, split_by_lengths
-from ..bilm.offload import keep_in_memory
 from ..bilm.serialize import bilm_from_bytes, bilm_to_bytes
 from .bilm_settings import ElmoBiLMSettings
 from .feature_cache import FeatureCache
@@ -153,8 +152,6 @@ def set_bilm(model: Model, bilm: BiLM) -> None:
     """Install ``bilm`` on the device of thinc's current ops and record its sizes as dims."""
     shim = model.shims[0]
     shim._model = bilm.to(get_torch_default_device())
-    if not model.attrs["freeze"]:  # fine-tuned: its evaluations must not write its weights out
-        keep_in_memory(shim._model.parameters())
     shim._grad_scaler.to_(shim.device)
     model.set_dim("nO", bilm.output_dim, force=True)
     model.set_dim("nL", bilm.n_output_layers, force=True)

@@ -26,7 +26,6 @@ from tqdm import tqdm
 from ..bilm import BiLM, ElmoOptions
 from ..bilm.autotune import cpu_auto_precision
 from ..bilm.model import STATE_MODES, StateMode
-from ..bilm.offload import keep_in_memory
 from ..bilm.precision import ResolvedPrecision
 from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, PathLike, standard_files
 from .checkpoint import CHECKPOINT_NAME, Interrupted, load_checkpoint, prepare_output_dir, seed_everything, stop_requests
@@ -155,7 +154,6 @@ class Trainer(Checkpointed):
         fits = init_tokens_from is not None and checkpoint is None and env.is_main  # a new biLM's encoder, once
         fitted_cosines = fit_token_encoder(bilm, init_tokens, config, self.progress) if fits and init_tokens is not None else []
         self.objective = Objective(self.loss, init_tokens if config.init_tokens_weight > 0 else None)
-        keep_in_memory(self.objective.parameters())  # trained: its evaluations must not write it out
         self.model = data_parallel(self.objective) if env.enabled else self.objective
         self.optimizer = build_optimizer(config, self.objective.parameters())
         self.rows = config.batch_size // env.world

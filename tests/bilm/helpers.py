@@ -6,15 +6,19 @@ random batch for the GPU loops' tests (:func:`random_lstm_layer`, :func:`random_
 import copy
 import json
 import random
+import weakref
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import torch
 
+from spacy_elmo.bilm.kernels import Bf16Kernel, Float32Kernel
+from spacy_elmo.bilm.kernels.fused import fused_weights
 from spacy_elmo.bilm.lstm import ProjectedLSTM, _active_rows
 from spacy_elmo.bilm.manylangs.network import ManyLangsNetwork
 from spacy_elmo.bilm.manylangs.weights import encoder_shapes, token_embedder_shapes
 from spacy_elmo.bilm.options import ElmoOptions
+from spacy_elmo.bilm.precision import LowPrecisionWeights
 
 # Small network configs in the reference's format. "full": word embedding, relu, two highways,
 # clipping that the random weights reach. "plain": no word embedding, tanh, one highway, three
@@ -157,8 +161,24 @@ def random_layer_batch(lengths: Sequence[int], device: torch.device) -> LayerBat
     )
 
 
+def eager_kernel(dtype: torch.dtype, device: torch.device) -> Float32Kernel:
+    """The eager loop's kernel with products in ``dtype`` (float32 or bf16), copies laid out as on ``device``."""
+    if dtype == torch.float32:
+        return Float32Kernel()
+    return Bf16Kernel(LowPrecisionWeights(), out_major=device.type == "cpu")
+
+
 def eager_layer(layer: ProjectedLSTM, batch: LayerBatch, dtype: torch.dtype):
     """The eager, in-place loop's outputs, final hidden and memory (no autograd)."""
-    n_steps, rows = batch.inputs.shape[0], batch.inputs.shape[2]
     with torch.no_grad():
-        return layer(*batch, batch.inputs.new_empty(layer.workspace_size(n_steps, rows)), dtype)
+        return eager_kernel(dtype, batch.inputs.device)(0, layer, *batch)
+
+
+# Each test layer's bf16 copies, kept as a stack keeps its layers': a copy is made once per weights.
+_COPIES: "weakref.WeakKeyDictionary[ProjectedLSTM, LowPrecisionWeights]" = weakref.WeakKeyDictionary()
+
+
+def fused_inputs(layer: ProjectedLSTM, dtype: torch.dtype):
+    """The fused loop's product weights in ``dtype`` and its bias, as :class:`FusedKernel` passes them."""
+    copies = _COPIES.setdefault(layer, LowPrecisionWeights())
+    return fused_weights(copies, 0, layer, dtype), layer.gate_bias().contiguous()

@@ -256,7 +256,7 @@ def test_the_environment_decides_training_too_except_int8(monkeypatch, override,
 
 
 def test_a_training_step_is_timed_and_leaves_the_model_as_it_was():
-    """layers_at(training=True): a forward pass with gradients and a backward pass to every parameter,
+    """timed_pass(training=True): a forward pass with gradients and a backward pass to every parameter,
     whose gradients are dropped; no random draw, nothing stored, the layers of the forward pass."""
     model = random_bilm(precision="auto", cache_size=100).train()
     sentences = [["The", "bank", "rose", "."], ["It", "fell"]]
@@ -268,14 +268,14 @@ def test_a_training_step_is_timed_and_leaves_the_model_as_it_was():
         parameter.register_hook(lambda grad, name=name: reached.append(name))
     values = {name: parameter.detach().clone() for name, parameter in parameters.items()}
     rng = torch.get_rng_state()
-    found = model.layers_at(sentences, "fp32", training=True)
+    found = autotune.timed_pass(model, sentences, "fp32", training=True)
     assert set(reached) == set(parameters)  # the backward pass reached every parameter
     assert projection.grad is stale and torch.equal(stale, torch.ones_like(stale))
     assert all(p.grad is None for name, p in parameters.items() if name != "token_encoder.projection.weight")
     assert all(torch.equal(p, values[name]) for name, p in parameters.items())
     assert torch.equal(torch.get_rng_state(), rng) and len(model.token_cache) == 0 and model.lstm.dropout.training
     assert not found.requires_grad
-    torch.testing.assert_close(found, model.layers_at(sentences, "fp32"), rtol=0, atol=1e-5)
+    torch.testing.assert_close(found, autotune.timed_pass(model, sentences, "fp32"), rtol=0, atol=1e-5)
 
 
 def test_worst_cosine_skips_padding_and_takes_the_worst_layer():
@@ -327,14 +327,14 @@ def test_bench_of_untrained_weights_prints_the_choice_without_recording_it(monke
 
 
 def test_the_timed_pass_is_the_models_own_in_each_precision():
-    """layers_at: an explicit precision, zero states, no cache, the model's settings untouched."""
+    """timed_pass: an explicit precision, zero states, no cache, the model's settings untouched."""
     model = random_bilm(state="carry", precision="auto", cache_size=100).train()
     sentences = [["The", "bank", "rose", "."], ["It", "fell"]]
     for precision in PRECISIONS[:2]:
         fresh = random_bilm(precision=precision, cache_size=0)
         with torch.no_grad():
             expected = fresh(sentences).layers
-        torch.testing.assert_close(model.layers_at(sentences, precision), expected, rtol=0, atol=0)
+        torch.testing.assert_close(autotune.timed_pass(model, sentences, precision), expected, rtol=0, atol=0)
     assert (model.precision, model.state_mode, model.training, len(model.token_cache)) == ("auto", "carry", True, 0)
     assert model.lstm.dropout.training
 
@@ -355,8 +355,8 @@ def test_measuring_leaves_no_candidates_copies_behind():
     the chosen precision's."""
     model = BiLM(measured_options(), precision="auto")
     with torch.no_grad():
-        model.layers_at([["warm", "copies"]], "bf16")
-        model.layers_at([["warm", "copies"]], "int8")
+        autotune.timed_pass(model, [["warm", "copies"]], "bf16")
+        autotune.timed_pass(model, [["warm", "copies"]], "int8")
     assert held_copies(model) > 0
     decision = autotune.decide(model)
     assert decision.source == "measured" and held_copies(model) == 0

@@ -15,11 +15,11 @@ from typing import Callable, List, Sequence
 import pytest
 import torch
 
-from spacy_elmo.bilm import cuda_graphs, lstm
+from spacy_elmo.bilm import cuda_graphs, kernels
 from spacy_elmo.bilm.lstm import ProjectedLSTM
 
 from ..helpers import assert_float32_close, random_bilm, tiny_options
-from .helpers import eager_layer, random_layer_batch, random_lstm_layer
+from .helpers import eager_layer, fused_inputs, random_layer_batch, random_lstm_layer
 
 pytest.importorskip("triton", reason="Triton is not installed (pip install spacy-elmo[test] brings it)")
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
@@ -56,8 +56,7 @@ def through_cache(cache: cuda_graphs.GraphCache, layer: ProjectedLSTM, lengths: 
     inputs, active, hidden, memory = batch = random_layer_batch(lengths, DEVICE)
     eager = eager_layer(layer, batch, dtype)
     with torch.no_grad():
-        weights = tuple(layer._product_weights(dtype))
-        bias = (layer.bias + layer.forget_bias).contiguous()
+        weights, bias = fused_inputs(layer, dtype)
         graphed = cache.run(layer, inputs, active, hidden, memory, weights, bias, layer.cell_clip, layer.proj_clip)
     return graphed, eager
 
@@ -206,9 +205,9 @@ def test_threads_take_turns_with_the_shared_buffers() -> None:
 )
 def test_which_fused_passes_replay_graphs(monkeypatch, device, dtype, switch, expected) -> None:
     if switch is None:
-        monkeypatch.delenv(cuda_graphs.SWITCH, raising=False)
+        monkeypatch.delenv(cuda_graphs.CUDA_GRAPHS_ENV, raising=False)
     else:
-        monkeypatch.setenv(cuda_graphs.SWITCH, switch)
+        monkeypatch.setenv(cuda_graphs.CUDA_GRAPHS_ENV, switch)
     assert cuda_graphs.use_cuda_graphs(torch.device(device), dtype) is expected
 
 
@@ -223,7 +222,7 @@ def test_a_biLM_through_graphs_gives_the_eager_layers_and_states(monkeypatch) ->
     cache = new_cache()
     with torch.no_grad():
         eager = model(sentences, state=state)
-        monkeypatch.setattr(lstm, "use_fused_lstm", lambda device, dtype: dtype == torch.float32)
+        monkeypatch.setattr(kernels, "use_fused_lstm", lambda device, dtype: dtype == torch.float32)
         monkeypatch.setattr(cuda_graphs, "use_cuda_graphs", lambda device, dtype: True)
         # Keyed as the layers' tensors name their device (on a GPU "cuda:0", not DEVICE's "cuda").
         monkeypatch.setattr(cuda_graphs, "_CACHES", {next(model.parameters()).device: cache})

@@ -12,11 +12,11 @@ import pytest
 import torch
 from torch import Tensor
 
-from spacy_elmo.bilm import fused_lstm, lstm
+from spacy_elmo.bilm import fused_lstm, kernels
 from spacy_elmo.bilm.lstm import ProjectedLSTM
 
 from ..helpers import assert_float32_close, random_bilm, tiny_options
-from .helpers import eager_layer, random_layer_batch, random_lstm_layer
+from .helpers import eager_layer, fused_inputs, random_layer_batch, random_lstm_layer
 
 pytest.importorskip("triton", reason="Triton is not installed (pip install spacy-elmo[test] brings it)")
 # The interpreter computes exp in NumPy, which warns where it overflows to inf: the sigmoid is then 0, as it should.
@@ -43,8 +43,7 @@ def eager_and_fused(layer: ProjectedLSTM, lengths, dtype: torch.dtype, window_po
     inputs, active, hidden, memory = batch = random_layer_batch(lengths, DEVICE)
     eager = eager_layer(layer, batch, dtype)
     with torch.no_grad():
-        weights = tuple(layer._product_weights(dtype))
-        bias = (layer.bias + layer.forget_bias).contiguous()
+        weights, bias = fused_inputs(layer, dtype)
         if padded:
             fused = padded_loop(inputs, lengths, hidden, memory, weights, bias, layer, window_positions)
         else:
@@ -119,8 +118,7 @@ def test_the_fused_step_leaves_the_callers_states_alone() -> None:
     with torch.no_grad():
         fused_lstm.fused_layer(
             torch.randn(4, 2, 3, 8, device=DEVICE), [3, 3, 2, 1], hidden, memory,
-            tuple(layer._product_weights(torch.float32)), (layer.bias + layer.forget_bias).contiguous(),
-            layer.cell_clip, layer.proj_clip,
+            *fused_inputs(layer, torch.float32), layer.cell_clip, layer.proj_clip,
         )
     assert torch.equal(hidden, kept[0]) and torch.equal(memory, kept[1])
 
@@ -133,7 +131,7 @@ def test_a_biLM_through_the_fused_loop_gives_the_eager_layers_and_states(monkeyp
     state = type(state)(torch.randn_like(state.hidden), torch.randn_like(state.memory))
     with torch.no_grad():
         eager = model(sentences, state=state)
-        monkeypatch.setattr(lstm, "use_fused_lstm", lambda device, dtype: dtype == torch.float32)
+        monkeypatch.setattr(kernels, "use_fused_lstm", lambda device, dtype: dtype == torch.float32)
         fused = model(sentences, state=state)
     assert_float32_close(fused.layers, eager.layers)
     assert_float32_close(fused.state.hidden, eager.state.hidden)
@@ -153,8 +151,8 @@ def test_a_biLM_through_the_fused_loop_gives_the_eager_layers_and_states(monkeyp
 )
 def test_which_passes_take_the_fused_loop(monkeypatch, device, dtype, grad, switch, expected) -> None:
     if switch is None:
-        monkeypatch.delenv(fused_lstm.SWITCH, raising=False)
+        monkeypatch.delenv(fused_lstm.FUSED_LSTM_ENV, raising=False)
     else:
-        monkeypatch.setenv(fused_lstm.SWITCH, switch)
+        monkeypatch.setenv(fused_lstm.FUSED_LSTM_ENV, switch)
     with torch.set_grad_enabled(grad):
         assert fused_lstm.use_fused_lstm(torch.device(device), dtype) is expected

@@ -8,6 +8,7 @@ import torch
 
 from spacy_elmo import BiLM
 from spacy_elmo.bilm import lstm
+from spacy_elmo.bilm.kernels import Float32Kernel, eager
 
 from ..helpers import assert_float32_close, random_bilm, tiny_options
 
@@ -182,7 +183,7 @@ def test_inference_path_matches_the_autograd_path(monkeypatch, window_positions)
     """Without gradients the LSTM works in place, reusing one buffer across windows of
     timesteps; it must compute the very same values and final states."""
     lstm_dim = tiny_options().lstm_dim
-    monkeypatch.setattr(lstm, "WINDOW_GATES_BYTES", window_positions * 2 * 4 * lstm_dim * 4)
+    monkeypatch.setattr(eager, "WINDOW_GATES_BYTES", window_positions * 2 * 4 * lstm_dim * 4)
     model = random_bilm()
     with torch.no_grad():
         fast = model(SENTENCES)
@@ -197,7 +198,7 @@ def reference_layer(layer: lstm.ProjectedLSTM, inputs: torch.Tensor, lengths, hi
     written out step by step for one row and direction at a time: gates = [x; h] W + b (forget
     bias + 1), clipped memory, clipped projection; zeros past a row's length."""
     weights = [torch.cat([layer.input_weight[d], layer.hidden_weight[d]]) for d in range(2)]
-    bias = layer.bias + layer.forget_bias
+    bias = layer.gate_bias()
     outputs = torch.zeros(inputs.shape[0], 2, inputs.shape[2], layer.projection.shape[2])
     finals = []
     for d in range(2):
@@ -222,12 +223,12 @@ def test_the_lstm_gradients_are_those_of_the_cell_written_out(monkeypatch, windo
     from .helpers import random_layer_batch, random_lstm_layer
 
     lengths = [7, 5, 5, 2]
-    monkeypatch.setattr(lstm, "WINDOW_GATES_BYTES", window_steps * len(lengths) * 2 * 4 * 24 * 4)  # 24 cells
+    monkeypatch.setattr(eager, "WINDOW_GATES_BYTES", window_steps * len(lengths) * 2 * 4 * 24 * 4)  # 24 cells
     layer = random_lstm_layer(0, torch.device("cpu"))
     batch = random_layer_batch(lengths, torch.device("cpu"))
     found = {}
     for name, run in (
-        ("layer", lambda x, h, c: layer(x, batch.active, h, c)),
+        ("layer", lambda x, h, c: Float32Kernel()(0, layer, x, batch.active, h, c)),
         ("reference", lambda x, h, c: reference_layer(layer, x, lengths, h, c)),
     ):
         leaves = [t.clone().requires_grad_() for t in (batch.inputs, batch.hidden, batch.memory)]

@@ -1,4 +1,5 @@
-"""Float32 weights moved to disk once their low-precision copies do the work (:mod:`spacy_elmo.bilm.offload`).
+"""Float32 weights of a biLM frozen for inference moved to disk once their low-precision copies do
+the work (:mod:`spacy_elmo.bilm.offload`).
 
 The tiny test models' weights are far below ``MIN_BYTES``: tests that run a biLM lower it.
 """
@@ -13,7 +14,7 @@ import torch
 
 from spacy_elmo.bilm import int8, offload
 from spacy_elmo.bilm.int8 import Int8Weights
-from spacy_elmo.bilm.offload import keep_in_memory, on_disk
+from spacy_elmo.bilm.offload import freeze_for_inference, on_disk
 from spacy_elmo.bilm.precision import LowPrecisionWeights
 
 from ..helpers import REAL_TEXT, random_bilm, write_bilm_files
@@ -38,6 +39,7 @@ def large_parameters(model):
 def test_a_moved_tensor_keeps_its_values_and_takes_writes():
     weight = torch.nn.Parameter(torch.randn(512, 1024))
     values, address = weight.detach().clone(), weight.data_ptr()
+    freeze_for_inference([weight])
     offload.offload([weight])
     assert on_disk(weight) and weight.data_ptr() != address
     assert torch.equal(weight, values)
@@ -48,16 +50,17 @@ def test_a_moved_tensor_keeps_its_values_and_takes_writes():
     assert torch.equal(weight, 2.0 * values)
 
 
-def test_small_tensors_other_dtypes_and_opted_out_runs_stay_in_memory(monkeypatch):
+def test_small_tensors_other_dtypes_unfrozen_ones_and_opted_out_runs_stay_in_memory(monkeypatch):
     small, half = torch.randn(16, 16), torch.randn(1024, 1024).bfloat16()
-    kept = torch.randn(1024, 1024)
-    keep_in_memory([kept])
+    kept = torch.randn(1024, 1024)  # not frozen for inference: being trained, say
+    freeze_for_inference([small, half])
     address = kept.data_ptr()
     offload.offload([small, half, kept])
     assert kept.data_ptr() == address
     assert not any(on_disk(t) for t in (small, half, kept))
     monkeypatch.setenv(offload.OFFLOAD_ENV, "0")
     large = torch.randn(1024, 1024)
+    freeze_for_inference([large])
     offload.offload([large])
     assert not on_disk(large)
 
@@ -65,6 +68,7 @@ def test_small_tensors_other_dtypes_and_opted_out_runs_stay_in_memory(monkeypatc
 def test_evicted_pages_come_back_from_the_file_and_written_ones_are_never_dropped():
     weight = torch.randn(512, 1024)
     values = weight.clone()
+    freeze_for_inference([weight])
     offload.offload([weight])
     assert torch.equal(weight, values)  # read back
     offload.evict([weight])
@@ -82,6 +86,7 @@ def test_a_file_that_cannot_be_written_keeps_the_weights_in_memory_with_a_warnin
     monkeypatch.setattr(tempfile, "TemporaryFile", full_disk)
     weight = torch.randn(1024, 1024)
     values, address = weight.clone(), weight.data_ptr()
+    freeze_for_inference([weight])
     with caplog.at_level(logging.WARNING, logger="spacy_elmo"):
         offload.offload([weight])
     assert "No space left" in caplog.text and weight.data_ptr() == address and torch.equal(weight, values)
@@ -96,6 +101,7 @@ def test_low_precision_inference_moves_its_weights_and_computes_the_same(every_w
     kept = random_bilm(precision=precision, cache_size=0)
     expected = kept.embed_sentences(REAL_TEXT)
     monkeypatch.delenv(offload.OFFLOAD_ENV)
+    moved.prepare_inference()
     first = moved.embed_sentences(REAL_TEXT)
     lstm_weights = [layer.hidden_weight for layer in moved.lstm.layers]
     assert all(on_disk(w) for w in lstm_weights) and not any(on_disk(w) for w in large_parameters(kept))
@@ -110,6 +116,7 @@ def test_low_precision_inference_moves_its_weights_and_computes_the_same(every_w
 
 def test_moved_weights_save_and_train_as_before(every_weight_moves, tmp_path):
     model = random_bilm(precision="bf16", cache_size=0)
+    model.prepare_inference()
     model.embed_sentences(REAL_TEXT[:2])
     assert any(on_disk(p) for p in model.parameters())
     saved = write_bilm_files(tmp_path / "fresh")  # the same seed, never moved
@@ -122,9 +129,9 @@ def test_moved_weights_save_and_train_as_before(every_weight_moves, tmp_path):
     assert all(not torch.equal(p, b) for p, b in zip(large_parameters(model), before) if p.grad is not None)
 
 
-def test_weights_being_trained_are_kept_in_memory(every_weight_moves):
+def test_a_biLM_not_frozen_for_inference_keeps_its_weights_in_memory(every_weight_moves):
+    """Its weights may be trained (fine-tuning, pretraining): no switch is needed to keep them."""
     model = random_bilm(precision="bf16", cache_size=0)
-    keep_in_memory(model.parameters())
     addresses = [p.data_ptr() for p in model.parameters()]
     model.embed_sentences(REAL_TEXT[:2])
     assert [p.data_ptr() for p in model.parameters()] == addresses
@@ -133,6 +140,7 @@ def test_weights_being_trained_are_kept_in_memory(every_weight_moves):
 def test_a_biLM_with_moved_weights_pickles_with_its_values(every_weight_moves):
     """Spawned worker processes get the model by pickle: the copy holds its values in memory."""
     model = random_bilm(precision="bf16", cache_size=0)
+    model.prepare_inference()
     expected = model.embed_sentences(REAL_TEXT[:2])
     assert any(on_disk(p) for p in model.parameters())
     copy = pickle.loads(pickle.dumps(model))

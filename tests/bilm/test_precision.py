@@ -15,6 +15,7 @@ import torch
 from spacy_elmo import BiLM, pretrained_files
 from spacy_elmo.bilm import model as model_module
 from spacy_elmo.bilm import compat, precision
+from spacy_elmo.bilm.kernels import kernel_for
 
 from ..helpers import (
     MIN_MEAN_COSINE,
@@ -205,9 +206,11 @@ def test_bf16_weight_copies_follow_changed_weights():
 def test_bf16_lstm_copies_on_a_cpu_are_laid_out_output_major():
     """oneDNN's bf16 kernels read an (out, in) weight fastest: the copies are stored so, and
     served as (in, out) views of the same values."""
-    layer = random_bilm().lstm.layers[0]
+    stack = random_bilm().lstm
+    layer = stack.layers[0]
+    kernel = kernel_for(torch.bfloat16, torch.device("cpu"), stack.copies, stack.packs)
     with torch.no_grad():
-        weights = layer._weights(torch.bfloat16)
+        weights = kernel.weights(0, layer)
     for weight, parameter in zip(weights, (layer.input_weight, layer.hidden_weight, layer.projection)):
         assert weight.dtype == torch.bfloat16 and weight.transpose(1, 2).is_contiguous()
         assert torch.equal(weight, parameter.to(torch.bfloat16))

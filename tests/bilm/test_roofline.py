@@ -6,11 +6,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from spacy_elmo.bilm import autotune, roofline
+from spacy_elmo import roofline
+from spacy_elmo.bilm import autotune
+from spacy_elmo.bilm.flops import FlopCount, flops_per_token
 from spacy_elmo.bilm.int8 import int8_available
 from spacy_elmo.bilm.options import ElmoOptions
-from spacy_elmo.bilm.roofline import FlopCount, Product, flops_per_token
 from spacy_elmo.cli import app
+from spacy_elmo.roofline import Product
 
 from ..helpers import tiny_options, write_bilm_files
 

@@ -13,7 +13,10 @@ from torch import Tensor
 
 from spacy_elmo import BiLM
 from spacy_elmo.bilm import cuda_graphs, fused_lstm
+from spacy_elmo.bilm.kernels import Float32Kernel, FusedKernel
+from spacy_elmo.bilm.kernels.bf16 import Bf16Kernel
 from spacy_elmo.bilm.lstm import ProjectedLSTM, _active_rows
+from spacy_elmo.bilm.precision import LowPrecisionWeights
 
 from ..helpers import assert_float32_close
 
@@ -28,7 +31,7 @@ SENTENCES = [
 
 
 def layers_of(bilm: BiLM, fused: bool, monkeypatch) -> numpy.ndarray:
-    monkeypatch.setenv(fused_lstm.SWITCH, "1" if fused else "0")
+    monkeypatch.setenv(fused_lstm.FUSED_LSTM_ENV, "1" if fused else "0")
     return numpy.concatenate([layers.reshape(-1, layers.shape[-1]) for layers in bilm.embed_sentences(SENTENCES)])
 
 
@@ -58,8 +61,8 @@ def graphs(monkeypatch) -> Iterator[Callable[[], int]]:
     graphs it holds."""
     monkeypatch.setattr(cuda_graphs, "_CACHES", {})
     monkeypatch.setattr(cuda_graphs, "GRAPH_DTYPES", (torch.float32, torch.bfloat16))
-    monkeypatch.delenv(cuda_graphs.SWITCH, raising=False)
-    monkeypatch.delenv(fused_lstm.SWITCH, raising=False)
+    monkeypatch.delenv(cuda_graphs.CUDA_GRAPHS_ENV, raising=False)
+    monkeypatch.delenv(fused_lstm.FUSED_LSTM_ENV, raising=False)
     yield lambda: sum(len(cache) for cache in cuda_graphs._CACHES.values())
 
 
@@ -85,16 +88,15 @@ def random_batch(seed: int, lengths: Sequence[int]) -> Tuple[Tensor, List[int], 
 
 
 def eager_of(layer: ProjectedLSTM, batch, dtype: torch.dtype) -> Tuple[Tensor, ...]:
-    inputs, active, hidden, memory = batch
-    workspace = inputs.new_empty(layer.workspace_size(inputs.shape[0], inputs.shape[2]))
+    kernel = Float32Kernel() if dtype == torch.float32 else Bf16Kernel(LowPrecisionWeights(), out_major=False)
     with torch.no_grad():
-        return layer(inputs, active, hidden, memory, workspace, dtype)
+        return kernel(0, layer, *batch)
 
 
 def eager_and_graphed(layer: ProjectedLSTM, batch, dtype: torch.dtype) -> Tuple[Tuple[Tensor, ...], Tuple[Tensor, ...]]:
-    """The eager loop's results, and :meth:`ProjectedLSTM.fused_forward`'s (graphed where one serves)."""
+    """The eager loop's results, and the fused kernel's (graphed where one serves)."""
     with torch.no_grad():
-        return eager_of(layer, batch, dtype), layer.fused_forward(*batch, dtype)
+        return eager_of(layer, batch, dtype), FusedKernel(LowPrecisionWeights(), dtype)(0, layer, *batch)
 
 
 def assert_layer_close(fused, eager, dtype: torch.dtype, exact=None) -> None:
@@ -144,7 +146,7 @@ def test_a_weight_changed_in_place_is_never_replayed_stale(graphs, dtype) -> Non
 
 
 def test_without_graphs_the_fused_loop_is_launched(graphs, monkeypatch) -> None:
-    monkeypatch.setenv(cuda_graphs.SWITCH, "0")
+    monkeypatch.setenv(cuda_graphs.CUDA_GRAPHS_ENV, "0")
     layer = gpu_layer(3)
     batch = random_batch(4, sorted(LENGTHS_B, reverse=True))
     for _ in range(3):

@@ -1,0 +1,68 @@
+"""How a layer of the LSTM runs: one kernel per way, chosen once per pass (:func:`kernel_for`).
+
+A kernel runs one :class:`~spacy_elmo.bilm.lstm.ProjectedLSTM` layer, both directions, over a
+batch whose rows are sorted longest first; all take the same arguments and give the same results
+(:class:`LayerKernel`):
+
+- :class:`.eager.Float32Kernel`: float32 products; the training loop (autograd) and inference's
+  (in place), on any device;
+- :class:`.bf16.Bf16Kernel`: the same loop, its products in bf16;
+- :class:`.int8.Int8Kernel`: dynamic int8 products, inference on a CPU;
+- :class:`.fused.FusedKernel`: inference on a CUDA GPU, the cell fused into Triton kernels, in
+  float32 or bf16, replayed from CUDA graphs where they serve.
+
+The weight copies the kernels multiply by (bf16 copies, int8 packs) are kept in one place for
+all layers: the stack's :attr:`~spacy_elmo.bilm.lstm.BiLSTMStack.copies` and
+:attr:`~spacy_elmo.bilm.lstm.BiLSTMStack.packs`, named by layer index.
+"""
+
+from typing import Protocol, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from ..fused_lstm import use_fused_lstm
+from ..int8 import Int8Weights
+from ..precision import INT8, LowPrecisionWeights
+from .bf16 import Bf16Kernel
+from .eager import Float32Kernel
+from .fused import FusedKernel
+from .int8 import Int8Kernel
+from .layer import LSTMLayer
+
+
+class LayerKernel(Protocol):
+    """Runs a layer of the LSTM; one kernel object serves one pass, layer after layer."""
+
+    def __call__(
+        self, index: int, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
+    ) -> Tuple[Tensor, Tensor, Tensor]:
+        """Run layer ``index``, ``layer``, over a batch whose rows are sorted by length, longest first.
+
+        Shapes: ``inputs`` (time, 2, batch, input_dim) float32, already reversed for direction 1;
+        ``active[t]`` is the number of rows still running at step t (non-increasing), so step t
+        computes rows ``:active[t]`` only; ``hidden`` (2, batch, projection_dim) and ``memory``
+        (2, batch, lstm_dim) float32, left as they are. Returns the outputs (time, 2, batch,
+        projection_dim) float32, zero past each row's length, and the states after each row's
+        last step.
+        """
+
+
+def kernel_for(
+    dtype: torch.dtype, device: torch.device, copies: LowPrecisionWeights, packs: Int8Weights
+) -> LayerKernel:
+    """The kernel of a pass with products in ``dtype`` (:attr:`.precision.ResolvedPrecision.dtype`) on
+    ``device``, in the current gradient mode; ``copies`` and ``packs``: where its weight copies
+    are kept."""
+    if dtype == INT8:
+        return Int8Kernel(packs)
+    if use_fused_lstm(device, dtype):
+        return FusedKernel(copies, dtype)
+    if dtype == torch.float32:
+        return Float32Kernel()
+    if dtype == torch.bfloat16:
+        return Bf16Kernel(copies, out_major=device.type == "cpu")
+    raise ValueError(f"the LSTM's products run in float32, bfloat16 or int8, not {dtype}")
+
+
+__all__ = ["Bf16Kernel", "Float32Kernel", "FusedKernel", "Int8Kernel", "LSTMLayer", "LayerKernel", "kernel_for"]
