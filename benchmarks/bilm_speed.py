@@ -30,8 +30,8 @@ from torch.utils import benchmark
 
 from harness import Timing, interleaved, layer_agreement, machine, step_by_step, timed, zipf_sentences
 from spacy_elmo import BiLM, ElmoOptions
-from spacy_elmo.bilm.options import ORIGINAL_SIZES
 from spacy_elmo.bilm.flops import flops_per_token
+from spacy_elmo.bilm.options import ORIGINAL_SIZES
 
 SIZES = {
     "original": ElmoOptions(**ORIGINAL_SIZES),

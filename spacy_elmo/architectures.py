@@ -3,9 +3,9 @@
 import functools
 from typing import Any, Callable, List, Optional
 
+from spacy.ml.models.textcat import build_bow_text_classifier_v3
 from spacy.tokens import Doc
 from spacy.util import registry
-from spacy.ml.models.textcat import build_bow_text_classifier_v3
 from thinc.api import (
     Dropout,
     Linear,

@@ -97,8 +97,14 @@ def make_elmo(
             model.attrs["pretrained"], model.attrs["options_file"] is not None, nlp.lang or ""
         )
     return Elmo(
-        nlp.vocab, model, name=name, store_layers=store_layers, tensor_weights=tensor_weights,
-        pipe_batch_tokens=pipe_batch_tokens, threads=threads, features=features,
+        nlp.vocab,
+        model,
+        name=name,
+        store_layers=store_layers,
+        tensor_weights=tensor_weights,
+        pipe_batch_tokens=pipe_batch_tokens,
+        threads=threads,
+        features=features,
     )
 
 
@@ -350,7 +356,9 @@ class Elmo(ElmoSerialization, TrainablePipe):
         """The biLM has no loss of its own here: gradients come from the listeners."""
         return None
 
-    def initialize(self, get_examples: Optional[Callable[[], Iterable[Example]]] = None, *, nlp: Optional[Language] = None) -> None:
+    def initialize(
+        self, get_examples: Optional[Callable[[], Iterable[Example]]] = None, *, nlp: Optional[Language] = None
+    ) -> None:
         """Load or build the biLM, once, and open the feature store if one is set; no examples are needed."""
         self._load()
         store = self.model.attrs.get("feature_store")
@@ -367,12 +375,9 @@ class Elmo(ElmoSerialization, TrainablePipe):
         self._prepare_inference()
 
     def _load_once(self) -> None:
-        """:meth:`_load` on first use (predict, update, saving) where no weights are in place.
-
-        The weights come from files (or the bundled or a published biLM), never from training:
-        ``elmo`` added to a trained pipeline needs no ``nlp.initialize()``, which would reset the
-        trained components. Deserialized weights count as in place: their model is left alone.
-        """
+        """:meth:`_load` on first use (predict, update, saving) where no weights are in place: they
+        come from files, never from training, so ``elmo`` added to a trained pipeline needs no
+        ``nlp.initialize()`` (which would reset the others). Deserialized weights count as in place."""
         if not self._loaded:
             self._load()
 
@@ -392,8 +397,7 @@ class Elmo(ElmoSerialization, TrainablePipe):
         self._prepare_inference()
 
     def _prepare_inference(self) -> None:
-        """A frozen biLM on the CPU makes its inference weights as it loads (see
-        :meth:`BiLM.prepare_inference`), with the threads it will run with."""
+        """A frozen CPU biLM makes its inference weights as it loads (:meth:`BiLM.prepare_inference`)."""
         bilm = get_bilm(self.model)
         if self.model.attrs["freeze"] and bilm.device.type == "cpu":
             with torch_threads(self._threads()):

@@ -10,6 +10,7 @@ count, so that a busy machine slows both alike.
 import math
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Dict, List, Sequence
 
 import torch
@@ -97,7 +98,7 @@ def _rate(product: Product, precision: str, clock: Clock) -> float:
     # bf16 copies are on a CPU: the machine's rate is that of the faster layout.
     layouts = (b, b.transpose(1, 2).contiguous().transpose(1, 2))
     with own_precision(torch.device("cpu"), dtype):
-        return max(time_product(lambda: torch.bmm(a, weight), product.flops, clock) for weight in layouts)
+        return max(time_product(partial(torch.bmm, a, weight), product.flops, clock) for weight in layouts)
 
 
 def time_product(run: Callable[[], object], flops: int, clock: Clock = time.perf_counter) -> float:
@@ -145,7 +146,9 @@ def report(count: FlopCount, rates: Dict[str, Dict[Product, float]], lines: Dict
     out.append("| this machine's product rate, GFLOP/s | " + " | ".join(precisions) + " |")
     out.append("|---|" + "---|" * len(precisions))
     for product in products:
-        out.append(f"| {product.describe()} | " + " | ".join(f"{rates[p][product] / 1e9:,.1f}" for p in precisions) + " |")
+        out.append(
+            f"| {product.describe()} | " + " | ".join(f"{rates[p][product] / 1e9:,.1f}" for p in precisions) + " |"
+        )
     out.append("| precision | tokens/s | biLM GFLOP/s | best product GFLOP/s | fraction of it |")
     out.append("|---|---|---|---|---|")
     for line in lines.values():
@@ -154,5 +157,8 @@ def report(count: FlopCount, rates: Dict[str, Dict[Product, float]], lines: Dict
             f"{line.best_rate / 1e9:,.1f} ({line.best_product.label}) | {line.fraction:.2f} |"
         )
     if "int8" in lines:
-        out.append("(int8 runs the LSTM's products in int8, the char CNN's in bf16 or fp32: its best rate is of the LSTM's shapes)")
+        out.append(
+            "(int8 runs the LSTM's products in int8, the char CNN's in bf16 or fp32: "
+            "its best rate is of the LSTM's shapes)"
+        )
     return out

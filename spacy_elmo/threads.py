@@ -38,7 +38,7 @@ _OWN_TASKS = Path("/proc/self/task")
 def check_threads(threads: Threads) -> None:
     """A clear error for a setting that is neither a positive count nor ``"auto"``."""
     if threads != "auto" and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
-        raise ValueError(f"elmo threads must be a positive number of torch threads or \"auto\", got {threads!r}")
+        raise ValueError(f'elmo threads must be a positive number of torch threads or "auto", got {threads!r}')
 
 
 def available_cores() -> int:

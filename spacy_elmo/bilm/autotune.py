@@ -3,7 +3,7 @@
 Whether bf16 or int8 beats float32 depends on the CPU and on the model's shapes: with the same
 AVX512-BF16, bf16 is faster than float32 on one CPU and slower on another (docs/bilm.md has the
 figures). No CPU flag predicts it, so at the first use of a model's shapes on a machine the biLM
-times its own passes on a fixed batch of made-up words (:func:`timed_pass`) in each
+times its own passes on a fixed batch of made-up words (:func:`.timed_passes.timed_pass`) in each
 precision the CPU can run (:func:`candidates`), interleaved, and takes the fastest whose layers
 keep the accuracy contract against float32 on that batch (mean per-token cosine of at least
 :data:`MIN_MEAN_COSINE` in every layer). Inference and training are decided apart: inference
@@ -44,9 +44,8 @@ import threading
 import time
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass
-from typing import Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-import numpy
 import torch
 
 from . import compat
@@ -54,38 +53,9 @@ from .decision_file import decision_key, decisions_path, locked, read_decisions,
 from .flops import flops_per_token
 from .identity import model_digest
 from .int8 import int8_available
-from .lstm import LSTMState
 from .options import ElmoOptions
 from .precision import PRECISION_ENV, check_precision, cpu_has_native_bf16
-
-
-class PassOutput(Protocol):
-    """What a pass gives: its layers, as :class:`~spacy_elmo.bilm.BiLMOutput`'s."""
-
-    layers: torch.Tensor
-
-
-class TunedModel(Protocol):
-    """What the decision needs of a biLM (:class:`~spacy_elmo.bilm.BiLM` has it): its shapes, weights
-    (for :func:`.identity.model_digest`) and mode, a zero-state pass in a precision given per call."""
-
-    options: ElmoOptions
-    training: bool
-
-    def state_dict(self) -> Dict[str, torch.Tensor]: ...
-
-    def parameters(self) -> Iterator[torch.nn.Parameter]: ...
-
-    def train(self, mode: bool = True) -> object: ...
-
-    def initial_state(self, batch: int, mode: Optional[str] = None) -> LSTMState: ...
-
-    def __call__(
-        self, sentences: Sequence[Sequence[str]], state: Optional[LSTMState] = None, precision: Optional[str] = None
-    ) -> PassOutput: ...
-
-    def release_product_copies(self) -> None: ...
-
+from .timed_passes import BATCH_ROWS, BATCH_WORDS, Clock, Passes, Run, TunedModel, model_passes
 
 logger = logging.getLogger("spacy_elmo")
 
@@ -93,10 +63,6 @@ MIN_MEAN_COSINE = 0.999  # the accuracy contract of every precision, per layer, 
 # Nominal FLOPs per token (char CNN + LSTM) below which auto is float32 without measuring: the
 # tiny models of tests and experiments, where Python overhead, not the products, sets the speed.
 MIN_MEASURED_FLOPS = 2_000_000
-# The timed batch: 64 sentences of 5 made-up words. The rows are those of a batch of nlp.pipe (its
-# products' shapes decide which precision wins, and the row count changes them); the few words
-# keep the measurement short.
-BATCH_ROWS, BATCH_WORDS = 64, 5
 MIN_ROUNDS, MAX_ROUNDS, MIN_SECONDS = 3, 15, 0.5  # interleaved rounds: at least 3, more while cheap
 # How much faster a less accurate precision must be to be chosen: more than the noise of timings
 # on a shared machine.
@@ -106,26 +72,6 @@ CLEAR_WIN = 1.10
 KERNELS = 6
 # The two passes decided apart (``training`` in the functions below).
 PASSES = {False: "inference", True: "training"}
-
-# One forward pass of the timed batch with the products in a precision; returns its layers.
-Run = Callable[[str], torch.Tensor]
-Clock = Callable[[], float]
-
-
-def _nothing(*args: object) -> None:
-    return None
-
-
-@dataclass(frozen=True)
-class Passes:
-    """What a measurement runs: ``run``, the timed pass in a precision; ``prepare``, untimed before
-    it, makes that precision's weight copies; ``release``, untimed after it, drops them and the
-    float32 pages the pass read back (:meth:`BiLM.release_product_copies`), so that memory holds
-    one candidate's weights at a time: the measuring process peaks no higher than a float32 one."""
-
-    run: Run
-    prepare: Callable[[str], object] = _nothing
-    release: Callable[[], None] = _nothing
 
 
 @dataclass(frozen=True)
@@ -190,20 +136,27 @@ def decide(
     with _lock:
         if memo in _decided:
             return _decided[memo]
-        decision = _decided[memo] = _decide_once(_passes(model, run, training), clock, memo, force=False)
-    logger.info("spacy-elmo: precision 'auto' on this CPU is %s for this biLM's %s (%s)",
-                decision.choice, PASSES[training], describe(decision))
+        decision = _decided[memo] = _decide_once(model_passes(model, run, training), clock, memo, force=False)
+    logger.info(
+        "spacy-elmo: precision 'auto' on this CPU is %s for this biLM's %s (%s)",
+        decision.choice,
+        PASSES[training],
+        describe(decision),
+    )
     return decision
 
 
 def remeasure(
-    model: TunedModel, record: bool = True, run: Optional[Run] = None, clock: Clock = time.perf_counter,
+    model: TunedModel,
+    record: bool = True,
+    run: Optional[Run] = None,
+    clock: Clock = time.perf_counter,
     training: bool = False,
 ) -> Decision:
     """Measure now, whatever is recorded or set (``spacy-elmo bench``); with ``record``, the
     decision replaces the recorded one, as this process's too. Without (random weights, whose
     accuracy says nothing of a trained model's), it is only returned."""
-    passes = _passes(model, run, training)
+    passes = model_passes(model, run, training)
     if not record:
         trials = measure(passes, _candidates_for(training, candidates()), BATCH_ROWS * BATCH_WORDS, clock)
         return Decision(choose(trials), trials, "measured")
@@ -240,8 +193,12 @@ def _decide_once(passes: Passes, clock: Clock, memo: Tuple[ElmoOptions, int, boo
                 trials, source = {p: Trial(rates[p], cosines[p]) for p in precisions}, "checked"
         decision = Decision(choose(trials), trials, source)
         if usable:
-            entry = {"choice": decision.choice, "trials": {p: asdict(t) for p, t in trials.items()},
-                     "fields": {**fields, "weights": weights}, "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
+            entry = {
+                "choice": decision.choice,
+                "trials": {p: asdict(t) for p, t in trials.items()},
+                "fields": {**fields, "weights": weights},
+                "measured": time.strftime("%Y-%m-%d %H:%M:%S"),
+            }
             record_decision(path, key, entry)
     return decision
 
@@ -258,44 +215,6 @@ def _torch_at(threads: int) -> Iterator[None]:
     finally:
         if previous != threads:
             torch.set_num_threads(previous)
-
-
-def _passes(model: TunedModel, run: Optional[Run], training: bool) -> Passes:
-    """The model's own passes (inference's or training steps) on :func:`timing_batch`, or ``run``
-    (tests' stand-in) alone."""
-    if run is not None:
-        return Passes(run)
-    batch = timing_batch()
-    return Passes(
-        run=lambda precision: timed_pass(model, batch, precision, training),
-        prepare=lambda precision: timed_pass(model, batch[:1], precision, training),
-        release=model.release_product_copies,
-    )
-
-
-def timed_pass(
-    model: TunedModel, sentences: Sequence[Sequence[str]], precision: str, training: bool = False
-) -> torch.Tensor:
-    """:attr:`~.model.BiLMOutput.layers` of one zero-state pass of ``model`` with its products in
-    ``precision``, without the token cache, dropout off (the passes must be comparable, and draw
-    nothing): what ``auto`` times. The model's settings and mode are left as they were.
-
-    Inference's pass runs without gradients. ``training``: a training step's passes instead, the
-    forward pass with gradients and a backward pass from a loss on the layers to every parameter;
-    the gradients are computed and dropped, each parameter's ``.grad`` left as it was. Returns the
-    layers, detached.
-    """
-    mode = model.training
-    model.train(False)
-    try:
-        with torch.set_grad_enabled(training):
-            layers = model(sentences, state=model.initial_state(len(sentences), "zero"), precision=precision).layers
-            trained = [parameter for parameter in model.parameters() if parameter.requires_grad]
-            if training and trained:
-                torch.autograd.grad(layers.float().square().mean(), trained, allow_unused=True)
-            return layers.detach()
-    finally:
-        model.train(mode)
 
 
 def _checked_override(value: str) -> str:
@@ -315,9 +234,16 @@ def decision_fields(options: ElmoOptions, threads: int, training: bool = False) 
     capabilities = compat.cpu_capabilities()
     flags = sorted(name for name, value in capabilities.items() if value is True)
     shapes = {name: value for name, value in options.to_dict().items() if name in ("lstm", "char_cnn")}
-    return {"pass": PASSES[training], "cpu": capabilities.get("cpu_name", ""), "flags": flags, "threads": threads,
-            "torch": torch.__version__, "quantized_engine": torch.backends.quantized.engine, "shapes": shapes,
-            "kernels": KERNELS}
+    return {
+        "pass": PASSES[training],
+        "cpu": capabilities.get("cpu_name", ""),
+        "flags": flags,
+        "threads": threads,
+        "torch": torch.__version__,
+        "quantized_engine": torch.backends.quantized.engine,
+        "shapes": shapes,
+        "kernels": KERNELS,
+    }
 
 
 def candidates() -> List[str]:
@@ -357,7 +283,9 @@ def measure(passes: Passes, precisions: Sequence[str], n_tokens: int, clock: Clo
             layers.setdefault(precision, output)  # the first round's, for the accuracy
         rounds += 1
     return {
-        precision: Trial(n_tokens / statistics.median(times[precision]), worst_cosine(layers[precision], layers["fp32"]))
+        precision: Trial(
+            n_tokens / statistics.median(times[precision]), worst_cosine(layers[precision], layers["fp32"])
+        )
         for precision in precisions
     }
 
@@ -373,7 +301,7 @@ def accuracies(passes: Passes, precisions: Sequence[str]) -> Dict[str, float]:
 
 
 def worst_cosine(found: torch.Tensor, expected: torch.Tensor) -> float:
-    """The smallest over layers of the mean per-token cosine; ``layers`` as :func:`timed_pass` gives them.
+    """The smallest over layers of the mean per-token cosine; ``layers`` as :func:`.timed_passes.timed_pass` gives them.
 
     Shapes (n_layers + 1, batch, time, width); positions of zeros (padding) are left out.
     """
@@ -399,13 +327,6 @@ def choose(trials: Dict[str, Trial]) -> str:
         if trials[candidate].tokens_per_s >= CLEAR_WIN * trials[choice].tokens_per_s:
             choice = candidate
     return choice
-
-
-def timing_batch() -> List[List[str]]:
-    """The fixed batch ``auto`` times: :data:`BATCH_ROWS` sentences of :data:`BATCH_WORDS` made-up words."""
-    rng = numpy.random.default_rng(0)
-    letters = list("abcdefghijklmnopqrstuvwxyz")
-    return [["".join(rng.choice(letters, rng.integers(2, 10))) for _ in range(BATCH_WORDS)] for _ in range(BATCH_ROWS)]
 
 
 def describe(decision: Decision) -> str:

@@ -43,7 +43,7 @@ from typing import Callable, Dict, Hashable, NamedTuple, Optional, Protocol, Seq
 import torch
 from torch import Tensor
 
-from .fused_lstm import GPU_PRECOMPUTED_POSITIONS, LayerBuffers, fused_layer, padded_layer
+from .fused_lstm import GPU_PRECOMPUTED_POSITIONS, LayerBuffers, padded_layer
 from .precision import tensor_versions
 
 # Set to "0" to launch the fused loop step by step: to compare, or as a way out should graphs misbehave.
@@ -188,7 +188,10 @@ class GraphCache:
     """
 
     def __init__(
-        self, runner: Runner, device: torch.device, max_graphs: int = MAX_GRAPHS,
+        self,
+        runner: Runner,
+        device: torch.device,
+        max_graphs: int = MAX_GRAPHS,
         window_positions: int = GPU_PRECOMPUTED_POSITIONS,
     ) -> None:
         self.runner = runner
@@ -207,37 +210,39 @@ class GraphCache:
         return len(self._graphs)
 
     def run(
-        self, owner: object, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor,
-        weights: Weights, bias: Tensor, cell_clip: float, proj_clip: float,
+        self,
+        owner: object,
+        inputs: Tensor,
+        active: Sequence[int],
+        hidden: Tensor,
+        memory: Tensor,
+        weights: Weights,
+        bias: Tensor,
+        cell_clip: float,
+        proj_clip: float,
     ) -> Optional[Result]:
         """:func:`.fused_lstm.fused_layer`'s results from a graph, or None where the caller must
         launch the loop: the bucket's first use, under another capture, or graphs broken.
         ``owner``: the layer, whose graphs of older weights this call makes stale."""
         with self._lock:
-            return self._run(owner, inputs, active, hidden, memory, weights, bias, cell_clip, proj_clip)
-
-    def _run(
-        self, owner: object, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor,
-        weights: Weights, bias: Tensor, cell_clip: float, proj_clip: float,
-    ) -> Optional[Result]:
-        if self.broken:
-            return None
-        if self.runner.capturing():
-            self._warn("the stream is being captured already (by a graph of the caller's): the loop is launched")
-            return None
-        identity = tensor_versions(weights)
-        self._drop_stale(owner, weights, identity)
-        shape = Bucket.of(inputs, memory, hidden)
-        key = (shape, identity, cell_clip, proj_clip)
-        graph = self._graphs.get(key)
-        if graph is None:
-            if not self._used_before(key):
+            if self.broken:
                 return None
-            graph = self._capture(key, owner, shape, weights, identity, cell_clip, proj_clip)
+            if self.runner.capturing():
+                self._warn("the stream is being captured already (by a graph of the caller's): the loop is launched")
+                return None
+            identity = tensor_versions(weights)
+            self._drop_stale(owner, weights, identity)
+            shape = Bucket.of(inputs, memory, hidden)
+            key = (shape, identity, cell_clip, proj_clip)
+            graph = self._graphs.get(key)
             if graph is None:
-                return None
-        self._graphs.move_to_end(key)
-        return _replay(graph, inputs, active, hidden, memory, bias)
+                if not self._used_before(key):
+                    return None
+                graph = self._capture(key, owner, shape, weights, identity, cell_clip, proj_clip)
+                if graph is None:
+                    return None
+            self._graphs.move_to_end(key)
+            return _replay(graph, inputs, active, hidden, memory, bias)
 
     def _drop_stale(self, owner: object, weights: Weights, identity: Tuple) -> None:
         """Drop the graphs of freed layers, and ``owner``'s of other weights in the same dtype."""
@@ -257,8 +262,14 @@ class GraphCache:
         return seen
 
     def _capture(
-        self, key: Hashable, owner: object, shape: Bucket, weights: Weights, identity: Tuple,
-        cell_clip: float, proj_clip: float,
+        self,
+        key: Hashable,
+        owner: object,
+        shape: Bucket,
+        weights: Weights,
+        identity: Tuple,
+        cell_clip: float,
+        proj_clip: float,
     ) -> Optional[_Graph]:
         """Capture the padded loop of ``shape`` over the static buffers; None if capture failed."""
         generation = self.buffers.generation
@@ -268,10 +279,11 @@ class GraphCache:
         window = self.window_positions
         try:
             replay = self.runner.capture(lambda: padded_layer(buffers, weights, cell_clip, proj_clip, window))
-        except Exception as error:  # noqa: BLE001 (any failure: inference goes on, launched)
+        except Exception as error:
             self.broken = True
-            self._warn(f"capturing the fused LSTM loop failed ({error!r}): graphs are off on this device, "
-                       "the loop is launched")
+            self._warn(
+                f"capturing the fused LSTM loop failed ({error!r}): graphs are off on this device, the loop is launched"
+            )
             return None
         graph = self._graphs[key] = _Graph(weakref.ref(owner), weights, identity, buffers, replay)
         while len(self._graphs) > self.max_graphs:
@@ -281,8 +293,11 @@ class GraphCache:
     def _warn(self, message: str) -> None:
         if not self._warned:
             self._warned = True
-            warnings.warn(f"spacy-elmo, CUDA graphs: {message} (set {CUDA_GRAPHS_ENV}=0 to launch it always)",
-                          RuntimeWarning, stacklevel=4)
+            warnings.warn(
+                f"spacy-elmo, CUDA graphs: {message} (set {CUDA_GRAPHS_ENV}=0 to launch it always)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
 
 def _replay(
@@ -318,17 +333,3 @@ def cache_for(device: torch.device) -> GraphCache:
     if device not in _CACHES:
         _CACHES[device] = GraphCache(CudaGraphRunner(device), device)
     return _CACHES[device]
-
-
-def run_fused_layer(
-    owner: object, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor, weights: Weights,
-    bias: Tensor, cell_clip: float, proj_clip: float,
-) -> Result:
-    """One layer's fused loop (:func:`.fused_lstm.fused_layer`: same arguments and results) from
-    a CUDA graph where one serves, else launched step by step. ``owner``: the layer."""
-    if use_cuda_graphs(inputs.device, weights[1].dtype):
-        cache = cache_for(inputs.device)
-        result = cache.run(owner, inputs, active, hidden, memory, weights, bias, cell_clip, proj_clip)
-        if result is not None:
-            return result
-    return fused_layer(inputs, active, hidden, memory, weights, bias, cell_clip, proj_clip)

@@ -61,8 +61,14 @@ def locked(path: Path) -> Iterator[bool]:
         lock = FileLock(str(path) + ".lock")
         lock.acquire()
     except OSError as err:
-        logger.warning("spacy-elmo: cannot keep precision decisions in %s (%s); set %s to a writable "
-                       "directory, or %s to skip measuring", path.parent, err, CACHE_ENV, PRECISION_ENV)
+        logger.warning(
+            "spacy-elmo: cannot keep precision decisions in %s (%s); set %s to a writable "
+            "directory, or %s to skip measuring",
+            path.parent,
+            err,
+            CACHE_ENV,
+            PRECISION_ENV,
+        )
         yield False
         return
     try:

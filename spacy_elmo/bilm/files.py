@@ -69,7 +69,9 @@ def read_weights(model: ElmoWeights, weight_file: PathLike, check_values: bool =
     try:
         f = h5py.File(path, "r")
     except OSError as err:
-        raise ElmoFileError(f"ELMo weight file {path} is not a readable HDF5 file (corrupt or truncated?): {err}") from err
+        raise ElmoFileError(
+            f"ELMo weight file {path} is not a readable HDF5 file (corrupt or truncated?): {err}"
+        ) from err
     with f, torch.no_grad():
         datasets = layout(model)
         # Every dataset is found and checked before any is read: a file that does not fit is refused
@@ -101,7 +103,10 @@ def read_weights(model: ElmoWeights, weight_file: PathLike, check_values: bool =
 
 
 def load_files(
-    model_class: Callable[..., Model], options_file: PathLike, weight_file: PathLike, check_values: bool = True,
+    model_class: Callable[..., Model],
+    options_file: PathLike,
+    weight_file: PathLike,
+    check_values: bool = True,
     **settings: Any,
 ) -> Model:
     """``model_class(options, **settings)`` holding the weights of ``weight_file``, read at file speed.
@@ -140,9 +145,16 @@ class _SkipRandomInit(TorchFunctionMode):
 
     SKIPPED = frozenset(
         {
-            torch.Tensor.uniform_, torch.Tensor.normal_, torch.nn.init.uniform_, torch.nn.init.normal_,
-            torch.nn.init.trunc_normal_, torch.nn.init.kaiming_uniform_, torch.nn.init.kaiming_normal_,
-            torch.nn.init.xavier_uniform_, torch.nn.init.xavier_normal_, torch.nn.init.orthogonal_,
+            torch.Tensor.uniform_,
+            torch.Tensor.normal_,
+            torch.nn.init.uniform_,
+            torch.nn.init.normal_,
+            torch.nn.init.trunc_normal_,
+            torch.nn.init.kaiming_uniform_,
+            torch.nn.init.kaiming_normal_,
+            torch.nn.init.xavier_uniform_,
+            torch.nn.init.xavier_normal_,
+            torch.nn.init.orthogonal_,
         }
     )
 
@@ -199,8 +211,12 @@ def layout(model: ElmoWeights) -> Dict[str, Dataset]:
         )
     datasets: Dict[str, Dataset] = {}
 
-    def bind(name: str, param: torch.Tensor, to_file: Callable[[torch.Tensor], torch.Tensor],
-             from_file: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    def bind(
+        name: str,
+        param: torch.Tensor,
+        to_file: Callable[[torch.Tensor], torch.Tensor],
+        from_file: Callable[[torch.Tensor], torch.Tensor],
+    ) -> None:
         def set_param(array: numpy.ndarray) -> None:
             param.copy_(from_file(torch.from_numpy(array)))
 

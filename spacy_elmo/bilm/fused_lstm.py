@@ -131,7 +131,10 @@ def fused_layer(
 
 
 def padded_layer(
-    buffers: LayerBuffers, weights: Tuple[Tensor, Tensor, Tensor], cell_clip: float, proj_clip: float,
+    buffers: LayerBuffers,
+    weights: Tuple[Tensor, Tensor, Tensor],
+    cell_clip: float,
+    proj_clip: float,
     window_positions: int = GPU_PRECOMPUTED_POSITIONS,
 ) -> None:
     """:func:`fused_layer` over a padded batch, every row at every step, in place in ``buffers``.
@@ -157,8 +160,13 @@ def padded_layer(
 
 
 def _run_steps(
-    loop: _Loop, active: Sequence[int], weights: Tuple[Tensor, Tensor, Tensor], bias: Tensor,
-    cell_clip: float, proj_clip: float, window_positions: int,
+    loop: _Loop,
+    active: Sequence[int],
+    weights: Tuple[Tensor, Tensor, Tensor],
+    bias: Tensor,
+    cell_clip: float,
+    proj_clip: float,
+    window_positions: int,
 ) -> None:
     """The time loop: per window of steps the input products of rows ``:active[start]`` (at most
     ``window_positions`` positions), then per step t the four kernels over rows ``:active[t]``."""
@@ -179,6 +187,11 @@ def _run_steps(
                 pre[:, offset, :running], rec, bias, loop.memory, cell_clip, loop.cell_out, loop.lengths, step
             )
             kernels.fused_projection(
-                torch.bmm(loop.cell_out[:, :running], w_projection), proj_clip, loop.outputs[step], loop.state,
-                loop.final_hidden, loop.lengths, step,
+                torch.bmm(loop.cell_out[:, :running], w_projection),
+                proj_clip,
+                loop.outputs[step],
+                loop.state,
+                loop.final_hidden,
+                loop.lengths,
+                step,
             )

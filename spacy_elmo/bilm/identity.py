@@ -51,4 +51,4 @@ def model_digest(module: nn.Module) -> str:
 
 def _legacy_name(name: str) -> str:
     """``token_encoder.x`` as it was named before the rename, ``char_cnn.x``; other names as they are."""
-    return "char_cnn." + name[len("token_encoder."):] if name.startswith("token_encoder.") else name
+    return "char_cnn." + name[len("token_encoder.") :] if name.startswith("token_encoder.") else name

@@ -64,7 +64,7 @@ def check_no_gradient(tensors: Sequence[Tensor]) -> None:
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         raise ValueError(
             "precision 'int8' is for inference only: its products have no gradient, so the biLM cannot "
-            "be trained in it. Set precision = \"auto\" (or \"fp32\" / \"bf16\") to fine-tune or pretrain, "
+            'be trained in it. Set precision = "auto" (or "fp32" / "bf16") to fine-tune or pretrain, '
             "or freeze the biLM (freeze = true, or run it under torch.no_grad())"
         )
 

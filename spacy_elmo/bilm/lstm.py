@@ -40,6 +40,8 @@ class ProjectedLSTM(nn.Module):
     weight file; TensorFlow's forget bias of 1.0 is added at run time (:meth:`gate_bias`), never stored.
     """
 
+    forget_bias: Tensor  # a buffer, (4 * lstm_dim,): 1.0 at the forget gate's columns
+
     def __init__(self, input_dim: int, lstm_dim: int, projection_dim: int, cell_clip: float, proj_clip: float) -> None:
         super().__init__()
         self.lstm_dim = lstm_dim
@@ -81,6 +83,12 @@ class BiLSTMStack(nn.Module):
         # at first use, kept while the parameters are unchanged, never pickled nor deep-copied.
         self.copies = LowPrecisionWeights()
         self.packs = Int8Weights()
+
+    def layer(self, index: int) -> ProjectedLSTM:
+        """Layer ``index`` (0 reads the token vectors)."""
+        layer = self.layers[index]
+        assert isinstance(layer, ProjectedLSTM)
+        return layer
 
     def zero_state(self, batch: int, like: Tensor) -> LSTMState:
         """All-zero states for ``batch`` rows, on the device and dtype of ``like``."""
@@ -131,7 +139,8 @@ class BiLSTMStack(nn.Module):
         hiddens: List[Tensor] = []
         memories: List[Tensor] = []
         kernel = kernel_for(dtype, x.device, self.copies, self.packs)
-        for index, layer in enumerate(self.layers):
+        for index in range(len(self.layers)):
+            layer = self.layer(index)
             y, layer_hidden, layer_memory = kernel(index, layer, self.dropout(x), active, hidden[index], memory[index])
             if index > 0 and self.options.use_skip_connections:
                 y = y + x

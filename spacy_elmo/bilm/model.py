@@ -25,6 +25,7 @@ from .states import STATE_MODES, LSTMStates, StateMode
 from .token_cache import TokenCache
 from .token_encoder import SENTENCE_END, SENTENCE_START, TokenEncoder
 
+
 @dataclass(frozen=True)
 class BiLMSettings:
     """How a biLM runs, beyond what its files hold: the keyword arguments of :class:`BiLM`.
@@ -222,7 +223,12 @@ class BiLM(LSTMStates, PrecisionSetting):
             return self._forward(sentences, table, index, state, resolved.dtype)
 
     def _forward(
-        self, sentences: Sequence[Sequence[str]], table: Tensor, index: Tensor, state: Optional[LSTMState], dtype: torch.dtype
+        self,
+        sentences: Sequence[Sequence[str]],
+        table: Tensor,
+        index: Tensor,
+        state: Optional[LSTMState],
+        dtype: torch.dtype,
     ) -> BiLMOutput:
         """The LSTM over the sentences' token vectors: row ``index[b, t]`` of ``table`` (see :meth:`token_table`)."""
         host_lengths = torch.tensor([len(s) + 2 for s in sentences], dtype=torch.int64)
@@ -330,7 +336,7 @@ def _renamed_token_encoder(module: nn.Module, state_dict: Dict[str, Any], prefix
     load as ``token_encoder.*``."""
     legacy = prefix + LEGACY_TOKEN_ENCODER
     for key in [key for key in state_dict if key.startswith(legacy)]:
-        state_dict[prefix + "token_encoder." + key[len(legacy):]] = state_dict.pop(key)
+        state_dict[prefix + "token_encoder." + key[len(legacy) :]] = state_dict.pop(key)
 
 
 def _token_index(sequences: Sequence[Sequence[Hashable]]) -> Tuple[List[Hashable], Tensor]:

@@ -125,4 +125,5 @@ def _move_to_file(tensor: Tensor) -> None:
         setattr(tensor, _STAYS, True)  # not again: each try would cost a write
         return
     tensor.data = torch.from_numpy(mapped)
-    _MAPPINGS[tensor] = (mapped._mmap, tensor.data_ptr(), tensor._version)
+    # numpy.memmap keeps its mmap object there, with no public accessor
+    _MAPPINGS[tensor] = (mapped._mmap, tensor.data_ptr(), tensor._version)  # type: ignore[attr-defined]

@@ -35,6 +35,7 @@ TRAINING_KEYS = {
 }
 ACTIVATIONS = ("relu", "tanh")
 
+
 class SizeOverrides(TypedDict):
     """Sizes that differ from :class:`ElmoOptions`' defaults, as keyword arguments it takes."""
 
@@ -62,7 +63,13 @@ class ElmoOptions:
     use_skip_connections: bool = True
     char_embedding_dim: int = 16
     filters: Tuple[Tuple[int, int], ...] = (
-        (1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024),
+        (1, 32),
+        (2, 32),
+        (3, 64),
+        (4, 128),
+        (5, 256),
+        (6, 512),
+        (7, 1024),
     )
     n_highway: int = 1
     activation: str = "relu"
@@ -75,9 +82,7 @@ class ElmoOptions:
             if getattr(self, name) < 1:
                 raise ValueError(f"ELMo option {name} must be at least 1, got {getattr(self, name)}")
         if self.activation not in ACTIVATIONS:
-            raise ValueError(
-                f"ELMo option char_cnn.activation must be one of {ACTIVATIONS}, got {self.activation!r}"
-            )
+            raise ValueError(f"ELMo option char_cnn.activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         if self.n_characters not in (261, 262):
             raise ValueError(f"ELMo option char_cnn.n_characters must be 261 or 262, got {self.n_characters}")
         if self.max_characters_per_token < 3:
@@ -87,8 +92,7 @@ class ElmoOptions:
         widest = max(w for w, _ in self.filters)
         if widest > self.max_characters_per_token:
             raise ValueError(
-                f"ELMo char_cnn filter width {widest} exceeds max_characters_per_token "
-                f"{self.max_characters_per_token}"
+                f"ELMo char_cnn filter width {widest} exceeds max_characters_per_token {self.max_characters_per_token}"
             )
 
     @property
@@ -191,6 +195,5 @@ def _check_keys(data: Dict[str, Any], allowed: set, source: str, prefix: str) ->
 
 def _required(section: Dict[str, Any], key: str, source: str, name: str) -> Any:
     if key not in section:
-        raise ElmoFileError(f'{source}: missing option {name}.{key}')
+        raise ElmoFileError(f"{source}: missing option {name}.{key}")
     return section[key]
-

@@ -138,7 +138,7 @@ class ResolvedPrecision:
         if setting == "int8" and device.type != "cpu":
             raise ValueError(
                 f"precision 'int8' runs on a CPU only (PyTorch's dynamic int8 kernels), and this biLM is on {device}: "
-                "use \"auto\" or \"bf16\" there, or move the biLM to the CPU"
+                'use "auto" or "bf16" there, or move the biLM to the CPU'
             )
         if setting != "auto":
             return cls(setting)

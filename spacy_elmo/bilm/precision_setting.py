@@ -1,7 +1,7 @@
 """The biLM's precision: the setting, what it resolves to for a use, and inference's weight copies
 made ahead (see :mod:`.precision` for what each precision computes)."""
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, cast
 
 import torch
 from torch import nn
@@ -10,6 +10,9 @@ from .errors import module_property
 from .int8 import Int8Weights
 from .offload import evict, freeze_for_inference, return_freed_memory
 from .precision import LowPrecisionWeights, Precision, ResolvedPrecision, check_precision
+
+if TYPE_CHECKING:
+    from .token_encoder import TokenEncoder
 
 
 class PrecisionSetting(nn.Module):
@@ -20,6 +23,7 @@ class PrecisionSetting(nn.Module):
     """
 
     _precision: Precision
+    token_encoder: "TokenEncoder"
 
     @module_property
     def precision(self) -> Precision:
@@ -43,10 +47,11 @@ class PrecisionSetting(nn.Module):
         see :class:`.precision.ResolvedPrecision`. ``"auto"`` on a CPU is this model's measured decision
         for that use, made once per machine, shapes and weights (:mod:`.autotune`)."""
         setting = self.precision if setting is None else setting
-        return ResolvedPrecision.resolve(setting, self.device, training, measured=lambda: self._measured_auto(training))
+        device = cast(torch.device, self.device)  # the biLM's property
+        return ResolvedPrecision.resolve(setting, device, training, measured=lambda: self._measured_auto(training))
 
     def _training_now(self) -> bool:
-        return torch.is_grad_enabled() and self.token_encoder.projection.weight.requires_grad  # type: ignore[union-attr]
+        return torch.is_grad_enabled() and self.token_encoder.projection.weight.requires_grad
 
     def _measured_auto(self, training: bool) -> str:
         from .autotune import cpu_auto_precision
@@ -62,7 +67,7 @@ class PrecisionSetting(nn.Module):
         One zero-state pass over one token, its outputs dropped; nothing to make in fp32. Not for
         a biLM being trained: an optimizer would write its weights back into memory.
         """
-        from .autotune import timed_pass
+        from .timed_passes import timed_pass
 
         freeze_for_inference(self.parameters())
         precision = self.resolved_precision_for(training=False).precision

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from .lstm import BiLSTMStack, LSTMState
 
 StateMode = Literal["zero", "warm", "carry"]
-STATE_MODES: Tuple[str, ...] = ("zero", "warm", "carry")
+STATE_MODES: Tuple[StateMode, ...] = ("zero", "warm", "carry")
 
 
 class LSTMStates(nn.Module):
@@ -42,7 +42,7 @@ class LSTMStates(nn.Module):
         if not sentences:
             raise ValueError("warm_up needs at least one sentence")
         with torch.no_grad():
-            state = self.lstm.zero_state(1, self.lstm.layers[0].bias)
+            state = self.lstm.zero_state(1, self.lstm.layer(0).bias)
             for sentence in sentences:
                 state = self([sentence], state=state).state
         self.warm_hidden = state.hidden[:, :, 0].clone()
@@ -52,7 +52,9 @@ class LSTMStates(nn.Module):
         """Forget the states carried between batches in ``"carry"`` mode."""
         self._carried = None
 
-    def initial_state(self, batch: int, mode: Optional[StateMode] = None, carried: Optional[LSTMState] = None) -> LSTMState:
+    def initial_state(
+        self, batch: int, mode: Optional[StateMode] = None, carried: Optional[LSTMState] = None
+    ) -> LSTMState:
         """The LSTM states a batch of ``batch`` rows starts from, in ``mode`` (default: the model's).
 
         ``"carry"`` continues row r from row r of ``carried`` (default: the state the model
@@ -65,14 +67,13 @@ class LSTMStates(nn.Module):
         if mode == "warm":
             if self.warm_hidden is None or self.warm_memory is None:
                 raise ValueError(
-                    "state='warm' needs a warm start: call bilm.warm_up(sentences) or load "
-                    "files written after it"
+                    "state='warm' needs a warm start: call bilm.warm_up(sentences) or load files written after it"
                 )
             return LSTMState(
                 self.warm_hidden.unsqueeze(2).expand(-1, -1, batch, -1),
                 self.warm_memory.unsqueeze(2).expand(-1, -1, batch, -1),
             )
-        zeros = self.lstm.zero_state(batch, self.lstm.layers[0].bias)
+        zeros = self.lstm.zero_state(batch, self.lstm.layer(0).bias)
         carried = self._carried if carried is None else carried
         if mode == "zero" or carried is None:
             return zeros

@@ -51,10 +51,22 @@ def _live(cols, width, lengths_ptr, row, step, MASKED: tl.constexpr):
 
 @triton.jit(do_not_specialize=["step"])
 def _cell_kernel(
-    pre_ptr, pre_dir_stride, pre_row_stride,
-    rec_ptr, bias_ptr, memory_ptr, memory_dir_stride, out_ptr, out_dir_stride,
-    lengths_ptr, step, rows, width, cell_clip,
-    MASKED: tl.constexpr, BLOCK: tl.constexpr,
+    pre_ptr,
+    pre_dir_stride,
+    pre_row_stride,
+    rec_ptr,
+    bias_ptr,
+    memory_ptr,
+    memory_dir_stride,
+    out_ptr,
+    out_dir_stride,
+    lengths_ptr,
+    step,
+    rows,
+    width,
+    cell_clip,
+    MASKED: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     """One program: one row of one direction, ``BLOCK`` of its ``width`` memory cells.
 
@@ -84,9 +96,20 @@ def _cell_kernel(
 
 @triton.jit(do_not_specialize=["step"])
 def _project_kernel(
-    proj_ptr, output_ptr, output_dir_stride, hidden_ptr, hidden_dir_stride, final_ptr, final_dir_stride,
-    lengths_ptr, step, rows, width, proj_clip,
-    MASKED: tl.constexpr, BLOCK: tl.constexpr,
+    proj_ptr,
+    output_ptr,
+    output_dir_stride,
+    hidden_ptr,
+    hidden_dir_stride,
+    final_ptr,
+    final_dir_stride,
+    lengths_ptr,
+    step,
+    rows,
+    width,
+    proj_clip,
+    MASKED: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     """clip(proj) into the layer's output (float32), the next step's product input and the final
     hidden state (float32); a row that has ended writes a zero output only."""
@@ -105,8 +128,14 @@ def _project_kernel(
 
 
 def fused_cell(
-    pre: Tensor, rec: Tensor, bias: Tensor, memory: Tensor, cell_clip: float, out: Tensor,
-    lengths: Optional[Tensor], step: int,
+    pre: Tensor,
+    rec: Tensor,
+    bias: Tensor,
+    memory: Tensor,
+    cell_clip: float,
+    out: Tensor,
+    lengths: Optional[Tensor],
+    step: int,
 ) -> None:
     """Gates to memory (in place) and cell output (into ``out``), one kernel.
 
@@ -120,8 +149,22 @@ def fused_cell(
     rows, width = rec.shape[1], memory.shape[2]
     grid = (2 * rows, triton.cdiv(width, BLOCK))
     _cell_kernel[grid](
-        pre, pre.stride(0), pre.stride(1), rec, bias, memory, memory.stride(0), out, out.stride(0),
-        lengths, step, rows, width, cell_clip, MASKED=lengths is not None, BLOCK=BLOCK,
+        pre,
+        pre.stride(0),
+        pre.stride(1),
+        rec,
+        bias,
+        memory,
+        memory.stride(0),
+        out,
+        out.stride(0),
+        lengths,
+        step,
+        rows,
+        width,
+        cell_clip,
+        MASKED=lengths is not None,
+        BLOCK=BLOCK,
     )
 
 
@@ -134,6 +177,18 @@ def fused_projection(
     rows, width = proj.shape[1], proj.shape[2]
     grid = (2 * rows, triton.cdiv(width, BLOCK))
     _project_kernel[grid](
-        proj, output, output.stride(0), hidden, hidden.stride(0), final, final.stride(0),
-        lengths, step, rows, width, proj_clip, MASKED=lengths is not None, BLOCK=BLOCK,
+        proj,
+        output,
+        output.stride(0),
+        hidden,
+        hidden.stride(0),
+        final,
+        final.stride(0),
+        lengths,
+        step,
+        rows,
+        width,
+        proj_clip,
+        MASKED=lengths is not None,
+        BLOCK=BLOCK,
     )

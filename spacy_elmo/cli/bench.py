@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 @app.command()
 def bench(
     model: Optional[str] = typer.Option(
-        None, metavar="NAME|URL|DIR",
+        None,
+        metavar="NAME|URL|DIR",
         help="The biLM: a name of `spacy-elmo models`, a URL or a directory" + default("en"),
     ),
     size: Optional[str] = typer.Option(
@@ -37,7 +38,8 @@ def bench(
     """
     import torch
 
-    from ..bilm.autotune import PRECISION_ENV, decisions_path, remeasure, timing_batch
+    from ..bilm.autotune import PRECISION_ENV, decisions_path, remeasure
+    from ..bilm.timed_passes import timing_batch
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -56,7 +58,7 @@ def bench(
         ratio = trial.tokens_per_s / training.trials["fp32"].tokens_per_s
         typer.echo(f"| {name} | {trial.tokens_per_s:,.0f} | {ratio:.2f}x |")
     where = f"recorded in {decisions_path()}" if size is None else "not recorded: untrained weights"
-    typer.echo(f"precision \"auto\" here: {decision.choice} for inference, {training.choice} for training ({where})")
+    typer.echo(f'precision "auto" here: {decision.choice} for inference, {training.choice} for training ({where})')
     _roofline(bilm, decision.trials, n_distinct)
     if os.environ.get(PRECISION_ENV):
         typer.echo(f"{PRECISION_ENV}={os.environ[PRECISION_ENV]} overrides it in this environment")
@@ -88,13 +90,15 @@ def _describe(bilm: "BiLM", label: str, n_distinct: int) -> None:
     tokens)."""
     import torch
 
-    from ..bilm.autotune import BATCH_ROWS, BATCH_WORDS
     from ..bilm.compat import cpu_capabilities
+    from ..bilm.timed_passes import BATCH_ROWS, BATCH_WORDS
 
     capabilities = cpu_capabilities()
     flags = ", ".join(f for f in ("avx512_bf16", "amx_bf16", "avx512_vnni", "avx_vnni") if capabilities.get(f))
-    typer.echo(f"CPU {capabilities.get('cpu_name', '?')} ({flags or 'none of avx512_bf16, amx_bf16, avx512_vnni'}), "
-               f"{torch.get_num_threads()} threads, torch {torch.__version__}; biLM {label}")
+    typer.echo(
+        f"CPU {capabilities.get('cpu_name', '?')} ({flags or 'none of avx512_bf16, amx_bf16, avx512_vnni'}), "
+        f"{torch.get_num_threads()} threads, torch {torch.__version__}; biLM {label}"
+    )
     options, words = bilm.options, BATCH_ROWS * BATCH_WORDS
     parameters = sum(p.numel() for p in bilm.parameters()) / 1e6
     typer.echo(
@@ -117,8 +121,8 @@ def _describe(bilm: "BiLM", label: str, n_distinct: int) -> None:
 def _roofline(bilm: "BiLM", trials: Dict[str, "Trial"], n_distinct: int) -> None:
     """Print the roofline of ``trials`` (each precision's timing of the biLM, on a batch of
     ``n_distinct`` tokens)."""
-    from ..bilm.autotune import BATCH_ROWS, BATCH_WORDS
     from ..bilm.flops import flops_per_token
+    from ..bilm.timed_passes import BATCH_ROWS, BATCH_WORDS
     from ..roofline import bilm_products, product_rates, report, roofline
 
     count = flops_per_token(bilm.options)

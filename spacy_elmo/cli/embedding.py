@@ -20,7 +20,8 @@ def embed(
         ..., metavar="OUTPUT", help="A directory of Parquet shards, or an .hdf5 file in AllenNLP's layout"
     ),
     model: Optional[str] = typer.Option(
-        None, metavar="NAME|URL|DIR",
+        None,
+        metavar="NAME|URL|DIR",
         help="The biLM: a name of `spacy-elmo models`, a URL or a directory" + default("en"),
     ),
     options_file: Optional[Path] = typer.Option(None, help="ELMo options.json" + default("the bundled biLM")),
@@ -62,9 +63,19 @@ def embed(
                 raise ValueError("give --model or --options-file/--weight-file, not both")
             options_file, weight_file = resolve_pretrained(model, check=BiLM.from_files)
         summary = run_embed(
-            input_path, output, EmbedSettings(**given), options_file, weight_file,
-            format=format, engine=engine,  # type: ignore[arg-type]
-            workers=workers, ray_address=ray_address, threads=threads, device=device, prefer_gpu=True,
-            gpus_per_worker=gpus_per_worker, progress=progress,
+            input_path,
+            output,
+            EmbedSettings(**given),
+            options_file,
+            weight_file,
+            format=format,
+            engine=engine,  # type: ignore[arg-type]
+            workers=workers,
+            ray_address=ray_address,
+            threads=threads,
+            device=device,
+            prefer_gpu=True,
+            gpus_per_worker=gpus_per_worker,
+            progress=progress,
         )
     typer.echo(f"{output}: {summary}")

@@ -15,11 +15,14 @@ if TYPE_CHECKING:
 @app.command("models")
 def models(
     lang: Optional[str] = typer.Option(
-        None, "--lang", metavar="LANG",
+        None,
+        "--lang",
+        metavar="LANG",
         help="Only the biLMs for a pipeline of this language (spaCy's code: de, nb, zh ...)",
     ),
     as_json: bool = typer.Option(
-        False, "--json",
+        False,
+        "--json",
         help="Print the registry as JSON: name -> language, url, license, cached, and every other field",
     ),
 ) -> None:
@@ -33,8 +36,13 @@ def models(
         registry = models_for_language(lang, registry)
     if as_json:
         listing = {
-            name: {"language": model.language, "url": model.url, "license": model.license,
-                   "cached": _cached(model) in ("yes", "bundled"), **model.to_json()}
+            name: {
+                "language": model.language,
+                "url": model.url,
+                "license": model.license,
+                "cached": _cached(model) in ("yes", "bundled"),
+                **model.to_json(),
+            }
             for name, model in registry.items()
         }
         typer.echo(json.dumps(listing, indent=2, ensure_ascii=False))
@@ -73,7 +81,8 @@ def download(
     ),
     force: bool = typer.Option(False, "--force", help="Fetch again, replacing the cached copy"),
     verify: bool = typer.Option(
-        False, "--verify",
+        False,
+        "--verify",
         help="Check a cached copy's sha256 against the one recorded at its download, reading every file "
         "(loads trust an unchanged size and modification time)",
     ),
@@ -85,7 +94,10 @@ def download(
 
     with reported(ValueError, OSError):
         paths = download_pretrained(
-            name, check=BiLM.from_files, force=force, verify=verify,
+            name,
+            check=BiLM.from_files,
+            force=force,
+            verify=verify,
             check_directory=functools.partial(load_manylangs, BiLM),
         )
     typer.echo(f"{name}: {' and '.join(str(p) for p in paths)}{' (sha256 verified)' if verify else ''}")

@@ -46,11 +46,17 @@ def load_bilm(
     if options_file is None or weight_file is None:  # both, by the check above
         options_file, weight_file = pretrained_files("en")
     bilm = BiLM.from_files(
-        options_file, weight_file, state=settings.state, max_batch_tokens=settings.batch_tokens, precision=settings.precision
+        options_file,
+        weight_file,
+        state=settings.state,
+        max_batch_tokens=settings.batch_tokens,
+        precision=settings.precision,
     )
     settings.check_model(bilm)
     bilm.to(device)
     bilm.eval()
+    if device.type == "cpu":  # its low-precision copies made now, their float32 sources moved to disk
+        bilm.prepare_inference()
     return bilm
 
 
@@ -113,7 +119,12 @@ def embed_shard(
                     progress(len(chunk), chunk_tokens)
         finally:
             writer.close()
-    return {"file": shard_name(spec.shard), "first_index": spec.first_index, "sentences": n_sentences, "tokens": n_tokens}
+    return {
+        "file": shard_name(spec.shard),
+        "first_index": spec.first_index,
+        "sentences": n_sentences,
+        "tokens": n_tokens,
+    }
 
 
 @dataclass
@@ -133,4 +144,3 @@ class Summary:
             f"{self.sentences:,} sentences, {self.tokens:,} tokens in {self.seconds:.1f} s "
             f"({self.sentences / rate:,.1f} sentences/s, {self.tokens / rate:,.0f} tokens/s)"
         )
-

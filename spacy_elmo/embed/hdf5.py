@@ -60,10 +60,14 @@ def assemble(parts: Path, manifest: Manifest, output: Path) -> None:
     with atomic_path(output) as tmp:
         with h5py.File(tmp, "w") as f:
             for shard in sorted(manifest.shards):
-                for table in iter_row_groups(parts / manifest.shards[shard]["file"], ["index", "text", "tokens", "layers"]):
+                for table in iter_row_groups(
+                    parts / manifest.shards[shard]["file"], ["index", "text", "tokens", "layers"]
+                ):
                     tokens = table["tokens"].to_pylist()
                     arrays = arrays_of(table["layers"], [len(t) for t in tokens], tail_shape)
-                    for index, text, words, array in zip(table["index"].to_pylist(), table["text"].to_pylist(), tokens, arrays):
+                    for index, text, words, array in zip(
+                        table["index"].to_pylist(), table["text"].to_pylist(), tokens, arrays
+                    ):
                         dataset = f.create_dataset(str(index), array.shape, dtype="float32", data=array)
                         dataset.attrs["tokens"] = json.dumps(words)
                         sentence_to_index[text] = str(index)

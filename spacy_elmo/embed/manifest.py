@@ -58,7 +58,9 @@ class Manifest:
         if data.get("format") != FORMAT or data.get("version") != VERSION:
             raise OutputError(f"{source} is not a manifest of spacy-elmo embed (version {VERSION})")
         shards = {int(entry["shard"]): {k: v for k, v in entry.items() if k != "shard"} for entry in data["shards"]}
-        return cls(data["model"], data["settings"], data["input"], data["total_shards"], data["total_sentences"], shards)
+        return cls(
+            data["model"], data["settings"], data["input"], data["total_shards"], data["total_sentences"], shards
+        )
 
     @classmethod
     def read(cls, directory: Path) -> "Manifest":

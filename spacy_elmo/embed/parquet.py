@@ -67,9 +67,7 @@ class ShardWriter:
 
     def __init__(self, path: Path, output_ndim: int) -> None:
         self.output_ndim = output_ndim
-        self._writer = pq.ParquetWriter(
-            path, schema(output_ndim), compression="snappy", write_statistics=["index"]
-        )
+        self._writer = pq.ParquetWriter(path, schema(output_ndim), compression="snappy", write_statistics=["index"])
 
     def write(self, sentences: Sequence[Sentence], outputs: Sequence[numpy.ndarray]) -> None:
         table = pa.table(

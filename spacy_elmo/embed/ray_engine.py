@@ -62,7 +62,9 @@ class ShardEmbedder:
         entries: List[Dict[str, Any]] = []
         for values in zip(*(batch[name] for name in SPEC_FIELDS)):
             spec = ShardSpec(*(int(v) for v in values))
-            entries.append({"shard": spec.shard, **embed_shard(self.bilm, self.source, spec, self.settings, self.directory)})
+            entries.append(
+                {"shard": spec.shard, **embed_shard(self.bilm, self.source, spec, self.settings, self.directory)}
+            )
         return {name: numpy.asarray([entry[name] for entry in entries]) for name in ("shard", *ENTRY_FIELDS)}
 
 

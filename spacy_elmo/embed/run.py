@@ -89,7 +89,9 @@ def run_embed(
             f"{input_path}{files} has no text: there is no sentence to embed. "
             "Give a file with a sentence per line (or .jsonl / .spacy files)"
         )
-    fresh = Manifest(model_identity(bilm), settings.to_dict(), source.description(), len(specs), sum(s.count for s in specs))
+    fresh = Manifest(
+        model_identity(bilm), settings.to_dict(), source.description(), len(specs), sum(s.count for s in specs)
+    )
     if chosen == "hdf5":
         done = finished_manifest(output)
         if done is not None:
@@ -119,11 +121,21 @@ def run_embed(
             from .ray_engine import embed_on_ray
 
             embed_on_ray(
-                options_file, weight_file, input_path, workers_settings, directory, manifest, todo, advance,
-                workers=workers, address=ray_address, threads=threads, device=workers_on, gpus_per_worker=gpus_per_worker,
+                options_file,
+                weight_file,
+                input_path,
+                workers_settings,
+                directory,
+                manifest,
+                todo,
+                advance,
+                workers=workers,
+                address=ray_address,
+                threads=threads,
+                device=workers_on,
+                gpus_per_worker=gpus_per_worker,
             )
     if chosen == "hdf5":
         assemble(directory, manifest, output)
         shutil.rmtree(directory)
     return Summary(len(todo), len(specs) - len(todo), counts[0], counts[1], time.perf_counter() - start)
-

@@ -60,7 +60,9 @@ class EmbedSettings:
         if (self.layers == "mix") != (self.mix is not None):
             raise ValueError("layer weights go with --layers mix:W0,W1,... and only there")
         if self.shard_size < 1 or self.batch_tokens < 1:
-            raise ValueError(f"--shard-size and --batch-tokens must be at least 1, got {self.shard_size}, {self.batch_tokens}")
+            raise ValueError(
+                f"--shard-size and --batch-tokens must be at least 1, got {self.shard_size}, {self.batch_tokens}"
+            )
         check_precision(self.precision)
 
     def to_dict(self) -> Dict[str, Any]:

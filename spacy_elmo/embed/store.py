@@ -61,7 +61,10 @@ class FeatureStore:
         """
         if self._index is None and not self.path.exists():
             if not self._warned_missing:
-                warnings.warn(f"elmo features: the store {self.path} does not exist here; the biLM computes every layer")
+                warnings.warn(
+                    f"elmo features: the store {self.path} does not exist here; the biLM computes every layer",
+                    stacklevel=2,
+                )
                 self._warned_missing = True
             return [None] * len(keys)
         index = self._open()
@@ -123,8 +126,8 @@ class FeatureStore:
             raise ValueError(
                 f"elmo features: {self.path} holds layers computed with {held.recorded} matrix products, and "
                 f"this pipeline's biLM asks for {asked.recorded} ([components.elmo.model] precision = "
-                f"\"{bilm.precision}\"). Either accept the store's: set [components.elmo.model] precision = \"auto\" "
-                f"(bf16 or int8 where the hardware is fast at it) or \"{held.precision}\"; or recompute "
+                f'"{bilm.precision}"). Either accept the store\'s: set [components.elmo.model] precision = "auto" '
+                f'(bf16 or int8 where the hardware is fast at it) or "{held.precision}"; or recompute '
                 f"the store: spacy-elmo embed ... --precision {asked.precision}"
             )
         if bilm.state_mode != self._settings.state:

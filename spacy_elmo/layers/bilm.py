@@ -15,15 +15,22 @@ import numpy
 import torch
 from spacy.tokens import Doc
 from thinc.api import (
-    ArgsKwargs, Model, Optimizer, PyTorchGradScaler, PyTorchShim, get_array_module, get_torch_default_device,
-    torch2xp, xp2torch,
+    ArgsKwargs,
+    Model,
+    Optimizer,
+    PyTorchGradScaler,
+    PyTorchShim,
+    get_array_module,
+    get_torch_default_device,
+    torch2xp,
+    xp2torch,
 )
 from thinc.types import Floats3d, FloatsXd
 
 from ..bilm import BiLM, ElmoOptions
+from ..bilm.serialize import bilm_from_bytes, bilm_to_bytes
 from ..published.resolve import resolve_files
 from .arrays import no_backprop, split_by_lengths
-from ..bilm.serialize import bilm_from_bytes, bilm_to_bytes
 from .bilm_settings import ElmoBiLMSettings
 from .feature_cache import FeatureCache
 from .language import BUNDLED, DEFAULT_PRETRAINED
@@ -235,7 +242,9 @@ def _run_frozen(model: Model, docs: List[Doc], plan: SegmentPlan, use_cache: boo
     for i, key in enumerate(keys):
         copies.setdefault(key if bilm.state_mode != "carry" else (i,), []).append(i)
     groups = list(copies.values())
-    found = cache.get_many([keys[g[0]] for g in groups], bilm.fingerprint()) if cache is not None else [None] * len(groups)
+    found = (
+        cache.get_many([keys[g[0]] for g in groups], bilm.fingerprint()) if cache is not None else [None] * len(groups)
+    )
     store = model.attrs.get("feature_store")  # precomputed layers (spacy_elmo.embed.store.FeatureStore)
     if store is not None:
         missing = [k for k, value in enumerate(found) if value is None]
@@ -254,8 +263,10 @@ def _run_frozen(model: Model, docs: List[Doc], plan: SegmentPlan, use_cache: boo
         del output
         n_layers, rows, n_steps, width = layers.shape
         # the rows' positions as columns: row r's sentence starts at column r * n_steps + 1
-        place([(i, row * n_steps + 1) for row, b in enumerate(batch) for i in todo[b]],
-              layers.reshape(n_layers, rows * n_steps, width))
+        place(
+            [(i, row * n_steps + 1) for row, b in enumerate(batch) for i in todo[b]],
+            layers.reshape(n_layers, rows * n_steps, width),
+        )
         if cache is not None:
             for row, b in enumerate(batch):
                 value = layers[:, row, 1 : len(plan.sentences[todo[b][0]]) + 1]

@@ -18,8 +18,8 @@ from thinc.api import PyTorchGradScaler
 
 from ..bilm.model import BiLMSettings, StateMode
 from ..bilm.precision import Precision, check_precision
-from .segmentation import check_window
 from .language import DEFAULT_PRETRAINED
+from .segmentation import check_window
 
 # ElmoOptions' sizes: null in a config means "as the files say" (or the Small model's, fresh).
 SIZE_KEYS = ("lstm_dim", "projection_dim", "n_layers", "char_embedding_dim", "filters", "n_highway")
@@ -143,4 +143,3 @@ def takes_settings(settings_type: type) -> Callable[[Builder], Builder]:
         return build
 
     return decorate
-

@@ -3,7 +3,8 @@
 With the biLM frozen, a training sentence's layers are the same in every epoch, so computing
 them once is enough. Once training has used the cache, prediction uses it too: ``spacy train``
 scores the same dev sentences at every evaluation. A pipeline that only predicts (loaded, never
-trained in this process) never fills it, so serving costs no cache memory. Outputs of the ``"zero"`` and ``"warm"`` state modes depend on nothing but
+trained in this process) never fills it, so serving costs no cache memory. Outputs of the ``"zero"`` and
+``"warm"`` state modes depend on nothing but
 the sentence itself, which makes the token strings a complete key.
 
 Once full, the cache keeps what it holds and stores nothing new. Training reads every sentence

@@ -24,7 +24,9 @@ def SelectLayers(layers: Sequence[int], n_layers: Optional[int] = None) -> Model
         _check_chosen(chosen, n_layers)
     elif not chosen or len(set(chosen)) != len(chosen) or min(chosen) < 0:
         raise ValueError(f"layers must name distinct biLM layers, 0 (the char CNN) or above, got {chosen}")
-    return Model("elmo_select_layers", _select_forward, init=_select_init, dims={"nL": n_layers}, attrs={"layers": chosen})
+    return Model(
+        "elmo_select_layers", _select_forward, init=_select_init, dims={"nL": n_layers}, attrs={"layers": chosen}
+    )
 
 
 def _check_chosen(chosen: List[int], n_layers: int) -> None:

@@ -47,13 +47,16 @@ MISSING_UPSTREAM = (
 
 NAMED_UPSTREAM = (
     " This listener listens to a component named '{upstream}' only (upstream = \"{upstream}\"): if the "
-    "elmo component has another name (nlp.rename_pipe, add_pipe(..., name=...)), set upstream = \"*\", "
+    'elmo component has another name (nlp.rename_pipe, add_pipe(..., name=...)), set upstream = "*", '
     "which listens to the elmo component before it whatever its name."
 )
 
 
 def size_mismatch(
-    listener_sizes: Tuple[int, int], bilm_sizes: Tuple[int, int], component: Optional[str] = None, upstream: Optional[str] = None
+    listener_sizes: Tuple[int, int],
+    bilm_sizes: Tuple[int, int],
+    component: Optional[str] = None,
+    upstream: Optional[str] = None,
 ) -> ValueError:
     """The error for a listener sized for another biLM; sizes are (n_layers, width)."""
     listener = f"The ELMo listener in '{component}'" if component else "An ELMo listener"

@@ -57,7 +57,15 @@ class TrainingConfig:
     )
 
     def __post_init__(self) -> None:
-        positive = ("batch_size", "window", "checkpoint_every", "eval_every", "log_every", "eval_tokens", "init_tokens_epochs")
+        positive = (
+            "batch_size",
+            "window",
+            "checkpoint_every",
+            "eval_every",
+            "log_every",
+            "eval_tokens",
+            "init_tokens_epochs",
+        )
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -190,7 +198,9 @@ def get_preset(name: str) -> Preset:
     return PRESETS[name]
 
 
-def with_training_keys(options: ElmoOptions, config: TrainingConfig, vocab_size: int, n_train_tokens: int) -> ElmoOptions:
+def with_training_keys(
+    options: ElmoOptions, config: TrainingConfig, vocab_size: int, n_train_tokens: int
+) -> ElmoOptions:
     """``options`` plus the bilm-tf training keys of ``options.json`` describing this run."""
     return replace(options, training={**options.training, **_training_keys(config, vocab_size, n_train_tokens)})
 

@@ -99,7 +99,9 @@ def find_continuation(weight_file: PathLike) -> Optional[Continuation]:
         with h5py.File(softmax_path, "r") as f:
             weight, bias = f["weight"][...].astype(numpy.float32), f["bias"][...].astype(numpy.float32)
     except (OSError, KeyError) as err:
-        raise ValueError(f"{softmax_path} is not a softmax exported by spacy-elmo pretrain ({err}); remove it to start a new softmax") from err
+        raise ValueError(
+            f"{softmax_path} is not a softmax exported by spacy-elmo pretrain ({err}); remove it to start a new softmax"
+        ) from err
     if weight.ndim != 2 or bias.shape != (weight.shape[0],) or weight.shape[0] != len(vocab):
         raise ValueError(
             f"{softmax_path} has a softmax of shape {weight.shape} and bias {bias.shape}, but {vocab_path} has "
@@ -112,7 +114,9 @@ def read_vocab(path: Path) -> Vocabulary:
     """bilm-tf's vocabulary file as :meth:`Vocabulary.to_file` writes it."""
     lines = path.read_text(encoding="utf8").splitlines()
     if tuple(lines[: len(MARKER_NAMES)]) != MARKER_NAMES:
-        raise ValueError(f"{path} does not start with the markers {', '.join(MARKER_NAMES)}: not a vocabulary of spacy-elmo pretrain")
+        raise ValueError(
+            f"{path} does not start with the markers {', '.join(MARKER_NAMES)}: not a vocabulary of spacy-elmo pretrain"
+        )
     return Vocabulary(lines[len(MARKER_NAMES) :])
 
 

@@ -22,6 +22,7 @@ from ..bilm.model import STATE_MODES, StateMode
 from .softmax import SharedSoftmax
 from .vocab import BOS, EOS, Vocabulary
 
+
 def heldout_perplexity(
     bilm: BiLM,
     softmax: SharedSoftmax,

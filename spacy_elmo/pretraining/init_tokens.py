@@ -36,7 +36,9 @@ def load_static_vectors(path: PathLike) -> Tuple[List[str], numpy.ndarray]:
     from thinc.api import NumpyOps
 
     if not Path(path).is_dir():
-        raise ValueError(f"{path} is not a spaCy pipeline directory: make one from word2vec text with `spacy init vectors`")
+        raise ValueError(
+            f"{path} is not a spaCy pipeline directory: make one from word2vec text with `spacy init vectors`"
+        )
     vectors = spacy.load(path).vocab.vectors
     vectors.to_ops(NumpyOps())
     known = [(vectors.strings[key], row) for key, row in vectors.key2row.items() if key in vectors.strings]

@@ -17,8 +17,8 @@ from ..bilm.lstm import LSTMState
 from ..fileio import PathLike
 from .config import TrainingConfig
 from .continuation import read_init_tokens
-from .lm import BiLMLoss
 from .init_tokens import InitTokens, fit_init_tokens, load_static_vectors
+from .lm import BiLMLoss
 from .stream import WindowBatch
 
 
@@ -52,7 +52,9 @@ def fit_token_encoder(bilm: BiLM, init_tokens: InitTokens, config: TrainingConfi
 
     Returns the mean cosine after each epoch.
     """
-    bar = tqdm(total=config.init_tokens_epochs, desc=f"token encoder <- {len(init_tokens.words)} vectors", disable=not progress)
+    bar = tqdm(
+        total=config.init_tokens_epochs, desc=f"token encoder <- {len(init_tokens.words)} vectors", disable=not progress
+    )
     cosines: List[float] = []
 
     def record(epoch: int, cosine: float) -> None:
@@ -75,7 +77,8 @@ class Objective(nn.Module):
         self.init_tokens = init_tokens
 
     def forward(self, batch: WindowBatch, state: LSTMState) -> Tuple[Tensor, Tensor, LSTMState, Tensor]:
-        """:class:`BiLMLoss`'s NLL sums (2,), counts (2,) and final state, then the distance (a scalar; 0 without ``init_tokens``)."""
+        """:class:`BiLMLoss`'s NLL sums (2,), counts (2,) and final state, then the distance (a
+        scalar; 0 without ``init_tokens``)."""
         sums, counts, final = self.loss(batch, state)
         if self.init_tokens is None:
             return sums, counts, final, sums.new_zeros(())

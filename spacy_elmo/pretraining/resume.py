@@ -73,7 +73,9 @@ class Checkpointed:
             "softmax": self.loss.softmax.state_dict(),
             "vectors_head": init_tokens.head.state_dict() if init_tokens is not None else None,
             # the kept static vectors, for ``spacy-elmo export`` of a checkpoint
-            "kept_vectors": None if init_tokens is None else {"words": init_tokens.words, "vectors": torch.from_numpy(init_tokens.vectors)},
+            "kept_vectors": None
+            if init_tokens is None
+            else {"words": init_tokens.words, "vectors": torch.from_numpy(init_tokens.vectors)},
             "optimizer": self.optimizer.state_dict(),
             "processes": per_process,
         }

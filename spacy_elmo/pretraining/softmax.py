@@ -53,7 +53,9 @@ class SharedSoftmax(nn.Module):
         chunks = zip(hidden.split(rows), targets.split(rows))
         return torch.cat([F.cross_entropy(_logits(h, weight, self.bias), t, reduction="none") for h, t in chunks])
 
-    def sampled_nll(self, hidden: Tensor, targets: Tensor, negatives: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    def sampled_nll(
+        self, hidden: Tensor, targets: Tensor, negatives: Tensor, dtype: torch.dtype = torch.float32
+    ) -> Tensor:
         """Sampled-softmax loss of each target against shared ``negatives`` (s,) int64 ids.
 
         Shapes: ``hidden`` (n, dim), ``targets`` (n,) -> (n,). A negative equal to a row's

@@ -28,7 +28,14 @@ from ..bilm.autotune import cpu_auto_precision
 from ..bilm.model import STATE_MODES, StateMode
 from ..bilm.precision import ResolvedPrecision
 from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, PathLike, standard_files
-from .checkpoint import CHECKPOINT_NAME, Interrupted, load_checkpoint, prepare_output_dir, seed_everything, stop_requests
+from .checkpoint import (
+    CHECKPOINT_NAME,
+    Interrupted,
+    load_checkpoint,
+    prepare_output_dir,
+    seed_everything,
+    stop_requests,
+)
 from .config import TrainingConfig, build_optimizer, with_training_keys
 from .continuation import SOFTMAX_NAME, VOCAB_NAME, find_continuation, load_softmax, write_continuation
 from .corpus import CorpusReader, read_documents
@@ -74,7 +81,16 @@ def pretrain(
     env = init_distributed()
     try:
         return Trainer(
-            env, Path(input_path), Path(output_dir), options, config, dev_path, init_from, resume, progress, init_tokens_from
+            env,
+            Path(input_path),
+            Path(output_dir),
+            options,
+            config,
+            dev_path,
+            init_from,
+            resume,
+            progress,
+            init_tokens_from,
         ).run()
     except Interrupted as stopped:
         # Its traceback would keep the trainer, and with it the process group, alive past shutdown.
@@ -149,10 +165,14 @@ class Trainer(Checkpointed):
             if self.progress:
                 tqdm.write(f"Continuing with the softmax and vocabulary exported beside {init_from[1]}")
         self.loss.to(env.device)
-        init_tokens = load_init_tokens(config, init_tokens_from, init_from, bilm.options.projection_dim, fit=checkpoint is None)
+        init_tokens = load_init_tokens(
+            config, init_tokens_from, init_from, bilm.options.projection_dim, fit=checkpoint is None
+        )
         init_tokens = init_tokens.to(env.device) if init_tokens is not None else None
         fits = init_tokens_from is not None and checkpoint is None and env.is_main  # a new biLM's encoder, once
-        fitted_cosines = fit_token_encoder(bilm, init_tokens, config, self.progress) if fits and init_tokens is not None else []
+        fitted_cosines = (
+            fit_token_encoder(bilm, init_tokens, config, self.progress) if fits and init_tokens is not None else []
+        )
         self.objective = Objective(self.loss, init_tokens if config.init_tokens_weight > 0 else None)
         self.model = data_parallel(self.objective) if env.enabled else self.objective
         self.optimizer = build_optimizer(config, self.objective.parameters())
@@ -253,10 +273,16 @@ class Trainer(Checkpointed):
     def _log_interval(self, interval: Tensor, tokens: int, seconds: float) -> Dict[str, Any]:
         """Sum the interval over all processes and log it."""
         record = interval_record(
-            all_sum(self.env, interval), self.step, self.stream.epoch, tokens / max(seconds, 1e-9), self.tokens, self.elapsed
+            all_sum(self.env, interval),
+            self.step,
+            self.stream.epoch,
+            tokens / max(seconds, 1e-9),
+            self.tokens,
+            self.elapsed,
         )
         self.log.write(record)
         return record
+
     def _evaluate(self, initial_states: Sequence[StateMode] = ("zero",)) -> Dict[str, Any]:
         """Held-out perplexity (rank 0 only); logged as an ``"eval"`` record."""
         if not self.env.is_main:
@@ -281,7 +307,9 @@ class Trainer(Checkpointed):
             if self.dev_documents:
                 states = STATE_MODES if bilm.warm_hidden is not None else ("zero", "carry")
                 metrics["eval"] = self._evaluate(states)["eval"]
-            with self.log.writing(f"the exported {OPTIONS_NAME}, {WEIGHTS_NAME}, {VOCAB_NAME}, {SOFTMAX_NAME} and init-tokens vectors"):
+            with self.log.writing(
+                f"the exported {OPTIONS_NAME}, {WEIGHTS_NAME}, {VOCAB_NAME}, {SOFTMAX_NAME} and init-tokens vectors"
+            ):
                 bilm.to_files(*standard_files(self.output_dir))
                 write_continuation(self.output_dir, self.vocab, self.loss.softmax, self.objective.init_tokens)
             self.log.write({"final": metrics})
@@ -306,4 +334,3 @@ class Trainer(Checkpointed):
         if not documents:
             raise ValueError(f"the held-out corpus {dev_path} has no documents")
         return documents
-

@@ -49,9 +49,7 @@ def archive_kind(path: Path) -> str:
         return "zip"
     if head.startswith((b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")) or head[257:262] == b"ustar":
         return "tar"
-    raise ArchiveError(
-        f"{path} is not a zip, tar, tar.gz, tar.bz2 or tar.xz archive (it starts with {head[:8]!r})"
-    )
+    raise ArchiveError(f"{path} is not a zip, tar, tar.gz, tar.bz2 or tar.xz archive (it starts with {head[:8]!r})")
 
 
 def extract(archive: Path, target: Path, label: str) -> Extracted:
@@ -85,9 +83,13 @@ def _extract_zip(archive: Path, target: Path, label: str, written: Extracted) ->
             mode = info.external_attr >> 16
             kind = stat.S_IFMT(mode)
             if kind == stat.S_IFLNK:
-                raise ArchiveError(f"{label}: the member {name!r} is a symbolic link; an archive of a model holds files only")
+                raise ArchiveError(
+                    f"{label}: the member {name!r} is a symbolic link; an archive of a model holds files only"
+                )
             if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
-                raise ArchiveError(f"{label}: the member {name!r} is a special file (mode {oct(mode)}), not a regular file")
+                raise ArchiveError(
+                    f"{label}: the member {name!r} is a special file (mode {oct(mode)}), not a regular file"
+                )
             if info.flag_bits & 0x1:
                 raise ArchiveError(f"{label}: the member {name!r} is encrypted")
             is_dir = info.is_dir() or kind == stat.S_IFDIR
@@ -106,7 +108,9 @@ def _extract_zip(archive: Path, target: Path, label: str, written: Extracted) ->
                 _make_directory(target, relative, label)
                 continue
             with zf.open(info) as source:
-                written[relative.as_posix()] = _write(source, target, relative, info.filename, info.file_size, budget, label)
+                written[relative.as_posix()] = _write(
+                    source, target, relative, info.filename, info.file_size, budget, label
+                )
 
 
 def _extract_tar(archive: Path, target: Path, label: str, written: Extracted) -> None:
@@ -147,7 +151,9 @@ def safe_relative(name: str, label: str) -> Optional[PurePosixPath]:
         raise ArchiveError(f"{label}: the member {name!r} has a NUL character in its name")
     unified = name.replace("\\", "/")
     if unified.startswith("/") or re.match(r"^[A-Za-z]:", unified):
-        raise ArchiveError(f"{label}: the member {name!r} has an absolute path; an archive of a model holds relative paths")
+        raise ArchiveError(
+            f"{label}: the member {name!r} has an absolute path; an archive of a model holds relative paths"
+        )
     parts = [part for part in unified.split("/") if part not in ("", ".")]
     if ".." in parts:
         raise ArchiveError(f"{label}: the member {name!r} points outside the archive's directory ('..')")
@@ -166,13 +172,18 @@ class _Budget:
         _check_total(self.total, self.label)
 
 
-def _write(source: IO[bytes], target: Path, relative: PurePosixPath, name: str, declared: int, budget: _Budget,
-           label: str) -> Dict[str, object]:
+def _write(
+    source: IO[bytes], target: Path, relative: PurePosixPath, name: str, declared: int, budget: _Budget, label: str
+) -> Dict[str, object]:
     path = target.joinpath(*relative.parts)
     _inside(target, path, name, label)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0), 0o644)
+        fd = os.open(
+            path,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0),
+            0o644,
+        )
     except FileExistsError as err:
         raise ArchiveError(f"{label}: the member {name!r} comes twice (or clashes with a directory)") from err
     digest = hashlib.sha256()
@@ -192,7 +203,9 @@ def _make_directory(target: Path, relative: PurePosixPath, label: str) -> None:
     path = target.joinpath(*relative.parts)
     _inside(target, path, relative.as_posix(), label)
     if path.exists() and not path.is_dir():
-        raise ArchiveError(f"{label}: the directory member {relative.as_posix()!r} clashes with a file of the same name")
+        raise ArchiveError(
+            f"{label}: the directory member {relative.as_posix()!r} clashes with a file of the same name"
+        )
     path.mkdir(parents=True, exist_ok=True)
 
 
@@ -220,5 +233,6 @@ def _check_total(total: int, label: str) -> None:
 
 def _check_count(count: int, label: str) -> None:
     if count > MAX_MEMBERS:
-        raise ArchiveError(f"{label}: it has more than {MAX_MEMBERS} members, more than an ELMo model; it was not extracted")
-
+        raise ArchiveError(
+            f"{label}: it has more than {MAX_MEMBERS} members, more than an ELMo model; it was not extracted"
+        )

@@ -102,7 +102,10 @@ def offline() -> bool:
 
 
 def fetch(
-    source: CachedSource[Fetched], check: Callable[..., object], force: bool = False, progress: bool = True,
+    source: CachedSource[Fetched],
+    check: Callable[..., object],
+    force: bool = False,
+    progress: bool = True,
     verify: bool = False,
 ) -> Fetched:
     """The cached files of ``source``, downloaded first if need be: ``(options.json,

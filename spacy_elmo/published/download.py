@@ -148,8 +148,18 @@ def download(url: str, part: Path, expected_bytes: Optional[int] = None, progres
     """
     digest = _Digest()
     failures = 0
-    with session() as client, tqdm(total=expected_bytes, unit="B", unit_scale=True, unit_divisor=1024,
-                                   desc=url.rsplit("/", 1)[-1], disable=not progress, miniters=1) as bar:
+    with (
+        session() as client,
+        tqdm(
+            total=expected_bytes,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            desc=url.rsplit("/", 1)[-1],
+            disable=not progress,
+            miniters=1,
+        ) as bar,
+    ):
         while True:
             before = _size(part)
             bar.reset(total=bar.total)
@@ -197,8 +207,11 @@ def _gave_up(url: str, part: Path, err: "_GaveUp") -> DownloadError:
     """The error of a download the transport gave up on: a :class:`HostUnreachable` where no
     connection was made."""
     kept = _size(part)
-    where = (f"; {kept} bytes are kept in {part}: run the same command again to continue from there"
-             if kept else ": run the same command again once the host is reachable")
+    where = (
+        f"; {kept} bytes are kept in {part}: run the same command again to continue from there"
+        if kept
+        else ": run the same command again once the host is reachable"
+    )
     message = f"downloading {url} failed ({err}){where}"
     reason = None if err.__cause__ is None else _unreachable_reason(err.__cause__)
     if reason is None:
@@ -208,7 +221,12 @@ def _gave_up(url: str, part: Path, err: "_GaveUp") -> DownloadError:
 
 
 def _attempt(
-    client: requests.Session, url: str, part: Path, offset: int, expected_bytes: Optional[int], bar: tqdm,
+    client: requests.Session,
+    url: str,
+    part: Path,
+    offset: int,
+    expected_bytes: Optional[int],
+    bar: tqdm,
     digest: _Digest,
 ) -> None:
     """One request (with the transport's retries): append the rest of the file to ``part`` (all of
@@ -340,8 +358,10 @@ def _reason(error: BaseException) -> str:
 
 def _describe(error: requests.exceptions.RequestException) -> str:
     if _refused(error):
-        return ("the connection was refused: the host is up, but nothing listens on that port: a stopped server, "
-                "or a wrong port")
+        return (
+            "the connection was refused: the host is up, but nothing listens on that port: a stopped server, "
+            "or a wrong port"
+        )
     if isinstance(error, requests.exceptions.Timeout) or "timed out" in str(error).lower():
         return f"no answer within {TIMEOUT_SECONDS:g} s, {RETRIES + 1} times ({_reason(error)})"
     return f"{type(error).__name__}: {_reason(error)}"

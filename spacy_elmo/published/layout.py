@@ -70,7 +70,8 @@ def find_model_directory(root: Path, label: str) -> Tuple[Path, str]:
         shown = ", ".join(files[:12]) + (f" and {len(files) - 12} more" if len(files) > 12 else "")
         raise ValueError(
             f"{label} holds no ELMo model: no directory with options.json + weights.hdf5 (or one *options*.json "
-            f"and one *.hdf5), nor an ELMoForManyLangs model ({', '.join(MANYLANGS_FILES)}); it holds: {shown or 'nothing'}"
+            f"and one *.hdf5), nor an ELMoForManyLangs model ({', '.join(MANYLANGS_FILES)}); "
+            f"it holds: {shown or 'nothing'}"
         )
     shown = ", ".join(f"{(d.relative_to(root).as_posix() if d != root else '.')} ({kind})" for d, kind in found)
     raise ValueError(f"{label} holds several ELMo models, so it does not say which one to use: {shown}")

@@ -62,9 +62,9 @@ _MANYLANGS_CITATION = (
 )
 _MANYLANGS_LICENSE = "not stated by HIT-SCIR for the models (its code: MIT)"
 _MANYLANGS_PAGE = "https://github.com/HIT-SCIR/ELMoForManyLangs"
-_MANYLANGS_TEXT = (
-    "20 M words sampled from the CoNLL 2018 shared task's raw text (Wikipedia dump + Common Crawl)"
-)
+_MANYLANGS_TEXT = "20 M words sampled from the CoNLL 2018 shared task's raw text (Wikipedia dump + Common Crawl)"
+# The tables below are laid out by hand, a model or a row of languages to a line.
+# fmt: off
 # ELMoForManyLangs' README table: NLPL repository id (http://vectors.nlpl.eu/repository/11/ID.zip)
 # -> the language it names (elmoformanylangs 0.0.4.post2's long description, the README's copy).
 _MANYLANGS_IDS: Dict[int, str] = {
@@ -245,7 +245,8 @@ BUILTIN: Dict[str, PublishedModel] = {
         _allennlp(
             "pt-brwac", "contributed/pt/brwac/", "options.json", "elmo_pt_weights_dgx1.hdf5",
             training_text="brWaC (Brazilian Portuguese web corpus)", language="pt",
-            license="not stated by its publisher", citation=f"not stated by its contributor; the architecture: {_PETERS}",
+            license="not stated by its publisher",
+            citation=f"not stated by its contributor; the architecture: {_PETERS}",
         ),
         PublishedModel(
             "ja", "https://exawizardsallenlp.blob.core.windows.net/data/options.json",
@@ -294,6 +295,7 @@ BUILTIN: Dict[str, PublishedModel] = {
         _embeddia("sv"),
     )
 }
+# fmt: on
 
 # The type of each field an override may set: numbers for sizes, text for the rest.
 _NUMBER_FIELDS = ("weights_bytes", "width", "archive_bytes")
@@ -318,7 +320,8 @@ def registered_models() -> Dict[str, PublishedModel]:
     for name, fields in _read_overrides(Path(path)).items():
         base = models.get(name, PublishedModel(name))
         dropped: Dict[str, Any] = {
-            alternate: None for url, alternate in _ALTERNATES.items()
+            alternate: None
+            for url, alternate in _ALTERNATES.items()
             if url in fields and fields[url] != getattr(base, url) and alternate not in fields
         }
         models[name] = dataclasses.replace(base, **dropped, **fields)

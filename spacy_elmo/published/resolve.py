@@ -8,7 +8,8 @@
   ``weights.hdf5`` (a mirror, a private host), or an archive (``.zip``, ``.tar.gz``, ``.tgz``,
   ``.tar.bz2``) holding a model, cached like a name. ``file://`` is a local path.
 - DIRECTORY: ``options.json`` + ``weights.hdf5``, or one ``*options*.json`` and one
-  ``*weights*.hdf5`` (or only one ``*.hdf5``) as AllenNLP and the NLPL repository name them; or an ELMoForManyLangs model (``config.json``,
+  ``*weights*.hdf5`` (or only one ``*.hdf5``) as AllenNLP and the NLPL repository name them; or an
+  ELMoForManyLangs model (``config.json``,
   ``char.dic``, ``word.dic``, ``token_embedder.pkl``, ``encoder.pkl``: :func:`manylangs_directory`,
   loaded by ``BiLM.from_pretrained``). A registry name wins over a directory of the same
   name: write ``./small`` for the directory.
@@ -29,8 +30,8 @@ import urllib.request
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Tuple, TypeVar, Union
 
-from . import PRETRAINED, pretrained_files
 from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, standard_files
+from . import PRETRAINED, pretrained_files
 from .cache import OfflineError, cache_root, fetch
 from .download import DownloadError
 from .layout import STANDARD, is_manylangs_directory, standard_pair
@@ -128,7 +129,11 @@ def resolve_files(options_file: str, weight_file: str, check: Check, progress: b
 
 
 def download_pretrained(
-    spec: str, check: Check, force: bool = False, progress: bool = True, verify: bool = False,
+    spec: str,
+    check: Check,
+    force: bool = False,
+    progress: bool = True,
+    verify: bool = False,
     check_directory: Optional[CheckDirectory] = None,
 ) -> Tuple[Path, ...]:
     """Fetch NAME or URL into the cache ahead of use (``force``: again, whatever is cached;
@@ -176,7 +181,10 @@ def _model_check(check: Check, check_directory: Optional[CheckDirectory]) -> Cal
 
 
 def _load_model_directory(
-    directory: Path, kind: str, load: "Load[Loaded]", load_directory: "Optional[LoadDirectory[Loaded]]",
+    directory: Path,
+    kind: str,
+    load: "Load[Loaded]",
+    load_directory: "Optional[LoadDirectory[Loaded]]",
     check_values: bool,
 ) -> Loaded:
     if kind == STANDARD:
@@ -220,7 +228,13 @@ def source_for(spec: str) -> Optional[Union[Source, ArchiveSource]]:
             )
         base = spec.rstrip("/")
         directory = _url_directory(base)
-        return Source(spec, f"{base}/{OPTIONS_NAME}", f"{base}/{WEIGHTS_NAME}", directory, f"run `spacy-elmo download {spec} --force`")
+        return Source(
+            spec,
+            f"{base}/{OPTIONS_NAME}",
+            f"{base}/{WEIGHTS_NAME}",
+            directory,
+            f"run `spacy-elmo download {spec} --force`",
+        )
     return None
 
 
@@ -233,9 +247,18 @@ def named_source(model: PublishedModel) -> Union[Source, ArchiveSource]:
         )
     assert model.options_url is not None and model.weights_url is not None, model.name
     return Source(
-        model.name, model.options_url, model.weights_url, cache_root() / model.name, fix, model.weights_bytes,
-        model.weights_sha256, model.alternate_options_url, model.alternate_weights_url, model.options_md5,
-        model.weights_md5, model.weights_sha1,
+        model.name,
+        model.options_url,
+        model.weights_url,
+        cache_root() / model.name,
+        fix,
+        model.weights_bytes,
+        model.weights_sha256,
+        model.alternate_options_url,
+        model.alternate_weights_url,
+        model.options_md5,
+        model.weights_md5,
+        model.weights_sha1,
     )
 
 
@@ -288,7 +311,9 @@ def local_path(spec: str) -> Path:
 
 def as_url(spec: str) -> str:
     """``spec`` as a URL: local paths become ``file://`` URLs (copied into the cache beside a remote file)."""
-    return spec if urllib.parse.urlsplit(spec).scheme in (*REMOTE_SCHEMES, "file") else local_path(spec).resolve().as_uri()
+    return (
+        spec if urllib.parse.urlsplit(spec).scheme in (*REMOTE_SCHEMES, "file") else local_path(spec).resolve().as_uri()
+    )
 
 
 def _url_directory(url: str, suffix: str = "", extra: str = "") -> Path:

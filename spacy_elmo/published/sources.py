@@ -84,9 +84,7 @@ class Source:
         return self.files
 
     def by_hand(self) -> str:
-        return (
-            f"save {self.options_url} by hand as {self.options_path} and {self.weights_url} as {self.weights_path}"
-        )
+        return f"save {self.options_url} by hand as {self.options_path} and {self.weights_url} as {self.weights_path}"
 
     def adopt(self, check: Check) -> Tuple[Record, Dict[str, Optional[str]]]:
         weights_sha256 = records.sha256_of(self.weights_path)  # before the check, which may read it: the bytes checked
@@ -176,8 +174,9 @@ class ArchiveSource:
 
     def wanted(self, record: Record) -> bool:
         archive = record.get("archive") or {}
-        return (
-            self.archive_sha256 in (None, archive.get("sha256")) and self.archive_bytes in (None, archive.get("bytes"))
+        return self.archive_sha256 in (None, archive.get("sha256")) and self.archive_bytes in (
+            None,
+            archive.get("bytes"),
         )
 
     def result(self, record: Record) -> Tuple[Path, str]:

@@ -13,7 +13,7 @@ import torch
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm import autotune, compat
+from spacy_elmo.bilm import autotune, compat, timed_passes
 from spacy_elmo.bilm.autotune import Trial
 from spacy_elmo.bilm.identity import weights_digest
 from spacy_elmo.bilm.precision import LowPrecisionWeights
@@ -72,7 +72,7 @@ def test_the_fastest_precision_that_keeps_the_contract_wins():
     decision = autotune.decide(model, machine.run, machine.clock)
     assert decision.choice == "bf16"  # int8 is faster, but its layers are too far from fp32's
     assert decision.trials["int8"].cosine < autotune.MIN_MEAN_COSINE <= decision.trials["bf16"].cosine
-    n_tokens = autotune.BATCH_ROWS * autotune.BATCH_WORDS
+    n_tokens = timed_passes.BATCH_ROWS * timed_passes.BATCH_WORDS
     assert decision.trials["fp32"] == Trial(n_tokens / 1.0, pytest.approx(1.0))
     # Interleaved rounds: fp32, bf16, int8, fp32, bf16, int8, ...
     assert machine.runs[:6] == PRECISIONS * 2
@@ -268,14 +268,14 @@ def test_a_training_step_is_timed_and_leaves_the_model_as_it_was():
         parameter.register_hook(lambda grad, name=name: reached.append(name))
     values = {name: parameter.detach().clone() for name, parameter in parameters.items()}
     rng = torch.get_rng_state()
-    found = autotune.timed_pass(model, sentences, "fp32", training=True)
+    found = timed_passes.timed_pass(model, sentences, "fp32", training=True)
     assert set(reached) == set(parameters)  # the backward pass reached every parameter
     assert projection.grad is stale and torch.equal(stale, torch.ones_like(stale))
     assert all(p.grad is None for name, p in parameters.items() if name != "token_encoder.projection.weight")
     assert all(torch.equal(p, values[name]) for name, p in parameters.items())
     assert torch.equal(torch.get_rng_state(), rng) and len(model.token_cache) == 0 and model.lstm.dropout.training
     assert not found.requires_grad
-    torch.testing.assert_close(found, autotune.timed_pass(model, sentences, "fp32"), rtol=0, atol=1e-5)
+    torch.testing.assert_close(found, timed_passes.timed_pass(model, sentences, "fp32"), rtol=0, atol=1e-5)
 
 
 def test_worst_cosine_skips_padding_and_takes_the_worst_layer():
@@ -334,7 +334,7 @@ def test_the_timed_pass_is_the_models_own_in_each_precision():
         fresh = random_bilm(precision=precision, cache_size=0)
         with torch.no_grad():
             expected = fresh(sentences).layers
-        torch.testing.assert_close(autotune.timed_pass(model, sentences, precision), expected, rtol=0, atol=0)
+        torch.testing.assert_close(timed_passes.timed_pass(model, sentences, precision), expected, rtol=0, atol=0)
     assert (model.precision, model.state_mode, model.training, len(model.token_cache)) == ("auto", "carry", True, 0)
     assert model.lstm.dropout.training
 
@@ -355,8 +355,8 @@ def test_measuring_leaves_no_candidates_copies_behind():
     the chosen precision's."""
     model = BiLM(measured_options(), precision="auto")
     with torch.no_grad():
-        autotune.timed_pass(model, [["warm", "copies"]], "bf16")
-        autotune.timed_pass(model, [["warm", "copies"]], "int8")
+        timed_passes.timed_pass(model, [["warm", "copies"]], "bf16")
+        timed_passes.timed_pass(model, [["warm", "copies"]], "int8")
     assert held_copies(model) > 0
     decision = autotune.decide(model)
     assert decision.source == "measured" and held_copies(model) == 0

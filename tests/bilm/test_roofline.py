@@ -7,7 +7,7 @@ import torch
 from typer.testing import CliRunner
 
 from spacy_elmo import roofline
-from spacy_elmo.bilm import autotune
+from spacy_elmo.bilm import autotune, timed_passes
 from spacy_elmo.bilm.flops import FlopCount, flops_per_token
 from spacy_elmo.bilm.int8 import int8_available
 from spacy_elmo.bilm.options import ElmoOptions
@@ -74,7 +74,7 @@ def test_bench_prints_the_model_its_sizes_and_the_roofline(tmp_path, monkeypatch
     options = tiny_options()
     assert f"biLM {tmp_path / 'bilm'}" in out
     assert f"sizes: lstm_dim {options.lstm_dim}, projection_dim {options.projection_dim}, n_layers {options.n_layers}" in out
-    rows, words = autotune.BATCH_ROWS, autotune.BATCH_WORDS
+    rows, words = timed_passes.BATCH_ROWS, timed_passes.BATCH_WORDS
     assert f"timed on {rows} sentences of {words} made-up words ({rows * words} tokens, {rows * (words + 2)} positions" in out
     # what the figure is, and that nlp.pipe's words/s is another one, timed elsewhere
     assert f"tokens/s: the {rows * words} words of that batch per second of one forward pass of the biLM alone" in out

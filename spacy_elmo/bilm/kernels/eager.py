@@ -13,7 +13,7 @@ the products and the weights they multiply by.
 """
 
 from functools import partial
-from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
 import torch
 from torch import Tensor
@@ -75,7 +75,7 @@ class Float32Kernel:
     def gathered_weights(self, index: int, layer: LSTMLayer) -> LSTMWeights:
         """:meth:`weights` for a pass with autograd: each weight whose parameters are trained is a
         :class:`GatheredWeight`, its gradient gathered over the steps."""
-        sources = self.weights(index, layer)
+        sources = [cast(Tensor, weight) for weight in self.weights(index, layer)]  # plain tensors, as made above
         return LSTMWeights(*(GatheredWeight(s, s.detach()) if s.requires_grad else s.detach() for s in sources))
 
     def lowered_inputs(self, inputs: Tensor, layer: LSTMLayer) -> Tuple[Tensor, Optional[Tensor]]:
@@ -92,7 +92,10 @@ class Float32Kernel:
     def input_gates(self, flat: Tensor, weight: Weight, bias: Optional[Tensor], out: Optional[Tensor]) -> Tensor:
         """The input half of a window's gates, float32, into ``out`` if given: (2, n, input_dim) ->
         (2, n, 4 * lstm_dim). ``bias``: what :meth:`lowered_inputs` left to add (none here)."""
-        return self.product(flat, weight) if out is None else torch.bmm(flat, weight, out=out)
+        if out is None:
+            return self.product(flat, weight)
+        assert isinstance(weight, Tensor)  # a workspace serves inference only: no gathered gradient
+        return torch.bmm(flat, weight, out=out)
 
     def recurrent(self, hidden: Tensor, weight: Weight) -> Tensor:
         """``hidden @ weight``: (2, rows, projection_dim) float32 -> (2, rows, 4 * lstm_dim)."""
@@ -117,8 +120,14 @@ class Float32Kernel:
         return self._workspace
 
     def _loop(
-        self, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor,
-        weights: LSTMWeights, workspace: Optional[Tensor],
+        self,
+        layer: LSTMLayer,
+        inputs: Tensor,
+        active: Sequence[int],
+        hidden: Tensor,
+        memory: Tensor,
+        weights: LSTMWeights,
+        workspace: Optional[Tensor],
     ) -> Result:
         """Windows of input gates, then the steps; in place in ``hidden``, ``memory`` and
         ``workspace`` where a workspace is given (no autograd), else on fresh tensors."""

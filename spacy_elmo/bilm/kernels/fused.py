@@ -6,7 +6,8 @@ from typing import Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ..cuda_graphs import run_fused_layer
+from .. import cuda_graphs
+from ..fused_lstm import fused_layer
 from ..precision import LowPrecisionWeights
 from .bf16 import product_copies
 from .layer import LSTMLayer
@@ -27,7 +28,14 @@ class FusedKernel:
     ) -> Result:
         weights = fused_weights(self.copies, index, layer, self.dtype)
         bias = layer.gate_bias().contiguous()
-        return run_fused_layer(layer, inputs, active, hidden, memory, weights, bias, layer.cell_clip, layer.proj_clip)
+        clips = (layer.cell_clip, layer.proj_clip)
+        if cuda_graphs.use_cuda_graphs(inputs.device, weights[1].dtype):  # replayed where a graph serves
+            result = cuda_graphs.cache_for(inputs.device).run(
+                layer, inputs, active, hidden, memory, weights, bias, *clips
+            )
+            if result is not None:
+                return result
+        return fused_layer(inputs, active, hidden, memory, weights, bias, *clips)
 
 
 def fused_weights(

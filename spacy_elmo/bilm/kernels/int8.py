@@ -54,8 +54,13 @@ def make_packs(layer: LSTMLayer) -> Packs:
 
 
 def _direction(
-    layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor,
-    gates_pack: int8.Packed, projection_pack: int8.Packed,
+    layer: LSTMLayer,
+    inputs: Tensor,
+    active: Sequence[int],
+    hidden: Tensor,
+    memory: Tensor,
+    gates_pack: int8.Packed,
+    projection_pack: int8.Packed,
 ) -> Result:
     """One direction's steps. Shapes: ``inputs`` (time, batch, input_dim), ``hidden`` (batch,
     projection_dim), ``memory`` (batch, lstm_dim); returns the outputs (time, batch,

@@ -144,7 +144,7 @@ def read_network(directory: Path) -> ManyLangsNetwork:
     config = read_json(config_file)
     config_path = config.get("config_path") if isinstance(config, dict) else None
     if not isinstance(config_path, str) or not config_path:
-        raise ElmoFileError(f"{config_file}: no \"config_path\" naming the network config")
+        raise ElmoFileError(f'{config_file}: no "config_path" naming the network config')
     name = os.path.basename(config_path)
     tried = [directory / config_path, directory / name]
     network: Optional[ManyLangsNetwork] = None

@@ -140,4 +140,3 @@ def check_ids(entries: Dict[str, int], rows: int, path: Path) -> None:
     bad = [(token, index) for token, index in entries.items() if not 0 <= index < rows]
     if bad:
         raise ElmoFileError(f"{path}: ids must be in 0..{rows - 1} ({rows} entries), got {bad[:3]}")
-

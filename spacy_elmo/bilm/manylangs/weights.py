@@ -170,7 +170,9 @@ def read_warm_state(path: Path, options: ElmoOptions, check_values: bool = True)
 
 
 def load_weights(
-    token_encoder: ManyLangsTokenEncoder, lstm: BiLSTMStack, embedder_state: Dict[str, Tensor],
+    token_encoder: ManyLangsTokenEncoder,
+    lstm: BiLSTMStack,
+    embedder_state: Dict[str, Tensor],
     encoder_state: Dict[str, Tensor],
 ) -> None:
     """Copy the reference's ``token_embedder.pkl`` and ``encoder.pkl`` state dicts (as
