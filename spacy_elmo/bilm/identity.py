@@ -15,6 +15,8 @@ import weakref
 import torch
 from torch import nn
 
+from .token_encoder import legacy_name
+
 
 def weights_digest(module: nn.Module) -> str:
     """A SHA-256 (hex) of ``module``'s state: each tensor's name, dtype, shape and value bytes, by name.
@@ -22,7 +24,7 @@ def weights_digest(module: nn.Module) -> str:
     The token encoder's tensors are named as before its rename (``char_cnn.*``), so that stores and
     decisions recorded then still name the same weights."""
     digest = hashlib.sha256()
-    state = {_legacy_name(name): tensor for name, tensor in module.state_dict().items()}
+    state = {legacy_name(name): tensor for name, tensor in module.state_dict().items()}
     for name, tensor in sorted(state.items()):
         array = tensor.detach().cpu().contiguous()
         digest.update(f"{name}:{array.dtype}:{tuple(array.shape)};".encode("utf8"))
@@ -47,8 +49,3 @@ def model_digest(module: nn.Module) -> str:
         if found is None:
             found = _digests[module] = weights_digest(module)
         return found
-
-
-def _legacy_name(name: str) -> str:
-    """``token_encoder.x`` as it was named before the rename, ``char_cnn.x``; other names as they are."""
-    return "char_cnn." + name[len("token_encoder.") :] if name.startswith("token_encoder.") else name

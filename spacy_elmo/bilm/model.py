@@ -23,7 +23,7 @@ from .precision import Precision, ResolvedPrecision, own_precision, tensor_versi
 from .precision_setting import PrecisionSetting
 from .states import STATE_MODES, LSTMStates, StateMode
 from .token_cache import TokenCache
-from .token_encoder import SENTENCE_END, SENTENCE_START, TokenEncoder
+from .token_encoder import LEGACY_STATE_PREFIX, SENTENCE_END, SENTENCE_START, STATE_PREFIX, TokenEncoder
 
 
 @dataclass(frozen=True)
@@ -326,17 +326,12 @@ class BiLM(LSTMStates, PrecisionSetting):
             yield batch
 
 
-# The token encoder's weights were named ``char_cnn.*`` before it was ``token_encoder``: state
-# dicts of then (pretraining checkpoints) load, and weights' digests (:mod:`.identity`) keep the old name.
-LEGACY_TOKEN_ENCODER = "char_cnn."
-
-
 def _renamed_token_encoder(module: nn.Module, state_dict: Dict[str, Any], prefix: str, *args: Any) -> None:
     """A ``load_state_dict`` pre-hook: ``char_cnn.*`` keys of a state dict saved before the rename
     load as ``token_encoder.*``."""
-    legacy = prefix + LEGACY_TOKEN_ENCODER
+    legacy = prefix + LEGACY_STATE_PREFIX
     for key in [key for key in state_dict if key.startswith(legacy)]:
-        state_dict[prefix + "token_encoder." + key[len(legacy) :]] = state_dict.pop(key)
+        state_dict[prefix + STATE_PREFIX + key[len(legacy) :]] = state_dict.pop(key)
 
 
 def _token_index(sequences: Sequence[Sequence[Hashable]]) -> Tuple[List[Hashable], Tensor]:

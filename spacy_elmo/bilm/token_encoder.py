@@ -31,6 +31,17 @@ SENTENCE_END: Hashable = ("<boundary>", "end")
 CHUNK_BYTES = 16 * 2**20
 
 
+# The biLM's token encoder's weights were named ``char_cnn.*`` before it was ``token_encoder``:
+# state dicts of then (pretraining checkpoints) still load, and weights' digests (:mod:`.identity`)
+# keep the old names, so that stores and decisions recorded then still name the same weights.
+STATE_PREFIX, LEGACY_STATE_PREFIX = "token_encoder.", "char_cnn."
+
+
+def legacy_name(name: str) -> str:
+    """A biLM state name as before the rename: ``token_encoder.x`` -> ``char_cnn.x``; others as they are."""
+    return LEGACY_STATE_PREFIX + name[len(STATE_PREFIX) :] if name.startswith(STATE_PREFIX) else name
+
+
 class TokenIds(NamedTuple):
     """What an encoder reads of tokens: ``chars`` (n_tokens, max_characters_per_token) int64, and
     ``words`` (n_tokens,) int64 for an encoder with a word embedding, else None."""
