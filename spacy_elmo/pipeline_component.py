@@ -22,11 +22,11 @@ from spacy.training import Example, validate_examples
 from spacy.util import minibatch
 from spacy.vocab import Vocab
 from thinc.api import Model, Optimizer
-from thinc.types import Floats1d, Floats3d
+from thinc.types import Floats1d, Floats2d, Floats3d
 
 from . import architectures  # noqa: F401  (registers the architectures named in DEFAULT_MODEL)
 from .bilm import BiLM
-from .layers import ElmoBiLMSettings, ElmoListener, get_bilm, set_bilm
+from .layers import ElmoBiLMSettings, ElmoListener, get_bilm, predict_mixed, set_bilm
 from .layers.arrays import no_backprop
 from .layers.language import choose_pretrained
 from .layers.listener import FEATURES_ATTR, UNREAD_ATTR
@@ -210,6 +210,27 @@ class Elmo(ElmoSerialization, TrainablePipe):
         with torch_threads(self._threads()):
             return self.model.predict(docs)
 
+    def __call__(self, doc: Doc) -> Doc:
+        """Annotate one doc (see :meth:`set_annotations`)."""
+        try:
+            self._annotate([doc])
+        except Exception as err:
+            self.get_error_handler()(self.name, self, [doc], err)
+        return doc
+
+    def _annotate(self, docs: List[Doc]) -> None:
+        """:meth:`predict` and :meth:`set_annotations`; where nothing reads the layers (no
+        listener, no ``store_layers``), only their mix is made, batch by batch, so the docs'
+        layers, n_layers + 1 times as large, are never held at once."""
+        if self.listeners or self.cfg["store_layers"]:
+            self.set_annotations(docs, self.predict(docs))
+            return
+        self._load_once()
+        with torch_threads(self._threads()):
+            mixed = predict_mixed(self.model, docs, self._tensor_weights())
+        for doc, vectors in zip(docs, mixed):
+            _set_vectors(doc, vectors)
+
     def set_annotations(self, docs: Sequence[Doc], layers: Sequence[Floats3d]) -> None:
         """Set ``doc._.elmo_vectors`` (n_tokens, width), the vector hooks that read it, the tensor
         where it is free, and the layers where needed.
@@ -225,16 +246,12 @@ class Elmo(ElmoSerialization, TrainablePipe):
         weights = self._tensor_weights()
         unread = tuple(listener.id for listener in self.listeners)
         for doc, doc_layers in zip(docs, layers):
-            vectors = self.model.ops.xp.tensordot(weights, doc_layers, axes=1)
-            if doc.tensor.size == 0 or doc.tensor is doc._.get(VECTORS_ATTR):
-                doc.tensor = vectors
-            doc._.set(VECTORS_ATTR, vectors)
+            _set_vectors(doc, self.model.ops.xp.tensordot(weights, doc_layers, axes=1))
             if unread:
                 doc._.set(FEATURES_ATTR, doc_layers)
                 doc._.set(UNREAD_ATTR, unread)
             if self.cfg["store_layers"]:
                 doc._.set(LAYERS_ATTR, self.model.ops.to_numpy(doc_layers))
-            install_vector_hooks(doc)
 
     def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
         """Process docs in length-sorted groups of at most ``pipe_batch_tokens`` tokens."""
@@ -242,7 +259,7 @@ class Elmo(ElmoSerialization, TrainablePipe):
         for batch in minibatch(stream, size=batch_size):
             for group in _token_budget_groups(batch, self.cfg["pipe_batch_tokens"]):
                 try:
-                    self.set_annotations(group, self.predict(group))
+                    self._annotate(group)
                 except Exception as err:
                     error_handler(self.name, self, group, err)
             yield from batch
@@ -402,6 +419,15 @@ class Elmo(ElmoSerialization, TrainablePipe):
         if self.model.attrs["freeze"] and bilm.device.type == "cpu":
             with torch_threads(self._threads()):
                 bilm.prepare_inference()
+
+
+def _set_vectors(doc: Doc, vectors: Floats2d) -> None:
+    """``doc._.elmo_vectors`` (n_tokens, width), the vector hooks that read it, and the tensor
+    where it is free (empty, or elmo's own)."""
+    if doc.tensor.size == 0 or doc.tensor is doc._.get(VECTORS_ATTR):
+        doc.tensor = vectors
+    doc._.set(VECTORS_ATTR, vectors)
+    install_vector_hooks(doc)
 
 
 def _token_budget_groups(docs: List[Doc], max_tokens: int) -> Iterator[List[Doc]]:

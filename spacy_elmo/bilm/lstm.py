@@ -9,7 +9,7 @@ is its kernel's (:mod:`.kernels`), chosen once per pass; the stack keeps the wei
 kernels multiply by.
 """
 
-from typing import List, NamedTuple, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -99,21 +99,45 @@ class BiLSTMStack(nn.Module):
         )
 
     def forward(
-        self, tokens: Tensor, lengths: Tensor, state: LSTMState, dtype: torch.dtype = torch.float32
-    ) -> Tuple[List[Tensor], LSTMState]:
+        self,
+        tokens: Tensor,
+        lengths: Tensor,
+        state: LSTMState,
+        dtype: torch.dtype = torch.float32,
+        out: Optional[Tensor] = None,
+        mix: Optional[Sequence[float]] = None,
+    ) -> Tuple[Tensor, LSTMState]:
         """Run the stack over a batch of sentences, boundaries included, products in ``dtype``.
 
         Shapes: ``tokens`` (time, batch, projection_dim); ``lengths`` (batch,) int64, each at
         least 1, on any device (on the CPU, a GPU pass needs no wait: see :meth:`run`). Returns
-        one tensor per layer, (time, batch, 2 * projection_dim) = [forward; backward], and the
-        final state. Positions past a row's length hold undefined values.
+        the layers, (n_layers, batch, time, 2 * projection_dim) = [forward; backward], written
+        into ``out`` when given (a view of the caller's output: no copy of the layers is made
+        to lay them out), and the final state. With ``mix``, one weight per layer, their
+        weighted sum is added to ``out`` instead, (batch, time, 2 * projection_dim), which the
+        caller initializes: every layer is then freed as soon as it is added. Positions past a
+        row's length hold undefined values.
         """
-        n_steps, batch, _ = tokens.shape
+        n_steps, batch, width = tokens.shape
+        rows = RowOrder.of(lengths, n_steps, tokens.device)
         reverse_index = _reverse_index(lengths.to(tokens.device), n_steps)  # (time, batch)
-        x = torch.stack([tokens, _reverse(tokens, reverse_index)], dim=1)  # (time, 2, batch, dim)
-        layers, final_state = self.run(x, lengths, state, dtype)
-        outputs = [torch.cat([y[:, 0], _reverse(y[:, 1], reverse_index)], dim=-1) for y in layers]
-        return outputs, final_state
+        if out is None:
+            shape = (batch, n_steps, 2 * width)
+            out = tokens.new_zeros(shape if mix is not None else (len(self.layers), *shape))
+        # Both directions' inputs, (time, 2, batch, dim), made in the sorted row order.
+        sorted_tokens = tokens.index_select(1, rows.order)
+        backward = _reverse(sorted_tokens, reverse_index.index_select(1, rows.order))
+        layers, final_state = self._run_sorted(torch.stack([sorted_tokens, backward], dim=1), rows, state, dtype)
+        del sorted_tokens, backward
+        # Where each output position reads, in a layer's sorted output seen as (time * 2 * batch) rows.
+        sources = _output_sources(reverse_index, rows.restore)
+        for index in range(len(layers)):
+            layer = layers.pop(0).reshape(-1, width)  # freed once placed
+            if mix is None:
+                _gather_rows(layer, sources, out[index].view(-1, width))
+            else:
+                out.view(-1, width).add_(layer.index_select(0, sources), alpha=mix[index])
+        return out, final_state
 
     def run(
         self, inputs: Tensor, lengths: Tensor, state: LSTMState, dtype: torch.dtype = torch.float32
@@ -126,31 +150,50 @@ class BiLSTMStack(nn.Module):
         (time, 2, batch, projection_dim) in reading order, and the final state. ``dtype``: of the
         products (see :mod:`.precision`); inputs, states and outputs are float32.
         """
-        # Rows longest first, so that the rows still running at any step are a prefix. The order
-        # is worked out on the host: reading a GPU's lengths back would wait for all queued work.
+        rows = RowOrder.of(lengths, inputs.shape[0], inputs.device)
+        layers, final_state = self._run_sorted(inputs.index_select(2, rows.order), rows, state, dtype)
+        return [y.index_select(2, rows.restore) for y in layers], final_state
+
+    def _run_sorted(
+        self, inputs: Tensor, rows: "RowOrder", state: LSTMState, dtype: torch.dtype = torch.float32
+    ) -> Tuple[List[Tensor], LSTMState]:
+        """:meth:`run` over inputs whose rows are already sorted (``rows.order``), its layers left
+        sorted: a caller places the rows in its own layout in one gather (:meth:`forward`).
+        ``state`` and the final state are in batch order."""
+        outputs: List[Tensor] = []
+        final = LSTMState(*(s.new_empty(s.shape) for s in state))  # state may be a broadcast view
+        kernel = kernel_for(dtype, inputs.device, self.copies, self.packs)
+        x = inputs
+        for index in range(len(self.layers)):
+            # The layer's states in the rows' order: the kernel's own, which it may overwrite.
+            hidden, memory = (s[index].index_select(1, rows.order) for s in state)
+            y, hidden, memory = kernel(index, self.layer(index), self.dropout(x), rows.active, hidden, memory)
+            if index > 0 and self.options.use_skip_connections:
+                y = y + x if torch.is_grad_enabled() else y.add_(x)  # y is the kernel's own
+            outputs.append(y)
+            final.hidden[index].index_copy_(1, rows.order, hidden)  # back in batch order
+            final.memory[index].index_copy_(1, rows.order, memory)
+            x = y
+        return outputs, final
+
+
+class RowOrder(NamedTuple):
+    """A batch's rows longest first, so that the rows still running at any step are a prefix:
+    ``order`` (batch,) the rows in that order, ``restore`` its inverse, both int64 on the
+    batch's device, and ``active[t]`` the number of rows still running at step t."""
+
+    order: Tensor
+    restore: Tensor
+    active: List[int]
+
+    @classmethod
+    def of(cls, lengths: Tensor, n_steps: int, device: torch.device) -> "RowOrder":
+        """The order of rows of ``lengths`` (batch,); worked out on the host: reading a GPU's
+        lengths back would wait for all queued work."""
         host_lengths = lengths.cpu()
         host_order = torch.argsort(host_lengths, descending=True, stable=True)
-        active = _active_rows(host_lengths[host_order].tolist(), inputs.shape[0])
-        order = host_order.to(inputs.device)
-        restore = torch.argsort(order)
-        x = inputs.index_select(2, order)
-        hidden, memory = state.hidden.index_select(2, order), state.memory.index_select(2, order)
-        outputs: List[Tensor] = []
-        hiddens: List[Tensor] = []
-        memories: List[Tensor] = []
-        kernel = kernel_for(dtype, x.device, self.copies, self.packs)
-        for index in range(len(self.layers)):
-            layer = self.layer(index)
-            y, layer_hidden, layer_memory = kernel(index, layer, self.dropout(x), active, hidden[index], memory[index])
-            if index > 0 and self.options.use_skip_connections:
-                y = y + x
-            outputs.append(y.index_select(2, restore))
-            hiddens.append(layer_hidden)
-            memories.append(layer_memory)
-            x = y
-        final_hidden = torch.stack(hiddens).index_select(2, restore)
-        final_memory = torch.stack(memories).index_select(2, restore)
-        return outputs, LSTMState(final_hidden, final_memory)
+        order = host_order.to(device)
+        return cls(order, torch.argsort(order), _active_rows(host_lengths[host_order].tolist(), n_steps))
 
 
 def _active_rows(sorted_lengths: Sequence[int], n_steps: int) -> List[int]:
@@ -177,3 +220,27 @@ def _reverse_index(lengths: Tensor, n_steps: int) -> Tensor:
 def _reverse(x: Tensor, index: Tensor) -> Tensor:
     """Shape: (time, batch, width) -> (time, batch, width), each column reversed in its length."""
     return x.gather(0, index.unsqueeze(-1).expand_as(x))
+
+
+def _output_sources(reverse_index: Tensor, restore: Tensor) -> Tensor:
+    """For each position of a layer laid out (batch, time, [forward; backward]), its row in the
+    layer's sorted output (time, 2, batch, width) seen as rows: the forward direction at (time,
+    0, restore[b]), the backward one at (reverse_index[time, b], 1, restore[b]).
+
+    Shapes: ``reverse_index`` (time, batch), ``restore`` (batch,); returns (batch * time * 2,) int64.
+    """
+    n_steps, batch = reverse_index.shape
+    steps = torch.arange(n_steps, device=restore.device).unsqueeze(0)  # (1, time)
+    rows = restore.unsqueeze(1)  # (batch, 1)
+    forward = steps * (2 * batch) + rows  # (batch, time)
+    backward = reverse_index.T * (2 * batch) + batch + rows
+    return torch.stack([forward, backward], dim=-1).reshape(-1)
+
+
+def _gather_rows(source: Tensor, index: Tensor, out: Tensor) -> None:
+    """``out[:] = source[index]``: (rows, width) from (n, width). Without autograd, straight into
+    ``out``; with it, through a temporary (``index_select`` into ``out`` has no gradient)."""
+    if torch.is_grad_enabled() and source.requires_grad:
+        out.copy_(source.index_select(0, index))
+    else:
+        torch.index_select(source, 0, index, out=out)

@@ -52,7 +52,8 @@ class BiLMOutput:
 
     ``layers``: (n_layers + 1, batch, time, 2 * projection_dim), boundary positions included:
     position 0 is the sentence start, position ``lengths[b] - 1`` the sentence end. Layer 0 is
-    the token encoding duplicated, layers 1.. are [forward; backward] LSTM outputs. Positions
+    the token encoding duplicated, layers 1.. are [forward; backward] LSTM outputs; of a pass
+    with ``mix``, their weighted sum alone, (1, batch, time, 2 * projection_dim). Positions
     past a row's length are zero. ``lengths``: (batch,) int64, number of tokens + 2.
     ``state``: the LSTM states after each row's last token.
     """
@@ -195,8 +196,13 @@ class BiLM(LSTMStates, PrecisionSetting):
         sentences: Sequence[Sequence[str]],
         state: Optional[LSTMState] = None,
         precision: Optional[Precision] = None,
+        mix: Optional[Sequence[float]] = None,
     ) -> BiLMOutput:
         """Run the biLM over a batch of tokenized sentences; boundaries are added here.
+
+        ``mix``, one weight per output layer: the output is their weighted sum alone, each layer
+        added as soon as it is computed, so that all of them are never held at once (what a
+        pipeline that keeps only a fixed mix needs: a third of the memory at two LSTM layers).
 
         ``state`` overrides the model's state mode for this call: shapes
         (n_layers, 2, batch, projection_dim) and (n_layers, 2, batch, lstm_dim). An autocast
@@ -207,6 +213,8 @@ class BiLM(LSTMStates, PrecisionSetting):
         """
         if len(sentences) == 0:
             raise ValueError("BiLM.forward needs at least one sentence (an empty one is fine)")
+        if mix is not None and len(mix) != self.n_output_layers:
+            raise ValueError(f"BiLM.forward: mix has {len(mix)} weights, the biLM {self.n_output_layers} output layers")
         if precision is None:
             resolved = self.resolved_precision
         else:
@@ -220,7 +228,7 @@ class BiLM(LSTMStates, PrecisionSetting):
             else:
                 distinct, index = _token_index(sequences)
                 table = self._encode(distinct, range(len(distinct)), resolved)
-            return self._forward(sentences, table, index, state, resolved.dtype)
+            return self._forward(sentences, table, index, state, resolved.dtype, mix)
 
     def _forward(
         self,
@@ -229,8 +237,10 @@ class BiLM(LSTMStates, PrecisionSetting):
         index: Tensor,
         state: Optional[LSTMState],
         dtype: torch.dtype,
+        mix: Optional[Sequence[float]],
     ) -> BiLMOutput:
-        """The LSTM over the sentences' token vectors: row ``index[b, t]`` of ``table`` (see :meth:`token_table`)."""
+        """The LSTM over the sentences' token vectors: row ``index[b, t]`` of ``table`` (see
+        :meth:`token_table`); with ``mix``, their weighted sum (see :meth:`forward`)."""
         host_lengths = torch.tensor([len(s) + 2 for s in sentences], dtype=torch.int64)
         lengths = host_lengths.to(self.device)
         # Padding positions take row 0, the first sentence's start: masked below.
@@ -238,15 +248,23 @@ class BiLM(LSTMStates, PrecisionSetting):
         carry = state is None and self.state_mode == "carry"
         if state is None:
             state = self.initial_state(len(sentences))
-        lstm_layers, final_state = self.lstm(tokens, host_lengths, state, dtype)
+        # The output's layout, (n_layers + 1, batch, time, width), contiguous, so that callers
+        # can view a batch's positions as rows; the LSTM writes its layers into it, or adds them
+        # to the token layer with their weights of ``mix``.
+        n_steps, batch, width = tokens.shape
+        layers = tokens.new_empty((self.n_output_layers if mix is None else 1, batch, n_steps, 2 * width))
+        by_row = tokens.transpose(0, 1)
+        layers[0, :, :, :width] = by_row
+        layers[0, :, :, width:] = by_row
+        if mix is None:
+            _, final_state = self.lstm(tokens, host_lengths, state, dtype, out=layers[1:])
+        else:
+            layers[0].mul_(mix[0])
+            _, final_state = self.lstm(tokens, host_lengths, state, dtype, out=layers[0], mix=mix[1:])
         if carry:
             self._remember(final_state)
-        # One copy into the output's layout, (n_layers + 1, batch, time, width), contiguous, so that
-        # callers can view a batch's positions as rows; padding is zeroed in place.
-        by_row = [layer.transpose(0, 1) for layer in (torch.cat([tokens, tokens], dim=-1), *lstm_layers)]
-        layers = torch.stack(by_row)
-        mask = torch.arange(tokens.shape[0], device=self.device) < lengths.unsqueeze(1)  # (batch, time)
-        layers.mul_(mask.unsqueeze(-1).to(layers.dtype))
+        mask = torch.arange(n_steps, device=self.device) < lengths.unsqueeze(1)  # (batch, time)
+        layers.mul_(mask.unsqueeze(-1).to(layers.dtype))  # padding zeroed in place
         return BiLMOutput(layers, lengths, final_state)
 
     def embed_sentences(self, sentences: Sequence[Sequence[str]]) -> List[numpy.ndarray]:

@@ -59,7 +59,9 @@ class LSTMStates(nn.Module):
 
         ``"carry"`` continues row r from row r of ``carried`` (default: the state the model
         carries from its previous batch); rows it lacks start from zero. Shapes:
-        (n_layers, 2, batch, projection_dim) and (n_layers, 2, batch, lstm_dim).
+        (n_layers, 2, batch, projection_dim) and (n_layers, 2, batch, lstm_dim). Zero and warm
+        states are one row broadcast to ``batch`` rows (views, without memory per row: copy
+        them to write into them).
         """
         mode = self.state_mode if mode is None else mode
         if mode not in STATE_MODES:
@@ -73,14 +75,15 @@ class LSTMStates(nn.Module):
                 self.warm_hidden.unsqueeze(2).expand(-1, -1, batch, -1),
                 self.warm_memory.unsqueeze(2).expand(-1, -1, batch, -1),
             )
-        zeros = self.lstm.zero_state(batch, self.lstm.layer(0).bias)
+        zeros = LSTMState(*(s.expand(-1, -1, batch, -1) for s in self.lstm.zero_state(1, self.lstm.layer(0).bias)))
         carried = self._carried if carried is None else carried
         if mode == "zero" or carried is None:
             return zeros
+        hidden, memory = (s.contiguous() for s in zeros)
         rows = min(batch, carried.hidden.shape[2])
-        zeros.hidden[:, :, :rows] = carried.hidden[:, :, :rows]
-        zeros.memory[:, :, :rows] = carried.memory[:, :, :rows]
-        return zeros
+        hidden[:, :, :rows] = carried.hidden[:, :, :rows]
+        memory[:, :, :rows] = carried.memory[:, :, :rows]
+        return LSTMState(hidden, memory)
 
     def _remember(self, final: LSTMState) -> None:
         """Carry mode: rows of this batch replace the stored rows; rows beyond it are kept."""

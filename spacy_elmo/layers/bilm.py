@@ -25,7 +25,7 @@ from thinc.api import (
     torch2xp,
     xp2torch,
 )
-from thinc.types import Floats3d, FloatsXd
+from thinc.types import Floats1d, Floats2d, Floats3d, FloatsXd
 
 from ..bilm import BiLM, ElmoOptions
 from ..bilm.serialize import bilm_from_bytes, bilm_to_bytes
@@ -220,8 +220,22 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
     return outputs, backprop
 
 
-def _run_frozen(model: Model, docs: List[Doc], plan: SegmentPlan, use_cache: bool) -> List[Floats3d]:
-    """Each doc's layers, (n_layers + 1, n_tokens, width), with no gradient recorded.
+def predict_mixed(model: Model, docs: List[Doc], weights: Floats1d) -> List[Floats2d]:
+    """Each doc's weighted sum of its layers, ``weights`` (n_layers + 1,): (n_tokens, width).
+
+    What a pipeline without listeners keeps: each biLM batch is mixed as soon as it is
+    computed, so the docs' layers, n_layers + 1 times as large, are never held at once.
+    """
+    plan = plan_segments(docs, model.attrs["window"], model.attrs["overlap"])
+    return [mixed[0] for mixed in _run_frozen(model, docs, plan, use_cache=False, mix=weights)]
+
+
+def _run_frozen(
+    model: Model, docs: List[Doc], plan: SegmentPlan, use_cache: bool, mix: Optional[Floats1d] = None
+) -> List[Floats3d]:
+    """Each doc's layers, (n_layers + 1, n_tokens, width), with no gradient recorded; with
+    ``mix`` (n_layers + 1,), their weighted sum, (1, n_tokens, width), made by the biLM as it
+    computes the layers (the feature cache, of whole layers, is then not used).
 
     Every biLM batch is written into the docs' output array as soon as it is computed, so
     besides the outputs, memory holds one batch (and the feature cache), whatever the length of
@@ -233,10 +247,11 @@ def _run_frozen(model: Model, docs: List[Doc], plan: SegmentPlan, use_cache: boo
     bilm = get_bilm(model)
     ops = model.ops
     doc_lengths = [len(doc) for doc in docs]
-    flat = ops.alloc3f(model.get_dim("nL"), sum(doc_lengths), model.get_dim("nO"))
+    flat = ops.alloc3f(model.get_dim("nL") if mix is None else 1, sum(doc_lengths), model.get_dim("nO"))
     place = _placements(flat, plan, doc_lengths)
     held: FeatureCache = model.attrs["feature_cache"]
-    cache = held if use_cache and bilm.state_mode != "carry" and held.max_bytes != 0 else None
+    cache = held if use_cache and mix is None and bilm.state_mode != "carry" and held.max_bytes != 0 else None
+    weights = None if mix is None else [float(w) for w in ops.to_numpy(mix)]
     keys = [tuple(sentence) for sentence in plan.sentences]
     copies: Dict[Tuple[Hashable, ...], List[int]] = {}  # a sentence's tokens, or its row alone in carry mode
     for i, key in enumerate(keys):
@@ -253,12 +268,13 @@ def _run_frozen(model: Model, docs: List[Doc], plan: SegmentPlan, use_cache: boo
     known = [(group, value) for group, value in zip(groups, found) if value is not None]
     if known:
         columns = numpy.cumsum([0] + [value.shape[1] for _, value in known[:-1]])
-        values = ops.xp.concatenate([value for _, value in known], axis=1)
+        values = _mixed(ops.xp.concatenate([value for _, value in known], axis=1), mix)
         place([(i, first) for (group, _), first in zip(known, columns) for i in group], values)
     todo = [g for g, value in zip(groups, found) if value is None]
     shim = model.shims[0]
     for batch in bilm.batches([plan.sentences[g[0]] for g in todo]) if todo else ():
-        output = shim.predict(ArgsKwargs(args=([plan.sentences[todo[b][0]] for b in batch],), kwargs={}))
+        sentences = [plan.sentences[todo[b][0]] for b in batch]
+        output = shim.predict(ArgsKwargs(args=(sentences,), kwargs={"mix": weights}))
         layers = torch2xp(output.layers.float(), ops=ops)  # (n_layers + 1, rows, time, width)
         del output
         n_layers, rows, n_steps, width = layers.shape
@@ -273,6 +289,13 @@ def _run_frozen(model: Model, docs: List[Doc], plan: SegmentPlan, use_cache: boo
                 cache.put(keys[todo[b][0]], ops.xp.ascontiguousarray(value))
         del layers  # freed before the next batch's are made: one batch's layers at a time
     return split_by_lengths(ops.xp, flat, doc_lengths, axis=1)
+
+
+def _mixed(layers: Floats3d, mix: Optional[Floats1d]) -> Floats3d:
+    """``layers`` (n_layers + 1, n, width) as they are, or with ``mix`` their weighted sum (1, n, width)."""
+    if mix is None:
+        return layers
+    return get_array_module(layers).tensordot(mix, layers, axes=1)[None]
 
 
 def _placements(

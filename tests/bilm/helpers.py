@@ -169,9 +169,10 @@ def eager_kernel(dtype: torch.dtype, device: torch.device) -> Float32Kernel:
 
 
 def eager_layer(layer: ProjectedLSTM, batch: LayerBatch, dtype: torch.dtype):
-    """The eager, in-place loop's outputs, final hidden and memory (no autograd)."""
+    """The eager, in-place loop's outputs, final hidden and memory (no autograd); ``batch`` stays
+    as it is (the kernel updates its own copy of the states)."""
     with torch.no_grad():
-        return eager_kernel(dtype, batch.inputs.device)(0, layer, *batch)
+        return eager_kernel(dtype, batch.inputs.device)(0, layer, *_own_states(batch))
 
 
 # Each test layer's bf16 copies, kept as a stack keeps its layers': a copy is made once per weights.
@@ -182,3 +183,8 @@ def fused_inputs(layer: ProjectedLSTM, dtype: torch.dtype):
     """The fused loop's product weights in ``dtype`` and its bias, as :class:`FusedKernel` passes them."""
     copies = _COPIES.setdefault(layer, LowPrecisionWeights())
     return fused_weights(copies, 0, layer, dtype), layer.gate_bias().contiguous()
+
+
+def _own_states(batch: LayerBatch) -> LayerBatch:
+    """``batch`` with copies of its states, which a kernel may overwrite."""
+    return batch._replace(hidden=batch.hidden.clone(), memory=batch.memory.clone())

@@ -169,11 +169,42 @@ def test_warm_state_is_deterministic_and_differs_from_zero():
     assert not numpy.allclose(alone[1], zero[1], atol=1e-3)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
+def test_a_mixed_pass_gives_the_weighted_sum_of_the_layers(precision):
+    model = random_bilm(precision=precision)
+    weights = [0.5, -2.0, 0.25]
+    with torch.no_grad():
+        layers = model(SENTENCES).layers
+        mixed = model(SENTENCES, mix=weights).layers
+    assert mixed.shape == (1, *layers.shape[1:])
+    expected = torch.tensordot(torch.tensor(weights), layers, dims=1)
+    torch.testing.assert_close(mixed[0], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_mixed_pass_gives_gradients_to_every_parameter():
+    model = random_bilm()
+    model.train()
+    model(SENTENCES, mix=[0.2, 0.3, 0.5]).layers.sum().backward()
+    for name, param in model.named_parameters():
+        assert param.grad is not None and param.grad.abs().sum() > 0, name
+
+
+def test_zero_states_hold_one_row_whatever_the_batch():
+    model = random_bilm()
+    state = model.initial_state(1000)
+    assert state.hidden.shape[2] == state.memory.shape[2] == 1000
+    row_bytes = sum(s[:, :, 0].numel() * s.element_size() for s in state)
+    assert sum(s.untyped_storage().nbytes() for s in state) == row_bytes
+    assert not any(s.any() for s in state)
+
+
 def test_bad_arguments_are_reported():
     with pytest.raises(ValueError, match="state must be one of"):
         BiLM(tiny_options(), state="cold")
     with pytest.raises(ValueError, match="at least one sentence"):
         random_bilm()([])
+    with pytest.raises(ValueError, match="mix has 2 weights, the biLM 3 output layers"):
+        random_bilm()(SENTENCES, mix=[0.5, 0.5])
     with pytest.raises(ValueError, match="activation"):
         tiny_options(activation="gelu")
 

@@ -89,8 +89,9 @@ def random_batch(seed: int, lengths: Sequence[int]) -> Tuple[Tensor, List[int], 
 
 def eager_of(layer: ProjectedLSTM, batch, dtype: torch.dtype) -> Tuple[Tensor, ...]:
     kernel = Float32Kernel() if dtype == torch.float32 else Bf16Kernel(LowPrecisionWeights(), out_major=False)
-    with torch.no_grad():
-        return kernel(0, layer, *batch)
+    inputs, active, hidden, memory = batch
+    with torch.no_grad():  # the kernel updates its own copy of the states
+        return kernel(0, layer, inputs, active, hidden.clone(), memory.clone())
 
 
 def eager_and_graphed(layer: ProjectedLSTM, batch, dtype: torch.dtype) -> Tuple[Tuple[Tensor, ...], Tuple[Tensor, ...]]:

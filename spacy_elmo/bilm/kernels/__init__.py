@@ -42,7 +42,8 @@ class LayerKernel(Protocol):
         Shapes: ``inputs`` (time, 2, batch, input_dim) float32, already reversed for direction 1;
         ``active[t]`` is the number of rows still running at step t (non-increasing), so step t
         computes rows ``:active[t]`` only; ``hidden`` (2, batch, projection_dim) and ``memory``
-        (2, batch, lstm_dim) float32, left as they are. Returns the outputs (time, 2, batch,
+        (2, batch, lstm_dim) float32, the kernel's own: inference's kernels update them in
+        place, saving a copy of the states per layer. Returns the outputs (time, 2, batch,
         projection_dim) float32, zero past each row's length, and the states after each row's
         last step.
         """

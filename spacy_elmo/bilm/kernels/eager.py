@@ -64,7 +64,7 @@ class Float32Kernel:
             return self._loop(layer, inputs, active, hidden, memory, self.gathered_weights(index, layer), None)
         workspace = self._workspace_for(inputs, layer.lstm_dim)
         weights = self.weights(index, layer)
-        return self._loop(layer, inputs, active, hidden.clone(), memory.clone(), weights, workspace)
+        return self._loop(layer, inputs, active, hidden, memory, weights, workspace)
 
     # -------------------------------------------------------------- the products, in float32
     def weights(self, index: int, layer: LSTMLayer) -> LSTMWeights:
@@ -135,7 +135,10 @@ class Float32Kernel:
         n_steps, _, batch, _ = inputs.shape
         chunk = window_steps(n_steps, batch, layer.lstm_dim)
         project = partial(self.project, weight=weights.projection)
-        outputs: List[Tensor] = []
+        # In place, each step writes its rows of one zeroed output; with autograd, the steps are stacked.
+        outputs: Union[Tensor, List[Tensor]] = []
+        if workspace is not None:
+            outputs = hidden.new_zeros((n_steps, 2, batch, hidden.shape[-1]))
         for start in range(0, n_steps, chunk):
             rows = active[start]  # the window's later steps need no more rows than its first
             window = lowered[start : start + chunk, :, :rows]
@@ -149,13 +152,15 @@ class Float32Kernel:
             for offset, step_gates in enumerate(pre_gates.unbind(1)):
                 running = active[start + offset]
                 gates = step_gates[:, :running]
-                if workspace is not None:
-                    new_hidden = self._step_in_place(layer, gates, hidden, memory, weights, project)
+                if isinstance(outputs, Tensor):
+                    outputs[start + offset, :, :running] = self._step_in_place(
+                        layer, gates, hidden, memory, weights, project
+                    )
                 else:
                     new_hidden, new_memory = self._step(layer, gates, hidden, memory, weights, project)
                     hidden, memory = _update_rows(hidden, new_hidden), _update_rows(memory, new_memory)
-                outputs.append(F.pad(new_hidden, (0, 0, 0, batch - running)))
-        return torch.stack(outputs), hidden, memory
+                    outputs.append(F.pad(new_hidden, (0, 0, 0, batch - running)))
+        return outputs if isinstance(outputs, Tensor) else torch.stack(outputs), hidden, memory
 
     def _step(
         self, layer: LSTMLayer, gates: Tensor, hidden: Tensor, memory: Tensor, weights: LSTMWeights, project: Project

@@ -7,11 +7,10 @@ both halves (within the accuracy contract). Each direction runs all its steps be
 so a step reads one direction's weights, which can stay in the CPU's cache.
 """
 
-from typing import List, Sequence, Tuple
+from typing import Sequence, Tuple
 
 import torch
 from torch import Tensor
-from torch.nn import functional as F
 
 from .. import int8
 from .cell import cell_in_place
@@ -33,13 +32,12 @@ class Int8Kernel:
         self, index: int, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
     ) -> Result:
         packs = self.packs.get(str(index), list(layer.parameters()), lambda: make_packs(layer))  # refuses gradients
+        n_steps, _, batch, _ = inputs.shape
+        outputs = hidden.new_zeros((n_steps, 2, batch, hidden.shape[-1]))
         with torch.no_grad():
-            runs = [
-                _direction(layer, inputs[:, d], active, hidden[d], memory[d], packs[0][d], packs[1][d])
-                for d in range(2)
-            ]
-        outputs, final_hidden, final_memory = zip(*runs)
-        return torch.stack(outputs, dim=1), torch.stack(final_hidden), torch.stack(final_memory)
+            for d in range(2):
+                _direction(layer, inputs[:, d], active, hidden[d], memory[d], packs[0][d], packs[1][d], outputs[:, d])
+        return outputs, hidden, memory
 
 
 def make_packs(layer: LSTMLayer) -> Packs:
@@ -61,23 +59,21 @@ def _direction(
     memory: Tensor,
     gates_pack: int8.Packed,
     projection_pack: int8.Packed,
-) -> Result:
-    """One direction's steps. Shapes: ``inputs`` (time, batch, input_dim), ``hidden`` (batch,
-    projection_dim), ``memory`` (batch, lstm_dim); returns the outputs (time, batch,
-    projection_dim), zero past each row's length, and the final states."""
-    n_steps, batch, _ = inputs.shape
-    hidden, memory = hidden.clone(), memory.clone()
+    outputs: Tensor,
+) -> None:
+    """One direction's steps, in place: ``hidden`` (batch, projection_dim) and ``memory`` (batch,
+    lstm_dim) become the final states, and each step writes its running rows of ``outputs``
+    (time, batch, projection_dim), which stay as they are past each row's length. ``inputs``:
+    (time, batch, input_dim)."""
 
     def project(cell_output: Tensor) -> Tensor:  # (1, rows, lstm_dim) -> (1, rows, projection_dim)
         return int8.linear(cell_output[0], projection_pack).unsqueeze(0)
 
-    outputs: List[Tensor] = []
-    for step in range(n_steps):
+    for step in range(inputs.shape[0]):
         running = active[step]
         # (running, input_dim + projection_dim)
         step_inputs = torch.cat([inputs[step, :running], hidden[:running]], dim=1)
         gates = int8.linear(step_inputs, gates_pack).unsqueeze(0)  # (1, running, 4 * lstm_dim)
         new_hidden = cell_in_place(gates, memory[None, :running], project, layer.cell_clip, layer.proj_clip)[0]
         hidden[:running] = new_hidden
-        outputs.append(F.pad(new_hidden, (0, 0, 0, batch - running)))
-    return torch.stack(outputs), hidden, memory
+        outputs[step, :running] = new_hidden
