@@ -5,14 +5,16 @@ that run's alone. The biLM is the bundled English one or a random one of the Ori
 (``--size original``; memory does not depend on the values). Figures in MiB.
 
 - ``pipe``: RSS after ``nlp.initialize()``, then the peak of one ``nlp.pipe`` over ``--docs``
-  docs of fresh made-up words, and their ratio; the Original size also against its weights.
+  docs of fresh made-up words, and their ratio; the Original size also against its weights plus
+  the rest of the bundled pipeline (its RSS after ``initialize()`` less its weights), measured
+  in the same call.
 - ``stream``: RSS every ``--every`` docs over ``--docs`` docs of fresh words, with each
   ``--every`` docs inside ``nlp.memory_zone()`` or not, and spaCy's string count.
 - ``long-doc``: one doc of N tokens without sentence boundaries: what it adds beyond its outputs.
 
 Run from the repository root, e.g.::
 
-    python benchmarks/memory.py pipe --size bundled
+    python benchmarks/memory.py pipe
     python benchmarks/memory.py stream --docs 40000 --every 5000
     python benchmarks/memory.py long-doc --lengths 10000,50000,100000
 """
@@ -70,20 +72,27 @@ def measure_pipe(size: str, precision: str, docs: int, threads: int) -> Dict[str
 
 @app.command()
 def pipe(
-    size: str = typer.Option("bundled", help="bundled or original"),
+    sizes: str = typer.Option("bundled,original", help="bundled, original or both, comma-separated"),
     precision: str = typer.Option("auto", help="fp32, bf16, int8 or auto"),
     docs: int = typer.Option(256, help="docs in the one nlp.pipe call"),
     threads: int = typer.Option(1, help="torch threads"),
 ) -> None:
-    """Peak RSS of one nlp.pipe call against RSS after nlp.initialize()."""
-    row = isolated(measure_pipe, size=size, precision=precision, docs=docs, threads=threads)
-    typer.echo(
-        f"{size} biLM, precision {precision}, {docs} docs ({row['tokens']} tokens, {row['seconds']:.1f} s); {machine()}"
-    )
-    typer.echo(
-        f"weights {row['weights']:.0f}  after initialize {row['after_init']:.0f}  peak {row['peak']:.0f}  "
-        f"peak / after initialize {row['peak'] / row['after_init']:.2f}"
-    )
+    """Peak RSS of one nlp.pipe call against RSS after nlp.initialize(); the Original size's
+    also against its weights plus the bundled pipeline's rest."""
+    typer.echo(f"precision {precision}, {docs} docs of fresh words, {threads} torch thread(s); {machine()}")
+    rest = None
+    for size in sizes.split(","):
+        row = isolated(measure_pipe, size=size, precision=precision, docs=docs, threads=threads)
+        line = (
+            f"{size}: {row['tokens']} tokens in {row['seconds']:.1f} s; weights {row['weights']:.0f}, "
+            f"after initialize {row['after_init']:.0f}, peak {row['peak']:.0f}, "
+            f"peak / after initialize {row['peak'] / row['after_init']:.2f}"
+        )
+        if size == "bundled":
+            rest = row["after_init"] - row["weights"]
+        elif rest is not None:
+            line += f", peak / (weights + the bundled rest, {rest:.0f}) {row['peak'] / (row['weights'] + rest):.2f}"
+        typer.echo(line)
 
 
 def measure_stream(docs: int, every: int, threads: int, zones: bool) -> Dict[str, Any]:

@@ -124,11 +124,7 @@ class BiLSTMStack(nn.Module):
         if out is None:
             shape = (batch, n_steps, 2 * width)
             out = tokens.new_zeros(shape if mix is not None else (len(self.layers), *shape))
-        # Both directions' inputs, (time, 2, batch, dim), made in the sorted row order.
-        sorted_tokens = tokens.index_select(1, rows.order)
-        backward = _reverse(sorted_tokens, reverse_index.index_select(1, rows.order))
-        layers, final_state = self._run_sorted(torch.stack([sorted_tokens, backward], dim=1), rows, state, dtype)
-        del sorted_tokens, backward
+        layers, final_state = self._run_sorted(_sorted_inputs(tokens, rows, reverse_index), rows, state, dtype)
         # Where each output position reads, in a layer's sorted output seen as (time * 2 * batch) rows.
         sources = _output_sources(reverse_index, rows.restore)
         for index in range(len(layers)):
@@ -155,15 +151,15 @@ class BiLSTMStack(nn.Module):
         return [y.index_select(2, rows.restore) for y in layers], final_state
 
     def _run_sorted(
-        self, inputs: Tensor, rows: "RowOrder", state: LSTMState, dtype: torch.dtype = torch.float32
+        self, x: Tensor, rows: "RowOrder", state: LSTMState, dtype: torch.dtype = torch.float32
     ) -> Tuple[List[Tensor], LSTMState]:
-        """:meth:`run` over inputs whose rows are already sorted (``rows.order``), its layers left
-        sorted: a caller places the rows in its own layout in one gather (:meth:`forward`).
-        ``state`` and the final state are in batch order."""
+        """:meth:`run` over inputs ``x`` whose rows are already sorted (``rows.order``), its layers
+        left sorted: a caller places the rows in its own layout in one gather (:meth:`forward`).
+        ``state`` and the final state are in batch order. Inputs passed as a temporary are freed
+        after the first layer (on Python 3.11 and later, whose calls hand their arguments over)."""
         outputs: List[Tensor] = []
         final = LSTMState(*(s.new_empty(s.shape) for s in state))  # state may be a broadcast view
-        kernel = kernel_for(dtype, inputs.device, self.copies, self.packs)
-        x = inputs
+        kernel = kernel_for(dtype, x.device, self.copies, self.packs)
         for index in range(len(self.layers)):
             # The layer's states in the rows' order: the kernel's own, which it may overwrite.
             hidden, memory = (s[index].index_select(1, rows.order) for s in state)
@@ -220,6 +216,14 @@ def _reverse_index(lengths: Tensor, n_steps: int) -> Tensor:
 def _reverse(x: Tensor, index: Tensor) -> Tensor:
     """Shape: (time, batch, width) -> (time, batch, width), each column reversed in its length."""
     return x.gather(0, index.unsqueeze(-1).expand_as(x))
+
+
+def _sorted_inputs(tokens: Tensor, rows: RowOrder, reverse_index: Tensor) -> Tensor:
+    """Both directions' inputs, rows in ``rows.order``: the backward direction reads each row
+    reversed within its length. Shapes: ``tokens`` (time, batch, dim), ``reverse_index`` (time,
+    batch) -> (time, 2, batch, dim)."""
+    sorted_tokens = tokens.index_select(1, rows.order)
+    return torch.stack([sorted_tokens, _reverse(sorted_tokens, reverse_index.index_select(1, rows.order))], dim=1)
 
 
 def _output_sources(reverse_index: Tensor, restore: Tensor) -> Tensor:
