@@ -243,8 +243,9 @@ def _output_sources(reverse_index: Tensor, restore: Tensor) -> Tensor:
 
 def _gather_rows(source: Tensor, index: Tensor, out: Tensor) -> None:
     """``out[:] = source[index]``: (rows, width) from (n, width). Without autograd, straight into
-    ``out``; with it, through a temporary (``index_select`` into ``out`` has no gradient)."""
-    if torch.is_grad_enabled() and source.requires_grad:
+    ``out``; with it, through a temporary (``index_select`` into ``out`` has no gradient, and
+    refuses an ``out`` that needs one)."""
+    if torch.is_grad_enabled():
         out.copy_(source.index_select(0, index))
     else:
         torch.index_select(source, 0, index, out=out)

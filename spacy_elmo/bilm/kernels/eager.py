@@ -136,9 +136,8 @@ class Float32Kernel:
         chunk = window_steps(n_steps, batch, layer.lstm_dim)
         project = partial(self.project, weight=weights.projection)
         # In place, each step writes its rows of one zeroed output; with autograd, the steps are stacked.
-        outputs: Union[Tensor, List[Tensor]] = []
-        if workspace is not None:
-            outputs = hidden.new_zeros((n_steps, 2, batch, hidden.shape[-1]))
+        written = hidden.new_zeros((n_steps, 2, batch, hidden.shape[-1])) if workspace is not None else None
+        steps: List[Tensor] = []
         for start in range(0, n_steps, chunk):
             rows = active[start]  # the window's later steps need no more rows than its first
             window = lowered[start : start + chunk, :, :rows]
@@ -152,15 +151,15 @@ class Float32Kernel:
             for offset, step_gates in enumerate(pre_gates.unbind(1)):
                 running = active[start + offset]
                 gates = step_gates[:, :running]
-                if isinstance(outputs, Tensor):
-                    outputs[start + offset, :, :running] = self._step_in_place(
+                if written is not None:
+                    written[start + offset, :, :running] = self._step_in_place(
                         layer, gates, hidden, memory, weights, project
                     )
                 else:
                     new_hidden, new_memory = self._step(layer, gates, hidden, memory, weights, project)
                     hidden, memory = _update_rows(hidden, new_hidden), _update_rows(memory, new_memory)
-                    outputs.append(F.pad(new_hidden, (0, 0, 0, batch - running)))
-        return outputs if isinstance(outputs, Tensor) else torch.stack(outputs), hidden, memory
+                    steps.append(F.pad(new_hidden, (0, 0, 0, batch - running)))
+        return written if written is not None else torch.stack(steps), hidden, memory
 
     def _step(
         self, layer: LSTMLayer, gates: Tensor, hidden: Tensor, memory: Tensor, weights: LSTMWeights, project: Project
