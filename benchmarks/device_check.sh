@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What a session lent a GPU machine measures, in one call of a few minutes: the machine, the GPU
+# What a session lent a GPU machine measures, in one script: the machine, the GPU
 # suite, and the rows that docs/performance.md's GPU targets read (inference at the Original size
 # in bf16 and fp32, the LSTM alone against cuDNN, spacy train at the steady state, frozen and
 # fine-tuned, against spaCy's CNN config without ELMo on the same GPU), then `auto` on the
@@ -8,8 +8,8 @@
 # each are echoed. Run it before a change and after it, on the same machine (timings of
 # different cards do not compare).
 #
-#   OUT=$OUT bash benchmarks/device_check.sh                      # every step, about 9 minutes
-#   STEPS="env suite inference" bash benchmarks/device_check.sh   # some of them
+#   OUT=$OUT bash benchmarks/device_check.sh                      # every step: at most 18 minutes by the limits
+#   STEPS="env suite inference" bash benchmarks/device_check.sh   # some of them (a call limited to 10 minutes)
 #   STEADY_WORDS="1000 4000 10000" bash benchmarks/device_check.sh  # steady rows per batch size
 #   QUICK=1 bash benchmarks/device_check.sh                        # tiny sizes: checks the script on a CPU
 set -uo pipefail
