@@ -49,9 +49,10 @@ lint: install
 
 # What CI runs (.ci/run): the whole suite, the project's scripts and the slow end-to-end runs included.
 # A test still running after 10 minutes fails (a hang in Ray or torchrun must not eat CI's time);
-# the 15 slowest are listed at the end, and every skipped test with its reason (-rs).
+# the 15 slowest are listed, then every skipped test with its reason and, last (where a CI log's
+# tail shows them), every failed or erroring test with its message (-rsfE).
 test: install
-	$(BIN)/python -m pytest -q -rs --timeout 600 --durations=15 tests
+	$(BIN)/python -m pytest -q -rsfE --timeout 600 --durations=15 tests
 
 # The library's tests without the slow end-to-end runs (marked slow: spacy train, pretraining runs,
 # subprocesses, Ray, torchrun, n_process) and the project's scripts: for edit-test loops, under a minute.

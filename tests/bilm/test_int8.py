@@ -141,12 +141,18 @@ def test_packs_are_made_for_onednn_where_the_cpu_has_int8_dot_products(monkeypat
     runs whatever the current engine, which packing leaves as it was."""
     if "onednn" not in torch.backends.quantized.supported_engines:
         pytest.skip("this torch build has no oneDNN quantized engine")
+    engine_here = int8.pack_engine()
     monkeypatch.setattr(compat, "cpu_capabilities", lambda: features)
     current = torch.backends.quantized.engine
-    assert int8.pack_engine() == (expected or current)
+    engine = int8.pack_engine()
+    assert engine == (expected or current)
     generator = torch.Generator().manual_seed(0)
     weight, bias, x = (torch.randn(*shape, generator=generator) for shape in ((64, 32), (64,), (5, 32)))
     packed = int8.pack(weight, bias)
     assert torch.backends.quantized.engine == current
+    if engine != engine_here:
+        # oneDNN on a CPU without int8 dot products (AVX2 only) sums pairs in saturating int16:
+        # its accuracy there is why packs are not made for it; only that packing ran is checked.
+        return
     expected = x @ weight.T + bias
     assert (int8.linear(x, packed) - expected).norm() < 0.02 * expected.norm()  # int8's rounding only

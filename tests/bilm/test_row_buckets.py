@@ -31,7 +31,9 @@ def test_a_product_on_padded_rows_gives_the_rows_it_was_given(dim: int) -> None:
     out = on_padded_rows(product, x, dim)
     assert seen == [40]
     assert out.shape == product(x).shape
-    torch.testing.assert_close(out, product(x), rtol=0, atol=0)
+    # float32's rounding only: a BLAS may block (and so sum) 40 rows otherwise than 37 (MKL's AVX2
+    # kernels do), so the given rows' values may differ in the last bit.
+    torch.testing.assert_close(out, product(x))
 
 
 def test_the_int8_kernel_sees_padded_rows_and_returns_the_given_ones(monkeypatch) -> None:
