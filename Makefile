@@ -24,7 +24,7 @@ FAST_TESTS := -m "not slow and not gpu" --ignore=tests/project tests
 # What make lint and .pre-commit-config.yaml check with ruff (mypy: spacy_elmo/, pyproject.toml).
 LINT_PATHS := spacy_elmo benchmarks
 
-.PHONY: install lint test test-fast test-floors test-gpu demo parity benchmark
+.PHONY: install lint test test-fast test-avx2 test-floors test-gpu demo parity benchmark
 
 # The index attempt gives up fast (--timeout 10 --retries 0) and logs to $(VENV)/torch-index.log.
 $(BIN)/.installed: setup.cfg pyproject.toml
@@ -47,17 +47,25 @@ lint: install
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy spacy_elmo
 
-# What CI runs (.ci/run): the whole suite, the project's scripts and the slow end-to-end runs included.
+# What CI runs (.ci/run): the whole suite, the project's scripts and the slow end-to-end runs included,
+# then test-avx2, so that CI on any CPU kind also runs an AVX2-only one's kernels (about 2 minutes).
 # A test still running after 10 minutes fails (a hang in Ray or torchrun must not eat CI's time);
 # the 15 slowest are listed, then every skipped test with its reason and, last (where a CI log's
 # tail shows them), every failed or erroring test with its message (-rsfE).
 test: install
 	$(BIN)/python -m pytest -q -rsfE --timeout 600 --durations=15 tests
+	$(MAKE) --no-print-directory test-avx2 VENV=$(VENV)
 
 # The library's tests without the slow end-to-end runs (marked slow: spacy train, pretraining runs,
 # subprocesses, Ray, torchrun, n_process) and the project's scripts: for edit-test loops, under a minute.
 test-fast: install
 	$(BIN)/python -m pytest -q -rs $(FAST_TESTS)
+
+# make test-fast's selection as an AVX2-only CPU runs it (an AMD EPYC's MKL takes its AVX2 kernels),
+# on any CPU: the libraries capped before torch loads, spacy-elmo's view of the CPU in tests/conftest.py.
+test-avx2: install
+	SPACY_ELMO_TEST_CPU=avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
+		$(BIN)/python -m pytest -q -rsfE --timeout 600 $(FAST_TESTS)
 
 # torch found as install finds it (the CPU build from PyTorch's CPU index, else PyPI's CUDA build,
 # which runs on the CPU too), then every other requirement at its floor, the test extra's included;

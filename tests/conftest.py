@@ -1,6 +1,9 @@
 """Fixtures of the whole suite (the CPU tests and their GPU twins in tests/gpu): the tiny biLM's
-files, one torch thread, a deterministic ``auto``, a training corpus, the process-wide CUDA settings."""
+files, one torch thread, a deterministic ``auto``, a training corpus, the process-wide CUDA settings;
+with ``SPACY_ELMO_TEST_CPU=avx2`` (``make test-avx2``), the CPU seen as an AVX2-only one."""
 
+import os
+import tempfile
 from pathlib import Path
 from typing import Iterator, List, Tuple
 
@@ -9,7 +12,29 @@ import torch
 
 from spacy_elmo import BiLM
 
-from .helpers import FIXTURE_DIR, cuda_fp32_precision, random_bilm, record_bilm_sentences, write_bilm_files, write_examples_corpus
+from .helpers import (
+    FIXTURE_DIR,
+    cuda_fp32_precision,
+    random_bilm,
+    record_bilm_sentences,
+    see_an_avx2_cpu,
+    write_bilm_files,
+    write_examples_corpus,
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``SPACY_ELMO_TEST_CPU=avx2``: the whole run sees an AVX2-only CPU (see :func:`see_an_avx2_cpu`)."""
+    kind = os.environ.get("SPACY_ELMO_TEST_CPU", "")
+    if kind not in ("", "avx2"):
+        raise pytest.UsageError(f"SPACY_ELMO_TEST_CPU={kind}: the CPU kind simulated is avx2, or none when unset")
+    if kind == "avx2":
+        directory = tempfile.TemporaryDirectory(prefix="spacy-elmo-avx2-")
+        config.add_cleanup(directory.cleanup)
+        try:
+            see_an_avx2_cpu(dict(os.environ), Path(directory.name))
+        except RuntimeError as error:
+            raise pytest.UsageError(str(error)) from None
 
 
 @pytest.fixture(autouse=True)

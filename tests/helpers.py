@@ -234,3 +234,40 @@ def with_random_output_layers(nlp: Language, components: Sequence[str] = ("ner",
                 shape = node.get_param("W").shape
                 node.set_param("W", node.ops.asarray(rng.normal(0.0, 0.1, shape).astype("float32")))
     return nlp
+
+
+# ---------------------------------------------------------------- another CPU kind, simulated
+# `make test-avx2`: the libraries capped at AVX2 before torch loads (ATen's kernels, oneDNN's,
+# MKL's, which is what MKL runs on AMD's CPUs), and spacy-elmo's view of the CPU without the
+# features they no longer use, so a machine with AVX512 or AMX also tests what an AVX2-only one runs.
+AVX2_LIBRARIES = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+BEYOND_AVX2 = ("avx512", "amx", "avx_vnni")  # the prefixes of the features such a CPU lacks
+
+
+def see_an_avx2_cpu(environ: Dict[str, str], directory: Path) -> None:
+    """Make this process's spacy-elmo see an AVX2-only CPU: torch's probe of the CPU's features
+    and the /proc/cpuinfo it falls back to (a copy in ``directory``) lose :data:`BEYOND_AVX2`.
+    Refused unless ``environ`` capped the libraries (:data:`AVX2_LIBRARIES`) before torch loaded."""
+    missing = [f"{name}={value}" for name, value in AVX2_LIBRARIES.items() if environ.get(name) != value]
+    if missing:
+        raise RuntimeError(f"an AVX2-only CPU needs {' '.join(missing)} set before torch loads: run make test-avx2")
+    from spacy_elmo.bilm import compat
+
+    probe = torch.cpu.get_capabilities
+
+    def avx2_capabilities() -> Dict[str, Any]:
+        return {name: value for name, value in probe().items() if not name.startswith(BEYOND_AVX2)}
+
+    torch.cpu.get_capabilities = avx2_capabilities
+    if compat.CPUINFO.exists():
+        cpuinfo = directory / "cpuinfo"
+        cpuinfo.write_text("\n".join(map(_without_beyond_avx2, compat.CPUINFO.read_text().splitlines())))
+        compat.CPUINFO = cpuinfo
+
+
+def _without_beyond_avx2(line: str) -> str:
+    """A /proc/cpuinfo line, its flags (if it lists them) without :data:`BEYOND_AVX2`."""
+    key, colon, value = line.partition(":")
+    if key.strip() != "flags":
+        return line
+    return key + colon + " " + " ".join(flag for flag in value.split() if not flag.startswith(BEYOND_AVX2))
