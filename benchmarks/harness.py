@@ -156,8 +156,28 @@ def rss_mib() -> float:
 
 
 def peak_rss_mib() -> float:
-    """This process's peak resident memory so far, in MiB (``ru_maxrss``: Linux counts KiB)."""
+    """This process's peak resident memory since it started or since :func:`reset_peak_rss`, in
+    MiB: Linux's ``VmHWM``; elsewhere ``ru_maxrss`` (since the start; Linux and macOS count KiB
+    and bytes there, Linux's figure is used)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def reset_peak_rss() -> bool:
+    """Restart :func:`peak_rss_mib` from the RSS now (Linux: ``/proc/self/clear_refs``), so that a
+    peak belongs to what runs next; False where the system cannot (the peak then covers all before)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+        return True
+    except OSError:
+        return False
 
 
 class RssSampler:

@@ -1,13 +1,14 @@
 """Memory of the ``elmo`` pipe: one batch's peak, a long stream with and without memory zones, one long doc.
 
-Every measurement runs in a fresh subprocess, so ``ru_maxrss`` (the process's high-water mark) is
-that run's alone. The biLM is the bundled English one or a random one of the Original size
+Every measurement runs in a fresh subprocess, so the process's high-water mark of RSS is that
+run's alone. The biLM is the bundled English one or a random one of the Original size
 (``--size original``; memory does not depend on the values). Figures in MiB.
 
-- ``pipe``: RSS after ``nlp.initialize()``, then the peak of one ``nlp.pipe`` over ``--docs``
-  docs of fresh made-up words, and their ratio; the Original size also against its weights plus
-  the rest of the bundled pipeline (its RSS after ``initialize()`` less its weights), measured
-  in the same call.
+- ``pipe``: the peak RSS during ``nlp.initialize()`` and the RSS after it, then the peak of one
+  ``nlp.pipe`` over ``--docs`` docs of fresh made-up words (the high-water mark restarted after
+  ``initialize()``, so that its peak, where ``auto`` checks each precision, is not counted
+  twice), and their ratio; the Original size also against its weights plus the rest of the
+  bundled pipeline (its RSS after ``initialize()`` less its weights), measured in the same call.
 - ``stream``: RSS every ``--every`` docs over ``--docs`` docs of fresh words, with each
   ``--every`` docs inside ``nlp.memory_zone()`` or not, and spaCy's string count.
 - ``long-doc``: one doc of N tokens without sentence boundaries: what it adds beyond its outputs.
@@ -29,7 +30,7 @@ import typer
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from harness import MIB, fresh_sentences, isolated, machine, peak_rss_mib, rss_mib
+from harness import MIB, fresh_sentences, isolated, machine, peak_rss_mib, reset_peak_rss, rss_mib
 from spacy_elmo.bilm.options import ORIGINAL_SIZES
 from spacy_elmo.layers import get_bilm
 
@@ -58,11 +59,14 @@ def measure_pipe(size: str, precision: str, docs: int, threads: int) -> Dict[str
     nlp = pipeline(size, precision, threads)
     bilm = get_bilm(nlp.get_pipe("elmo").model)
     weights = sum(p.numel() * p.element_size() for p in bilm.parameters()) / MIB
-    after_init = rss_mib()
+    init_peak, after_init = peak_rss_mib(), rss_mib()
+    if not reset_peak_rss():
+        raise RuntimeError("pipe needs Linux's /proc/self/clear_refs to tell the pipe's peak from initialize()'s")
     start = time.perf_counter()
     n_tokens = sum(len(doc) for doc in nlp.pipe(made_up_texts(docs)))
     return {
         "weights": weights,
+        "init_peak": init_peak,
         "after_init": after_init,
         "peak": peak_rss_mib(),
         "tokens": n_tokens,
@@ -85,13 +89,14 @@ def pipe(
         row = isolated(measure_pipe, size=size, precision=precision, docs=docs, threads=threads)
         line = (
             f"{size}: {row['tokens']} tokens in {row['seconds']:.1f} s; weights {row['weights']:.0f}, "
-            f"after initialize {row['after_init']:.0f}, peak {row['peak']:.0f}, "
-            f"peak / after initialize {row['peak'] / row['after_init']:.2f}"
+            f"initialize's peak {row['init_peak']:.0f}, after initialize {row['after_init']:.0f}, "
+            f"pipe's peak {row['peak']:.0f}, pipe's peak / after initialize {row['peak'] / row['after_init']:.2f}"
         )
         if size == "bundled":
             rest = row["after_init"] - row["weights"]
         elif rest is not None:
-            line += f", peak / (weights + the bundled rest, {rest:.0f}) {row['peak'] / (row['weights'] + rest):.2f}"
+            ratio = row["peak"] / (row["weights"] + rest)
+            line += f", pipe's peak / (weights + the bundled rest, {rest:.0f}) {ratio:.2f}"
         typer.echo(line)
 
 
