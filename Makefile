@@ -61,7 +61,7 @@ test: install
 test-fast: install
 	$(BIN)/python -m pytest -q -rs $(FAST_TESTS)
 
-# make test-fast's selection as an AVX2-only CPU runs it (an AMD EPYC's MKL takes its AVX2 kernels),
+# make test-fast's selection as an AVX2-only CPU runs it (MKL's AVX2 kernels also run on many AMD CPUs),
 # on any CPU: the libraries capped before torch loads, spacy-elmo's view of the CPU in tests/conftest.py.
 test-avx2: install
 	SPACY_ELMO_TEST_CPU=avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \

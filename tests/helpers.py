@@ -238,7 +238,7 @@ def with_random_output_layers(nlp: Language, components: Sequence[str] = ("ner",
 
 # ---------------------------------------------------------------- another CPU kind, simulated
 # `make test-avx2`: the libraries capped at AVX2 before torch loads (ATen's kernels, oneDNN's,
-# MKL's, which is what MKL runs on AMD's CPUs), and spacy-elmo's view of the CPU without the
+# MKL's, whose AVX2 kernels many AMD CPUs get too), and spacy-elmo's view of the CPU without the
 # features they no longer use, so a machine with AVX512 or AMX also tests what an AVX2-only one runs.
 AVX2_LIBRARIES = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 BEYOND_AVX2 = ("avx512", "amx", "avx_vnni")  # the prefixes of the features such a CPU lacks
@@ -253,12 +253,13 @@ def see_an_avx2_cpu(environ: Dict[str, str], directory: Path) -> None:
         raise RuntimeError(f"an AVX2-only CPU needs {' '.join(missing)} set before torch loads: run make test-avx2")
     from spacy_elmo.bilm import compat
 
-    probe = torch.cpu.get_capabilities
+    probe = getattr(torch.cpu, "get_capabilities", None)  # torch >= 2.11
+    if probe is not None:
 
-    def avx2_capabilities() -> Dict[str, Any]:
-        return {name: value for name, value in probe().items() if not name.startswith(BEYOND_AVX2)}
+        def avx2_capabilities() -> Dict[str, Any]:
+            return {name: value for name, value in probe().items() if not name.startswith(BEYOND_AVX2)}
 
-    torch.cpu.get_capabilities = avx2_capabilities
+        torch.cpu.get_capabilities = avx2_capabilities
     if compat.CPUINFO.exists():
         cpuinfo = directory / "cpuinfo"
         cpuinfo.write_text("\n".join(map(_without_beyond_avx2, compat.CPUINFO.read_text().splitlines())))
