@@ -12,8 +12,8 @@ Measuring:
   and the range of a run's rounds.
 - :func:`isolated`: a function of a script called in a fresh Python process, which returns its
   result with that process's peak RSS: imports, allocator and high-water mark its own.
-- :func:`rss_mib`, :func:`peak_rss_mib`, :class:`RssSampler`: resident memory now, the process's
-  peak, and the peak during a block.
+- :func:`rss_mib`, :func:`peak_rss_mib`, :func:`reset_peak_rss`, :class:`RssSampler`: resident memory
+  now, the process's peak (restartable), and the peak during a block (Linux).
 
 Micro-benchmarks of one operator use ``torch.utils.benchmark`` directly (``bilm_speed.py``).
 
@@ -30,7 +30,6 @@ import importlib
 import json
 import os
 import random
-import resource
 import shutil
 import statistics
 import subprocess
@@ -157,31 +156,20 @@ def rss_mib() -> float:
 
 def peak_rss_mib() -> float:
     """This process's peak resident memory since it started or since :func:`reset_peak_rss`, in
-    MiB: Linux's ``VmHWM``; elsewhere ``ru_maxrss`` (since the start; Linux and macOS count KiB
-    and bytes there, Linux's figure is used)."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024  # kB
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    MiB (Linux's ``VmHWM``)."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024  # kB
 
 
-def reset_peak_rss() -> bool:
-    """Restart :func:`peak_rss_mib` from the RSS now (Linux: ``/proc/self/clear_refs``), so that a
-    peak belongs to what runs next; False where the system cannot (the peak then covers all before)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as clear_refs:
-            clear_refs.write("5")
-        return True
-    except OSError:
-        return False
+def reset_peak_rss() -> None:
+    """Restart :func:`peak_rss_mib` from the RSS now (Linux's ``/proc/self/clear_refs``), so that
+    a peak belongs to what runs next."""
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
 
 
 class RssSampler:
-    """The peak RSS during a ``with`` block, sampled every ``interval`` seconds on a thread (``ru_maxrss``
+    """The peak RSS during a ``with`` block, sampled every ``interval`` seconds on a thread (:func:`peak_rss_mib`
     also covers what came before the block)."""
 
     def __init__(self, interval: float = 0.005) -> None:

@@ -25,7 +25,7 @@ set), then ``nlp.pipe`` over the docs. Printed per configuration and round: word
 ``nlp.pipe`` (spaCy tokens), time to first doc (from the subprocess' start, the harness's ``STARTED``: imports,
 ``spacy.load`` and the warm-up sentence), and memory: RSS after loading, the peak during
 ``nlp.pipe`` (sampled every 5 ms) and the peak of the subprocess
-(``getrusage(RUSAGE_SELF).ru_maxrss``, loading included). The pipelines are built in another
+(its high-water mark, loading included). The pipelines are built in another
 subprocess too: a child started by fork inherits its parent's ``ru_maxrss``, so the parent stays small.
 
 The docs are real English sentences, one per doc: ``examples/word_senses.jsonl`` (480 sentences,
