@@ -9,7 +9,7 @@ explicit precision run the same random-word batches of ``--rows`` sentences of `
 interleaved after one untimed run each, ``--repeats`` rounds; the median tokens/s of each and its
 range are printed, and auto's ratio to the fastest (the target: at least 0.90). Then the roofline:
 this machine's fp32 and bf16 product rates at the biLM's shapes for these batches
-(``spacy_elmo.roofline``, timed in the same run), and each precision's FLOP rate (tokens/s x
+(``spacy_elmo.bilm.precision.roofline``, timed in the same run), and each precision's FLOP rate (tokens/s x
 204.3 MFLOP per token) as a fraction of the best of them (the target for ``auto``: at least 0.60 on
 a CPU with AVX512-BF16 and no AMX, 0.40 with AMX).
 
@@ -28,10 +28,10 @@ import typer
 
 from harness import fresh_sentences, interleaved, machine
 from spacy_elmo import BiLM, ElmoOptions
-from spacy_elmo.bilm import autotune
-from spacy_elmo.bilm.flops import flops_per_token
-from spacy_elmo.bilm.options import ORIGINAL_SIZES
-from spacy_elmo.roofline import DTYPES, bilm_products, product_rates
+from spacy_elmo.bilm.model.options import ORIGINAL_SIZES
+from spacy_elmo.bilm.precision import autotune
+from spacy_elmo.bilm.precision.flops import flops_per_token
+from spacy_elmo.bilm.precision.roofline import DTYPES, bilm_products, product_rates
 
 ORIGINAL = ElmoOptions(**ORIGINAL_SIZES)
 

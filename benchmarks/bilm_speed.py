@@ -11,7 +11,7 @@ published model's: every token through the char CNN at all positions, the LSTM a
 spacy-elmo does less work for the same outputs (each distinct token of a batch once, no padding
 windows or padded steps); the share of distinct tokens is printed.
 
-spacy-elmo runs in each ``--precisions`` (fp32, bf16: see spacy_elmo.bilm.precision); each row's
+spacy-elmo runs in each ``--precisions`` (fp32, bf16: see spacy_elmo.bilm.precision.resolved); each row's
 rate is compared with this machine's matmul rate in its own dtype, and the bf16 layers with the
 fp32 ones (mean per-token cosine per layer, largest difference). Where the CPU has no AMX, bf16 is
 slower than fp32 (with AVX512-BF16) or emulated and far slower (without): use ``--size small`` and few
@@ -30,8 +30,8 @@ from torch.utils import benchmark
 
 from harness import Timing, interleaved, layer_agreement, machine, step_by_step, timed, zipf_sentences
 from spacy_elmo import BiLM, ElmoOptions
-from spacy_elmo.bilm.flops import flops_per_token
-from spacy_elmo.bilm.options import ORIGINAL_SIZES
+from spacy_elmo.bilm.model.options import ORIGINAL_SIZES
+from spacy_elmo.bilm.precision.flops import flops_per_token
 
 SIZES = {
     "original": ElmoOptions(**ORIGINAL_SIZES),

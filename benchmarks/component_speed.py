@@ -23,7 +23,7 @@ from spacy.util import minibatch
 
 from harness import machine, timed
 from spacy_elmo import BiLM, ElmoOptions
-from spacy_elmo.bilm.options import ORIGINAL_SIZES
+from spacy_elmo.bilm.model.options import ORIGINAL_SIZES
 
 SIZES: Dict[str, ElmoOptions] = {
     "tiny": ElmoOptions(

@@ -10,8 +10,8 @@ Then one row per measurement:
 - ``inference``: tokens/s of the biLM at the published Original size (2 x 4,096-cell LSTMs
   projected to 512, a char CNN of 2,048 filters, 2 highways; see docs/bilm.md), random weights
   (they cost what trained ones do), on the GPU in fp32 and bf16 products, with the fused LSTM loop
-  replayed from CUDA graphs (the default: spacy_elmo/bilm/cuda_graphs.py), the fused loop launched
-  step by step (spacy_elmo/bilm/fused_lstm.py) and the eager one, and on the CPU in fp32 (bf16
+  replayed from CUDA graphs (the default: spacy_elmo/bilm/kernels/gpu/cuda_graphs.py), the fused loop launched
+  step by step (spacy_elmo/bilm/kernels/gpu/fused_lstm.py) and the eager one, and on the CPU in fp32 (bf16
   too where the CPU multiplies it in hardware, AVX512-BF16 or AMX: elsewhere it is emulated, far
   slower than fp32). The biLM's forward
   pass over length-sorted batches of ``--max-batch-tokens``, layers left on the device, token
@@ -52,8 +52,8 @@ import typer
 
 from harness import machine, ner_corpus, steady_train_rate, timed, training_session, zipf_corpus, zipf_sentences
 from spacy_elmo import BiLM, ElmoOptions
-from spacy_elmo.bilm.options import ORIGINAL_SIZES
-from spacy_elmo.bilm.precision import cpu_has_native_bf16, gpu_has_native_bf16
+from spacy_elmo.bilm.model.options import ORIGINAL_SIZES
+from spacy_elmo.bilm.precision.resolved import cpu_has_native_bf16, gpu_has_native_bf16
 from spacy_elmo.pretraining import get_preset
 from spacy_elmo.pretraining.distributed import init_distributed
 from spacy_elmo.pretraining.train import Trainer
@@ -113,8 +113,8 @@ LOOPS = {"graphs": ("1", "1"), "fused": ("1", "0"), "eager": ("0", "1")}
 
 def with_lstm_loop(loop: str, rate: Callable[[], float]) -> float:
     """``rate()`` with the GPU's LSTM loop ``loop`` of :data:`LOOPS`."""
-    from spacy_elmo.bilm import cuda_graphs
-    from spacy_elmo.bilm.fused_lstm import FUSED_LSTM_ENV as FUSED
+    from spacy_elmo.bilm.kernels.gpu import cuda_graphs
+    from spacy_elmo.bilm.kernels.gpu.fused_lstm import FUSED_LSTM_ENV as FUSED
 
     saved = {name: os.environ.get(name) for name in (FUSED, cuda_graphs.CUDA_GRAPHS_ENV)}
     os.environ[FUSED], os.environ[cuda_graphs.CUDA_GRAPHS_ENV] = LOOPS[loop]
@@ -179,8 +179,8 @@ def lstm_rate(
     directions, the same layers and widths, over packed sequences (the anchor: no clipping, and its
     second layer reads both directions' outputs, 2 x projection_dim wide, where ELMo's reads its own
     direction's). Products in ``precision`` (fp32: IEEE, no TF32)."""
-    from spacy_elmo.bilm.lstm import BiLSTMStack
-    from spacy_elmo.bilm.precision import ResolvedPrecision, own_precision
+    from spacy_elmo.bilm.model.lstm import BiLSTMStack
+    from spacy_elmo.bilm.precision.resolved import ResolvedPrecision, own_precision
 
     torch.manual_seed(0)
     dtype = ResolvedPrecision(precision).dtype

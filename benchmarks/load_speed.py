@@ -50,8 +50,8 @@ import typer
 
 from harness import Timing, interleaved, machine, timed
 from spacy_elmo import BiLM, ElmoOptions
-from spacy_elmo.bilm.files import read_weights
-from spacy_elmo.bilm.options import ORIGINAL_SIZES
+from spacy_elmo.bilm.formats.files import read_weights
+from spacy_elmo.bilm.model.options import ORIGINAL_SIZES
 from spacy_elmo.layers import get_bilm
 
 SIZES = {"original": ElmoOptions(**ORIGINAL_SIZES), "small": ElmoOptions()}

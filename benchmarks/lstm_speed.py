@@ -19,9 +19,9 @@ import typer
 
 from harness import interleaved, machine, word_sense_texts
 from spacy_elmo import ElmoOptions
-from spacy_elmo.bilm.lstm import BiLSTMStack
-from spacy_elmo.bilm.options import ORIGINAL_SIZES
-from spacy_elmo.bilm.precision import INT8
+from spacy_elmo.bilm.model.lstm import BiLSTMStack
+from spacy_elmo.bilm.model.options import ORIGINAL_SIZES
+from spacy_elmo.bilm.precision.resolved import INT8
 
 DTYPES = {"int8": INT8, "bf16": torch.bfloat16, "fp32": torch.float32}
 BATCH_SIZE = 64

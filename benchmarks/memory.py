@@ -31,7 +31,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from harness import MIB, fresh_sentences, isolated, machine, peak_rss_mib, reset_peak_rss, rss_mib
-from spacy_elmo.bilm.options import ORIGINAL_SIZES
+from spacy_elmo.bilm.model.options import ORIGINAL_SIZES
 from spacy_elmo.layers import get_bilm
 
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])

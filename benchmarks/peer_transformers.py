@@ -89,7 +89,7 @@ def build_pipelines(configs: List[str], directory: str, threads: int) -> Dict[st
     import spacy
 
     from spacy_elmo import BiLM, ElmoOptions
-    from spacy_elmo.bilm.options import ORIGINAL_SIZES
+    from spacy_elmo.bilm.model.options import ORIGINAL_SIZES
 
     tmp = Path(directory)
     texts = word_sense_texts(480)  # the WordPiece vocabulary: every sentence

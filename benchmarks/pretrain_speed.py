@@ -6,7 +6,7 @@ Without --corpus, the harness's Zipfian random-word corpus is generated in a tem
 (the vocabulary pass is not timed). Tokens are window positions, boundaries included, summed over
 the batch: the unit of the training log's tokens_per_s. ``--precision`` is that of the matrix
 products, as ``spacy-elmo pretrain --precision`` (``auto`` measured on a CPU, untimed: see
-spacy_elmo.bilm.autotune; bf16 is faster than fp32 on some CPUs without AMX, slower on others).
+spacy_elmo.bilm.precision.autotune; bf16 is faster than fp32 on some CPUs without AMX, slower on others).
 """
 
 import tempfile
@@ -17,7 +17,7 @@ import torch
 import typer
 
 from harness import machine, timed, zipf_corpus
-from spacy_elmo.bilm.precision import PRECISIONS
+from spacy_elmo.bilm.precision.resolved import PRECISIONS
 from spacy_elmo.pretraining import get_preset
 from spacy_elmo.pretraining.distributed import Distributed
 from spacy_elmo.pretraining.train import Trainer

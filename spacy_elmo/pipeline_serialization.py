@@ -3,7 +3,7 @@
 
 spaCy's convention (``TrainablePipe``): a serializer per name, and ``exclude`` skips names. The
 names are "cfg" (the settings, a file ``cfg``) and "bilm" (the biLM's files in a folder ``bilm``,
-or their bytes: see :mod:`spacy_elmo.bilm.serialize`); "model", spaCy's name for a pipe's
+or their bytes: see :mod:`spacy_elmo.bilm.formats.serialize`); "model", spaCy's name for a pipe's
 weights, excludes "bilm". No vocab is written: the component keeps nothing in it.
 """
 
@@ -15,7 +15,7 @@ import srsly
 from spacy.util import SimpleFrozenList
 from thinc.api import Model
 
-from .bilm.serialize import bilm_from_bytes, bilm_from_directory, bilm_to_bytes, bilm_to_directory
+from .bilm.formats.serialize import bilm_from_bytes, bilm_from_directory, bilm_to_bytes, bilm_to_directory
 
 if TYPE_CHECKING:
     from .bilm import BiLM
@@ -59,7 +59,7 @@ class ElmoSerialization:
         return self
 
     def to_bytes(self, *, exclude: Iterable[str] = SimpleFrozenList()) -> bytes:
-        """``cfg`` and the bytes of the biLM's files (see :func:`~spacy_elmo.bilm.serialize.bilm_to_bytes`)."""
+        """``cfg`` and the bytes of the biLM's files (see :func:`~spacy_elmo.bilm.formats.serialize.bilm_to_bytes`)."""
         serializers: Dict[str, Callable[[], object]] = {
             "cfg": lambda: self.cfg,
             "bilm": lambda: bilm_to_bytes(self._loaded_bilm()),

@@ -16,7 +16,7 @@ other threads' torch calls meanwhile included.
 
 ``precision = "auto"`` decides for the count a setting plans (:func:`planned_threads`), not for
 the count of the moment: a busy machine runs a call on fewer threads, but neither changes the
-decision nor measures again (:func:`spacy_elmo.bilm.autotune.deciding_for_threads`).
+decision nor measures again (:func:`spacy_elmo.bilm.precision.autotune.deciding_for_threads`).
 """
 
 import os
@@ -27,7 +27,7 @@ from typing import Iterator, Literal, Optional, Union
 
 import torch
 
-from .bilm.autotune import deciding_for_threads
+from .bilm.precision.autotune import deciding_for_threads
 
 Threads = Union[int, Literal["auto"]]
 

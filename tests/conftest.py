@@ -40,7 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(autouse=True)
 def auto_is_fp32_on_the_cpu(monkeypatch):
     """``precision = "auto"`` on the CPU resolves to fp32 in every test, for inference and training,
-    without timing runs (tests/bilm/test_autotune.py unsets it to test the measuring)."""
+    without timing runs (tests/bilm/precision/test_autotune.py unsets it to test the measuring)."""
     monkeypatch.setenv("SPACY_ELMO_PRECISION", "fp32")
 
 

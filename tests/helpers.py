@@ -251,7 +251,7 @@ def see_an_avx2_cpu(environ: Dict[str, str], directory: Path) -> None:
     missing = [f"{name}={value}" for name, value in AVX2_LIBRARIES.items() if environ.get(name) != value]
     if missing:
         raise RuntimeError(f"an AVX2-only CPU needs {' '.join(missing)} set before torch loads: run make test-avx2")
-    from spacy_elmo.bilm import compat
+    from spacy_elmo.bilm.precision import compat
 
     probe = getattr(torch.cpu, "get_capabilities", None)  # torch >= 2.11
     if probe is not None:

@@ -1,5 +1,5 @@
 """``precision = "auto"`` on a CPU where training's decision and inference's differ, as they may
-(each is measured on its own pass: spacy_elmo.bilm.autotune): here faked, whatever this CPU is.
+(each is measured on its own pass: spacy_elmo.bilm.precision.autotune): here faked, whatever this CPU is.
 
 A store must record the products its layers were computed with (inference's), the Ray engine must
 compute what the local engine computes, fine-tuning must train in training's decision, and a
@@ -17,9 +17,9 @@ import torch
 from spacy.cli.train import train
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm import autotune
-from spacy_elmo.bilm import model as model_module
-from spacy_elmo.bilm.precision import PRECISION_ENV
+from spacy_elmo.bilm.model import bilm as model_module
+from spacy_elmo.bilm.precision import autotune
+from spacy_elmo.bilm.precision.resolved import PRECISION_ENV
 from spacy_elmo.embed import EmbedSettings, ray_engine, run_embed
 from spacy_elmo.embed.store import FeatureStore
 

@@ -95,6 +95,30 @@ def test_rooms_import_only_below_them(room: str, allowed: Set[str]) -> None:
             assert not upward, f"{name} imports {upward}"
 
 
+# Inside the biLM: kernels and memory serve the model and the tuner, never the reverse.
+BILM_INNER_RULES = [
+    ("spacy_elmo.bilm.kernels", {"spacy_elmo.bilm.model", "spacy_elmo.bilm.precision.autotune",
+                                 "spacy_elmo.bilm.precision.timed_passes", "spacy_elmo.bilm.precision.setting",
+                                 "spacy_elmo.bilm.formats"}),
+    ("spacy_elmo.bilm.memory", {"spacy_elmo.bilm.model", "spacy_elmo.bilm.kernels", "spacy_elmo.bilm.precision",
+                                "spacy_elmo.bilm.formats"}),
+    ("spacy_elmo.bilm.model", {"spacy_elmo.bilm.precision.autotune", "spacy_elmo.bilm.precision.timed_passes"}),
+]
+
+
+@pytest.mark.parametrize("room,forbidden", BILM_INNER_RULES)
+def test_biLM_concepts_import_only_below_them(room: str, forbidden: Set[str]) -> None:
+    for name, targets in graph().items():
+        if name == room or name.startswith(room + "."):
+            wrong = {t for t in targets if any(t == f or t.startswith(f + ".") for f in forbidden)}
+            assert not wrong, f"{name} imports {wrong}"
+
+
+def test_biLM_top_level_holds_few_modules() -> None:
+    top = [p.name for p in (PACKAGE / "bilm").glob("*.py")]
+    assert len(top) <= 8, sorted(top)
+
+
 def test_the_biLM_is_pure_torch() -> None:
     for path in (PACKAGE / "bilm").rglob("*.py"):
         assert not {t.split(".")[0] for t in imports_of(path)} & {"spacy", "thinc"}, path

@@ -34,13 +34,12 @@ from typing import Dict, List, Optional
 import spacy
 import srsly
 import typer
+from evaluate import evaluate_run, find_model
+from make_corpus import near_duplicate_groups
 from spacy.cli._util import import_code, parse_config_overrides
 from spacy.cli.train import train as spacy_train
 from spacy.tokens import DocBin
 from spacy.util import load_config
-
-from evaluate import evaluate_run, find_model
-from make_corpus import near_duplicate_groups
 from train import CODE_HELP, run_overrides
 
 SPLITS = ("train", "dev", "test")

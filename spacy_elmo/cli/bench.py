@@ -10,7 +10,7 @@ from .app import app, default, reported
 
 if TYPE_CHECKING:
     from ..bilm import BiLM
-    from ..bilm.autotune import Trial
+    from ..bilm.precision.autotune import Trial
 
 
 @app.command()
@@ -34,12 +34,12 @@ def bench(
     It times the biLM's forward pass alone, in tokens/s, not the pipeline's nlp.pipe words/s
     (benchmarks/component_speed.py times that). Beside tokens/s, a roofline: this machine's own
     matrix-product rate per precision at the biLM's product shapes, timed in the same run, and the
-    fraction of it the biLM reaches (spacy_elmo.roofline).
+    fraction of it the biLM reaches (spacy_elmo.bilm.precision.roofline).
     """
     import torch
 
-    from ..bilm.autotune import PRECISION_ENV, decisions_path, remeasure
-    from ..bilm.timed_passes import timing_batch
+    from ..bilm.precision.autotune import PRECISION_ENV, decisions_path, remeasure
+    from ..bilm.precision.timed_passes import timing_batch
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -69,7 +69,7 @@ def _bench_model(model: Optional[str], size: Optional[str]) -> Tuple["BiLM", str
     import torch
 
     from ..bilm import BiLM, ElmoOptions
-    from ..bilm.options import ORIGINAL_SIZES
+    from ..bilm.model.options import ORIGINAL_SIZES
     from ..published import pretrained_files
 
     sizes = {"original": ElmoOptions(**ORIGINAL_SIZES), "small": ElmoOptions()}
@@ -90,8 +90,8 @@ def _describe(bilm: "BiLM", label: str, n_distinct: int) -> None:
     tokens)."""
     import torch
 
-    from ..bilm.compat import cpu_capabilities
-    from ..bilm.timed_passes import BATCH_ROWS, BATCH_WORDS
+    from ..bilm.precision.compat import cpu_capabilities
+    from ..bilm.precision.timed_passes import BATCH_ROWS, BATCH_WORDS
 
     capabilities = cpu_capabilities()
     flags = ", ".join(f for f in ("avx512_bf16", "amx_bf16", "avx512_vnni", "avx_vnni") if capabilities.get(f))
@@ -121,9 +121,9 @@ def _describe(bilm: "BiLM", label: str, n_distinct: int) -> None:
 def _roofline(bilm: "BiLM", trials: Dict[str, "Trial"], n_distinct: int) -> None:
     """Print the roofline of ``trials`` (each precision's timing of the biLM, on a batch of
     ``n_distinct`` tokens)."""
-    from ..bilm.flops import flops_per_token
-    from ..bilm.timed_passes import BATCH_ROWS, BATCH_WORDS
-    from ..roofline import bilm_products, product_rates, report, roofline
+    from ..bilm.precision.flops import flops_per_token
+    from ..bilm.precision.roofline import bilm_products, product_rates, report, roofline
+    from ..bilm.precision.timed_passes import BATCH_ROWS, BATCH_WORDS
 
     count = flops_per_token(bilm.options)
     rates = product_rates(bilm_products(bilm.options, BATCH_ROWS, BATCH_WORDS + 2, n_distinct), list(trials))

@@ -89,7 +89,7 @@ def download(
 ) -> None:
     """Fetch a biLM into the cache ahead of use (Docker images, machines without network)."""
     from ..bilm import BiLM
-    from ..bilm.manylangs import load_manylangs
+    from ..bilm.formats.manylangs import load_manylangs
     from ..published.resolve import download_pretrained
 
     with reported(ValueError, OSError):

@@ -14,7 +14,7 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-from ..bilm.precision import Explicit, Precision, ResolvedPrecision
+from ..bilm.precision.resolved import Explicit, Precision, ResolvedPrecision
 
 _SPEC = re.compile(r"auto|cpu|cuda(?::(\d+))?")
 
@@ -119,7 +119,7 @@ def worker_precision(
     precision: Precision, device_kind: str, cuda_devices: int, cpu_auto: Optional[Callable[[], str]] = None
 ) -> Explicit:
     """An explicit precision: ``precision`` decided once, on the driver, for workers on ``device_kind``
-    (:class:`~spacy_elmo.bilm.precision.ResolvedPrecision`, for inference).
+    (:class:`~spacy_elmo.bilm.precision.resolved.ResolvedPrecision`, for inference).
 
     Every worker must compute the products the manifest records, or one store would mix bf16
     and fp32 values. Left to each worker, ``auto`` would follow each one's hardware; decided

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List
 
-from ..bilm.precision import ResolvedPrecision
+from ..bilm.precision.resolved import ResolvedPrecision
 from ..fileio import OutputError, atomic_path
 from .settings import identity_differences, resume_identity
 

@@ -13,9 +13,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy
 
 from ..bilm import BiLM, ElmoOptions
-from ..bilm.identity import weights_digest
-from ..bilm.model import STATE_MODES, StateMode
-from ..bilm.precision import Precision, check_precision
+from ..bilm.formats.identity import weights_digest
+from ..bilm.model.bilm import STATE_MODES, StateMode
+from ..bilm.precision.resolved import Precision, check_precision
 from ..option_fields import setting
 
 LAYER_CHOICES = ("all", "top", "average", "mix")
@@ -30,7 +30,7 @@ class EmbedSettings:
     ``"average"`` the mean of the layers, ``"mix"`` the sum weighted by ``mix``: (n_tokens, width).
     ``gold_tokens``: ``.spacy`` Docs keep their own tokens (see :meth:`reader.SentenceSource.doc_tokens`).
     ``precision``: of the biLM's matrix products, as the component's (see
-    :mod:`spacy_elmo.bilm.precision`); the manifest also records what it resolved to.
+    :mod:`spacy_elmo.bilm.precision.resolved`); the manifest also records what it resolved to.
     """
 
     state: StateMode = setting("zero", "Where each batch's LSTM states start: zero, warm or carry")

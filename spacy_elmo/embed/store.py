@@ -6,7 +6,7 @@ looks up each biLM input (a doc, a sentence of it, or a window; see
 runs over the same corpus pay for the biLM once. A stored value stands for what the biLM would
 compute only if it is the same biLM (weights, checked by the fingerprint in the manifest) in the
 same state mode, with products at least as precise as the biLM's setting asks
-(:meth:`~spacy_elmo.bilm.precision.ResolvedPrecision.serves`); all are checked before the first lookup, and
+(:meth:`~spacy_elmo.bilm.precision.resolved.ResolvedPrecision.serves`); all are checked before the first lookup, and
 a mismatch is an error.
 
 The store is opened on first use: only the tokens are read then (an index held in memory); the
@@ -23,7 +23,7 @@ from typing import Dict, Hashable, List, Optional, Sequence, Tuple
 import numpy
 
 from ..bilm import BiLM, ElmoOptions
-from ..bilm.precision import ResolvedPrecision
+from ..bilm.precision.resolved import ResolvedPrecision
 from ..fileio import PathLike
 from .hdf5 import SENTENCE_TO_INDEX, finished_manifest
 from .manifest import MANIFEST_NAME, Manifest

@@ -28,7 +28,7 @@ from thinc.api import (
 from thinc.types import Floats1d, Floats2d, Floats3d, FloatsXd
 
 from ..bilm import BiLM, ElmoOptions
-from ..bilm.serialize import bilm_from_bytes, bilm_to_bytes
+from ..bilm.formats.serialize import bilm_from_bytes, bilm_to_bytes
 from ..published.resolve import resolve_files
 from .arrays import no_backprop, split_by_lengths
 from .bilm_settings import ElmoBiLMSettings

@@ -3,7 +3,7 @@
 :class:`ElmoBiLMSettings` flows from the ``elmo`` factory's default config (its defaults) through
 the architecture ``spacy_elmo.ElmoBiLM.v1`` (whose signature is made from its fields, see
 :func:`takes_settings`) to the layer (:func:`~spacy_elmo.layers.ElmoBiLMLayer`) and from there, as
-:class:`~spacy_elmo.bilm.model.BiLMSettings`, to the :class:`~spacy_elmo.bilm.BiLM`. A new setting
+:class:`~spacy_elmo.bilm.model.bilm.BiLMSettings`, to the :class:`~spacy_elmo.bilm.BiLM`. A new setting
 is one field here plus its use.
 """
 
@@ -16,8 +16,8 @@ from typing import Any, Callable, Dict, List, Optional, TypeVar
 
 from thinc.api import PyTorchGradScaler
 
-from ..bilm.model import BiLMSettings, StateMode
-from ..bilm.precision import Precision, check_precision
+from ..bilm.model.bilm import BiLMSettings, StateMode
+from ..bilm.precision.resolved import Precision, check_precision
 from .language import DEFAULT_PRETRAINED
 from .segmentation import check_window
 
@@ -49,7 +49,7 @@ class ElmoBiLMSettings:
     :mod:`spacy_elmo.layers.segmentation`). ``max_batch_tokens`` bounds the padded tokens per biLM
     call; ``token_cache_size`` is the number of token encodings kept; ``dropout`` is between the
     LSTM layers, in training. ``precision``: of the biLM's matrix products (see
-    :mod:`spacy_elmo.bilm.precision`); ``"auto"`` here, bf16 where the hardware multiplies it
+    :mod:`spacy_elmo.bilm.precision.resolved`); ``"auto"`` here, bf16 where the hardware multiplies it
     natively, where a bare :class:`~spacy_elmo.bilm.BiLM` keeps fp32. ``mixed_precision`` and
     ``grad_scaler_config`` (arguments of thinc's PyTorchGradScaler) go to thinc's PyTorchShim;
     both act on GPU only, and thinc's autocast does not reach inside the biLM.

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ..bilm import ElmoOptions
-from ..bilm.precision import Precision, check_precision
+from ..bilm.precision.resolved import Precision, check_precision
 from ..option_fields import setting
 
 
@@ -43,7 +43,7 @@ class TrainingConfig:
     eval_tokens: int = setting(20_000, "Held-out tokens to evaluate (the first ones of --dev)")
     warm_documents: int = setting(20, "Training documents read for the exported warm start; 0 for none")
     seed: int = setting(0, "Random seed")
-    precision: Precision = setting(  # of the matrix products; see spacy_elmo.bilm.precision
+    precision: Precision = setting(  # of the matrix products; see spacy_elmo.bilm.precision.resolved
         "auto",
         "Matrix products in fp32, bf16, or auto: bf16 where the CPU (AMX) or GPU multiplies it faster than "
         "fp32; weights, optimizer and loss stay fp32",

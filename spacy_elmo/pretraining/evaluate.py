@@ -18,7 +18,7 @@ from typing import Dict, Sequence
 import torch
 
 from ..bilm import BiLM
-from ..bilm.model import STATE_MODES, StateMode
+from ..bilm.model.bilm import STATE_MODES, StateMode
 from .softmax import SharedSoftmax
 from .vocab import BOS, EOS, Vocabulary
 

@@ -12,8 +12,8 @@ import torch
 from torch import Tensor, nn
 
 from ..bilm import BiLM
-from ..bilm.lstm import LSTMState
-from ..bilm.precision import own_precision
+from ..bilm.model.lstm import LSTMState
+from ..bilm.precision.resolved import own_precision
 from .softmax import SharedSoftmax, sample_log_uniform
 from .stream import WindowBatch
 

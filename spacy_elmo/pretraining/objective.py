@@ -13,7 +13,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ..bilm import BiLM
-from ..bilm.lstm import LSTMState
+from ..bilm.model.lstm import LSTMState
 from ..fileio import PathLike
 from .config import TrainingConfig
 from .continuation import read_init_tokens

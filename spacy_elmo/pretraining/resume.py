@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from ..bilm import BiLM
-from ..bilm.lstm import LSTMState
+from ..bilm.model.lstm import LSTMState
 from .checkpoint import CHECKPOINT_NAME, rng_state, save_checkpoint, set_rng_state
 from .config import TrainingConfig
 from .distributed import Distributed

@@ -10,7 +10,7 @@ approaches the full loss as negatives grow). The target's own logit is left unco
 target's log expected count). Perplexity on held-out text is always measured with the full
 softmax.
 
-The logits' product may run in bf16 (``dtype``, see :mod:`spacy_elmo.bilm.precision`); the
+The logits' product may run in bf16 (``dtype``, see :mod:`spacy_elmo.bilm.precision.resolved`); the
 bias, the log-sum-exp and the loss are float32.
 """
 
@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ..bilm.precision import LowPrecisionWeights
+from ..bilm.precision.resolved import LowPrecisionWeights
 
 LOGITS_PER_CHUNK = 2**24
 

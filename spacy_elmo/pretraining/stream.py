@@ -24,7 +24,7 @@ from typing import Any, Dict, Hashable, Iterator, List, Optional, Tuple
 
 import torch
 
-from ..bilm.token_encoder import SENTENCE_END, SENTENCE_START
+from ..bilm.model.token_encoder import SENTENCE_END, SENTENCE_START
 from .corpus import CorpusReader, Position
 from .vocab import BOS, EOS, Vocabulary
 

@@ -24,9 +24,9 @@ from torch import Tensor
 from tqdm import tqdm
 
 from ..bilm import BiLM, ElmoOptions
-from ..bilm.autotune import cpu_auto_precision
-from ..bilm.model import STATE_MODES, StateMode
-from ..bilm.precision import ResolvedPrecision
+from ..bilm.model.bilm import STATE_MODES, StateMode
+from ..bilm.precision.autotune import cpu_auto_precision
+from ..bilm.precision.resolved import ResolvedPrecision
 from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, PathLike, standard_files
 from .checkpoint import (
     CHECKPOINT_NAME,

@@ -10,7 +10,7 @@ from typing import Dict, Hashable, Iterable, List, Sequence
 
 import torch
 
-from ..bilm.token_encoder import SENTENCE_END, SENTENCE_START
+from ..bilm.model.token_encoder import SENTENCE_END, SENTENCE_START
 
 BOS, EOS, UNK = 0, 1, 2
 MARKER_NAMES = ("<S>", "</S>", "<UNK>")

@@ -4,7 +4,7 @@
   with one ``*weights*.hdf5`` (AllenNLP's names, CLARIN.SI's ``slovenian-elmo-weights.hdf5``), or
   with the only ``*.hdf5`` (the NLPL repository's ``model.hdf5``). Hidden files (``._options.json``,
   macOS's resource forks in a zip) never count.
-- ELMoForManyLangs (HIT-SCIR's layout, read by :mod:`spacy_elmo.bilm.manylangs`): ``config.json``
+- ELMoForManyLangs (HIT-SCIR's layout, read by :mod:`spacy_elmo.bilm.formats.manylangs`): ``config.json``
   naming the network config, ``char.dic``, ``word.dic``, ``token_embedder.pkl``, ``encoder.pkl``.
 
 :func:`find_model_directory` finds the one directory of an extracted archive that holds a model.

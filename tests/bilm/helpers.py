@@ -12,13 +12,13 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import torch
 
+from spacy_elmo.bilm.formats.manylangs.network import ManyLangsNetwork
+from spacy_elmo.bilm.formats.manylangs.weights import encoder_shapes, token_embedder_shapes
 from spacy_elmo.bilm.kernels import Bf16Kernel, Float32Kernel
-from spacy_elmo.bilm.kernels.fused import fused_weights
-from spacy_elmo.bilm.lstm import ProjectedLSTM, _active_rows
-from spacy_elmo.bilm.manylangs.network import ManyLangsNetwork
-from spacy_elmo.bilm.manylangs.weights import encoder_shapes, token_embedder_shapes
-from spacy_elmo.bilm.options import ElmoOptions
-from spacy_elmo.bilm.precision import LowPrecisionWeights
+from spacy_elmo.bilm.kernels.gpu.fused import fused_weights
+from spacy_elmo.bilm.model.lstm import ProjectedLSTM, _active_rows
+from spacy_elmo.bilm.model.options import ElmoOptions
+from spacy_elmo.bilm.precision.resolved import LowPrecisionWeights
 
 # Small network configs in the reference's format. "full": word embedding, relu, two highways,
 # clipping that the random weights reach. "plain": no word embedding, tanh, one highway, three

@@ -195,12 +195,12 @@ def test_a_ray_worker_runs_its_biLM_where_it_is_told_in_the_decided_precision(bi
 def test_ray_gpu_workers_get_the_precision_the_manifest_records(bilm_files, corpus, tmp_path, monkeypatch):
     """auto is decided on the driver for the workers' GPUs (a bf16 GPU, faked here), handed to
     every worker as bf16 and recorded so, though the driver's own biLM on the CPU resolves otherwise."""
-    from spacy_elmo.bilm import precision
+    from spacy_elmo.bilm.precision import resolved
     from spacy_elmo.embed import ray_engine
 
     calls = []
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(precision, "cuda_has_native_bf16", lambda device: True)
+    monkeypatch.setattr(resolved, "cuda_has_native_bf16", lambda device: True)
     monkeypatch.setattr(ray_engine, "embed_on_ray", lambda *args, **kwargs: calls.append((args[3], kwargs)))
     run_embed(corpus, tmp_path / "out", SETTINGS, *bilm_files, engine="ray", gpus_per_worker=0.5, progress=False)
     (workers_settings, options), = calls

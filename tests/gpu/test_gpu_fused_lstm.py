@@ -1,7 +1,7 @@
-"""The fused LSTM loop (spacy_elmo/bilm/fused_lstm.py) compiled for the GPU, on the bundled biLM's
+"""The fused LSTM loop (spacy_elmo/bilm/kernels/gpu/fused_lstm.py) compiled for the GPU, on the bundled biLM's
 trained weights, against the eager loop on the same GPU (``SPACY_ELMO_FUSED_LSTM=0``), and
-replayed from CUDA graphs (spacy_elmo/bilm/cuda_graphs.py) against the eager loop.
-tests/bilm/test_fused_lstm.py checks the same kernels on tiny sizes, in Triton's interpreter on a
+replayed from CUDA graphs (spacy_elmo/bilm/kernels/gpu/cuda_graphs.py) against the eager loop.
+tests/bilm/kernels/test_fused_lstm.py checks the same kernels on tiny sizes, in Triton's interpreter on a
 CPU and compiled here."""
 
 from typing import Callable, Iterator, List, Sequence, Tuple
@@ -12,11 +12,11 @@ import torch
 from torch import Tensor
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm import cuda_graphs, fused_lstm
 from spacy_elmo.bilm.kernels import Float32Kernel, FusedKernel
 from spacy_elmo.bilm.kernels.bf16 import Bf16Kernel
-from spacy_elmo.bilm.lstm import ProjectedLSTM, _active_rows
-from spacy_elmo.bilm.precision import LowPrecisionWeights
+from spacy_elmo.bilm.kernels.gpu import cuda_graphs, fused_lstm
+from spacy_elmo.bilm.model.lstm import ProjectedLSTM, _active_rows
+from spacy_elmo.bilm.precision.resolved import LowPrecisionWeights
 
 from ..helpers import assert_float32_close
 

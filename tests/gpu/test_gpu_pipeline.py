@@ -9,7 +9,7 @@ import spacy
 import torch
 from thinc.api import CupyOps, use_ops
 
-from spacy_elmo.bilm.precision import gpu_has_native_bf16
+from spacy_elmo.bilm.precision.resolved import gpu_has_native_bf16
 from spacy_elmo.layers import get_bilm
 
 from ..helpers import (
@@ -113,7 +113,7 @@ def test_fp32_is_float32_on_the_gpu_even_where_tf32_is_allowed(bilm_files, tf32_
 
 
 def test_auto_is_bf16_on_a_gpu_with_native_bf16_and_close_to_fp32() -> None:
-    """On the bundled biLM `en` (trained weights): the bf16 contract of tests/bilm/test_precision.py."""
+    """On the bundled biLM `en` (trained weights): the bf16 contract of tests/bilm/precision/test_precision.py."""
     pipelines = {}
     for precision in ("auto", "fp32"):
         nlp = spacy.blank("en")
@@ -193,7 +193,7 @@ def test_gpu_memory_stays_bounded_while_piping_many_docs(bilm_files) -> None:
 def test_docs_kept_by_the_user_keep_only_their_tensor_on_the_gpu(bilm_files, monkeypatch) -> None:
     """The layers of a doc (N_LAYERS times its tensor) must not stay with the docs a user keeps.
 
-    Without CUDA graphs: their buffers, kept for the next batch by design (spacy_elmo/bilm/cuda_graphs.py),
+    Without CUDA graphs: their buffers, kept for the next batch by design (spacy_elmo/bilm/kernels/gpu/cuda_graphs.py),
     would count as held here."""
     monkeypatch.setenv("SPACY_ELMO_CUDA_GRAPHS", "0")
     nlp = build_ner_textcat(bilm_files)

@@ -8,7 +8,7 @@ import numpy
 import pytest
 import spacy
 
-from spacy_elmo.bilm.manylangs import is_manylangs
+from spacy_elmo.bilm.formats.manylangs import is_manylangs
 from spacy_elmo.layers import get_bilm
 
 from ..bilm.helpers import network, write_random_model

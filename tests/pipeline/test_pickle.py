@@ -17,10 +17,10 @@ from spacy.tokens import Doc
 from thinc.api import Optimizer, fix_random_seed
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm import offload
-from spacy_elmo.bilm.int8 import Int8Weights, int8_available
-from spacy_elmo.bilm.offload import on_disk
-from spacy_elmo.bilm.precision import LowPrecisionWeights
+from spacy_elmo.bilm.kernels.int8_packs import Int8Weights, int8_available
+from spacy_elmo.bilm.memory import offload
+from spacy_elmo.bilm.memory.offload import on_disk
+from spacy_elmo.bilm.precision.resolved import LowPrecisionWeights
 from spacy_elmo.embed import EmbedSettings, run_embed
 from spacy_elmo.layers import ElmoListener, get_bilm
 

@@ -8,7 +8,7 @@ import spacy
 from thinc.api import Config
 
 import spacy_elmo.configs
-from spacy_elmo.bilm.int8 import int8_available
+from spacy_elmo.bilm.kernels.int8_packs import int8_available
 from spacy_elmo.layers import get_bilm
 from spacy_elmo.pipeline_component import DEFAULT_MODEL
 

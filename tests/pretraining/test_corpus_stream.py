@@ -4,8 +4,8 @@ import pytest
 import spacy
 from spacy.tokens import DocBin
 
-from spacy_elmo.bilm.token_encoder import SENTENCE_END as E
-from spacy_elmo.bilm.token_encoder import SENTENCE_START as S
+from spacy_elmo.bilm.model.token_encoder import SENTENCE_END as E
+from spacy_elmo.bilm.model.token_encoder import SENTENCE_START as S
 from spacy_elmo.embed.reader import SentenceSource
 from spacy_elmo.pretraining.corpus import CorpusReader, Position
 from spacy_elmo.pretraining.stream import WindowStream

@@ -2,8 +2,8 @@ import math
 
 import torch
 
-from spacy_elmo.bilm.token_encoder import SENTENCE_END as E
-from spacy_elmo.bilm.token_encoder import SENTENCE_START as S
+from spacy_elmo.bilm.model.token_encoder import SENTENCE_END as E
+from spacy_elmo.bilm.model.token_encoder import SENTENCE_START as S
 from spacy_elmo.pretraining import lm
 from spacy_elmo.pretraining.evaluate import heldout_perplexity
 from spacy_elmo.pretraining.lm import BiLMLoss, detach

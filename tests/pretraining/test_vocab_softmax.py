@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from spacy_elmo.bilm.token_encoder import SENTENCE_END, SENTENCE_START
+from spacy_elmo.bilm.model.token_encoder import SENTENCE_END, SENTENCE_START
 from spacy_elmo.pretraining.softmax import SharedSoftmax, log_uniform_probs, sample_log_uniform
 from spacy_elmo.pretraining.vocab import BOS, EOS, UNK, Vocabulary
 

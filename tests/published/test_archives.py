@@ -16,14 +16,21 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 from spacy_elmo.published import archive as archives
-from spacy_elmo.published import sources
 from spacy_elmo.published import resolve as resolution
+from spacy_elmo.published import sources
 from spacy_elmo.published.cache import CacheIntegrityError, OfflineError
 from spacy_elmo.published.download import DownloadError
 
 from ..bilm.helpers import write_random_model
 from .helpers import (
-    archive_entry, directory_members, serve, tar_bytes, tiny_entry, write_registry, zip_bytes, zip_with_symlink,
+    archive_entry,
+    directory_members,
+    serve,
+    tar_bytes,
+    tiny_entry,
+    write_registry,
+    zip_bytes,
+    zip_with_symlink,
 )
 
 SENTENCES = [["The", "bank", "raised", "its", "rates", "."], ["中文", "的", "模型"]]

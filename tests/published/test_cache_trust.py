@@ -15,7 +15,7 @@ import torch
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm import files as bilm_files_module
+from spacy_elmo.bilm.formats import files as bilm_files_module
 from spacy_elmo.cli import app
 from spacy_elmo.published import records as records_module
 from spacy_elmo.published.cache import CacheIntegrityError

@@ -13,7 +13,10 @@ from spacy_elmo.published import resolve as resolution
 from spacy_elmo.published.download import DownloadError
 from spacy_elmo.published.languages import LANGUAGE_NAMES, same_language
 from spacy_elmo.published.registry import (
-    BUILTIN, MANYLANGS, models_for_language, registered_models,
+    BUILTIN,
+    MANYLANGS,
+    models_for_language,
+    registered_models,
 )
 from spacy_elmo.published.resolve import UnconfirmedError
 

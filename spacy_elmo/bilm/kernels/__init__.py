@@ -1,6 +1,6 @@
 """How a layer of the LSTM runs: one kernel per way, chosen once per pass (:func:`kernel_for`).
 
-A kernel runs one :class:`~spacy_elmo.bilm.lstm.ProjectedLSTM` layer, both directions, over a
+A kernel runs one :class:`~spacy_elmo.bilm.model.lstm.ProjectedLSTM` layer, both directions, over a
 batch whose rows are sorted longest first; all take the same arguments and give the same results
 (:class:`LayerKernel`):
 
@@ -12,8 +12,8 @@ batch whose rows are sorted longest first; all take the same arguments and give 
   float32 or bf16, replayed from CUDA graphs where they serve.
 
 The weight copies the kernels multiply by (bf16 copies, int8 packs) are kept in one place for
-all layers: the stack's :attr:`~spacy_elmo.bilm.lstm.BiLSTMStack.copies` and
-:attr:`~spacy_elmo.bilm.lstm.BiLSTMStack.packs`, named by layer index.
+all layers: the stack's :attr:`~spacy_elmo.bilm.model.lstm.BiLSTMStack.copies` and
+:attr:`~spacy_elmo.bilm.model.lstm.BiLSTMStack.packs`, named by layer index.
 """
 
 from typing import Protocol, Sequence, Tuple
@@ -21,13 +21,13 @@ from typing import Protocol, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ..fused_lstm import use_fused_lstm
-from ..int8 import Int8Weights
-from ..precision import INT8, LowPrecisionWeights
+from ..precision.resolved import INT8, LowPrecisionWeights
 from .bf16 import Bf16Kernel
 from .eager import Float32Kernel
-from .fused import FusedKernel
+from .gpu.fused import FusedKernel
+from .gpu.fused_lstm import use_fused_lstm
 from .int8 import Int8Kernel
+from .int8_packs import Int8Weights
 from .layer import LSTMLayer
 
 

@@ -2,7 +2,7 @@
 
 Each product multiplies bf16 inputs by a bf16 copy of the weight and accumulates in float32
 inside the kernel; the gates, states, the bias and the cell stay float32 (see
-:mod:`spacy_elmo.bilm.precision`). Inference multiplies by copies made once and kept while the
+:mod:`spacy_elmo.bilm.precision.resolved`). Inference multiplies by copies made once and kept while the
 float32 parameters are unchanged (:class:`~..precision.LowPrecisionWeights`, held by the stack);
 training casts them once per pass, outside autograd, and gathers each weight's gradient in
 float32. On a CPU, the copies are laid out (2, out, in) in memory and used as (in, out) views:
@@ -16,11 +16,11 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..gathered_gradients import GatheredWeight
-from ..precision import LowPrecisionWeights
-from ..row_buckets import on_padded_rows
+from ..precision.resolved import LowPrecisionWeights
 from .eager import Float32Kernel, LSTMWeights, Weight
+from .gathered_gradients import GatheredWeight
 from .layer import LSTMLayer
+from .row_buckets import on_padded_rows
 
 DTYPE = torch.bfloat16
 

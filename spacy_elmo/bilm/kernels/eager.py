@@ -19,8 +19,8 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from ..gathered_gradients import GatheredWeight
 from .cell import Project, cell, cell_in_place
+from .gathered_gradients import GatheredWeight
 from .layer import LSTMLayer
 
 # The float32 gates of a window of timesteps whose input products are computed in one product:

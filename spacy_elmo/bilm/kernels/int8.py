@@ -1,4 +1,4 @@
-"""The int8 time loop of a layer: ``precision = "int8"``, inference on a CPU (see :mod:`spacy_elmo.bilm.int8`).
+"""The int8 time loop of a layer: ``precision = "int8"``, inference on a CPU (see :mod:`.int8_packs`).
 
 Each step's gates come from one product, of the step's input beside the previous output (rows,
 input_dim + projection_dim), by both weights stacked, with the bias: no window of input gates to
@@ -12,12 +12,12 @@ from typing import Sequence, Tuple
 import torch
 from torch import Tensor
 
-from .. import int8
+from . import int8_packs
 from .cell import cell_in_place
 from .layer import LSTMLayer
 
 # Per direction: the gates' pack (the input weight over the recurrent one, with the bias), then the projection's.
-Packs = Tuple[Tuple[int8.Packed, ...], Tuple[int8.Packed, ...]]
+Packs = Tuple[Tuple[int8_packs.Packed, ...], Tuple[int8_packs.Packed, ...]]
 Result = Tuple[Tensor, Tensor, Tensor]
 
 
@@ -25,7 +25,7 @@ class Int8Kernel:
     """The int8 loop (a :class:`~spacy_elmo.bilm.kernels.LayerKernel`), without autograd: it
     refuses gradients. ``packs``: where each layer's packs are kept, named by its index."""
 
-    def __init__(self, packs: int8.Int8Weights) -> None:
+    def __init__(self, packs: int8_packs.Int8Weights) -> None:
         self.packs = packs
 
     def __call__(
@@ -46,8 +46,11 @@ def make_packs(layer: LSTMLayer) -> Packs:
     # One direction's stacked float32 weight at a time, made (out, in) as the pack reads it: the
     # only transient copy of a weight (64 MB at the Original size), freed once packed.
     return (
-        tuple(int8.pack(torch.cat([layer.input_weight[d].T, layer.hidden_weight[d].T], 1), bias[d]) for d in range(2)),
-        tuple(int8.pack(layer.projection[d].T, None) for d in range(2)),
+        tuple(
+            int8_packs.pack(torch.cat([layer.input_weight[d].T, layer.hidden_weight[d].T], 1), bias[d])
+            for d in range(2)
+        ),
+        tuple(int8_packs.pack(layer.projection[d].T, None) for d in range(2)),
     )
 
 
@@ -57,8 +60,8 @@ def _direction(
     active: Sequence[int],
     hidden: Tensor,
     memory: Tensor,
-    gates_pack: int8.Packed,
-    projection_pack: int8.Packed,
+    gates_pack: int8_packs.Packed,
+    projection_pack: int8_packs.Packed,
     outputs: Tensor,
 ) -> None:
     """One direction's steps, in place: ``hidden`` (batch, projection_dim) and ``memory`` (batch,
@@ -67,13 +70,13 @@ def _direction(
     (time, batch, input_dim)."""
 
     def project(cell_output: Tensor) -> Tensor:  # (1, rows, lstm_dim) -> (1, rows, projection_dim)
-        return int8.linear(cell_output[0], projection_pack).unsqueeze(0)
+        return int8_packs.linear(cell_output[0], projection_pack).unsqueeze(0)
 
     for step in range(inputs.shape[0]):
         running = active[step]
         # (running, input_dim + projection_dim)
         step_inputs = torch.cat([inputs[step, :running], hidden[:running]], dim=1)
-        gates = int8.linear(step_inputs, gates_pack).unsqueeze(0)  # (1, running, 4 * lstm_dim)
+        gates = int8_packs.linear(step_inputs, gates_pack).unsqueeze(0)  # (1, running, 4 * lstm_dim)
         new_hidden = cell_in_place(gates, memory[None, :running], project, layer.cell_clip, layer.proj_clip)[0]
         hidden[:running] = new_hidden
         outputs[step, :running] = new_hidden

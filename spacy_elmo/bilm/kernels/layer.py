@@ -1,4 +1,4 @@
-"""What a kernel reads of a layer: its parameters and clips (:class:`~spacy_elmo.bilm.lstm.ProjectedLSTM` has them)."""
+"""What a kernel reads of a layer: its parameters and clips (a :class:`ProjectedLSTM` has them)."""
 
 from typing import Iterator, Protocol
 

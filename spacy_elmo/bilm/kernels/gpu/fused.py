@@ -1,0 +1,48 @@
+"""The fused time loop of a layer: inference on a CUDA GPU with Triton (see :mod:`..fused_lstm`),
+replayed from a CUDA graph where one serves (:mod:`..cuda_graphs`)."""
+
+from typing import Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from ...precision.resolved import LowPrecisionWeights
+from ..bf16 import product_copies
+from ..layer import LSTMLayer
+from . import cuda_graphs
+from .fused_lstm import fused_layer
+
+Result = Tuple[Tensor, Tensor, Tensor]
+
+
+class FusedKernel:
+    """The fused loop (a :class:`~spacy_elmo.bilm.kernels.LayerKernel`) with products in ``dtype``
+    (float32 or bf16), without autograd; bf16 copies kept in ``copies``, named by layer index."""
+
+    def __init__(self, copies: LowPrecisionWeights, dtype: torch.dtype) -> None:
+        self.copies = copies
+        self.dtype = dtype
+
+    def __call__(
+        self, index: int, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
+    ) -> Result:
+        weights = fused_weights(self.copies, index, layer, self.dtype)
+        bias = layer.gate_bias().contiguous()
+        clips = (layer.cell_clip, layer.proj_clip)
+        if cuda_graphs.use_cuda_graphs(inputs.device, weights[1].dtype):  # replayed where a graph serves
+            result = cuda_graphs.cache_for(inputs.device).run(
+                layer, inputs, active, hidden, memory, weights, bias, *clips
+            )
+            if result is not None:
+                return result
+        return fused_layer(inputs, active, hidden, memory, weights, bias, *clips)
+
+
+def fused_weights(
+    copies: LowPrecisionWeights, index: int, layer: LSTMLayer, dtype: torch.dtype
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """The input, recurrent and projection weights as stored, (2, in, out), in ``dtype``: the
+    parameters in float32, else copies kept in ``copies``."""
+    if dtype == torch.float32:
+        return layer.input_weight, layer.hidden_weight, layer.projection
+    return tuple(product_copies(copies, index, layer, dtype, out_major=False))  # type: ignore[return-value]

@@ -1,0 +1,154 @@
+"""Dynamic int8 products for inference: ``precision = "int8"``.
+
+The LSTM's products, which dominate inference from the Small size up, run on PyTorch's
+dynamic-quantization kernels (``torch.ops.quantized.linear_dynamic``: oneDNN's where the CPU has
+VNNI or AMX int8, else the current engine's, fbgemm on x86: see :func:`pack_engine`): at each step
+one product of the step's input beside the previous output by the input and recurrent weights
+stacked (see :mod:`.kernels.int8`), and the output projection. Each weight is
+quantized once per output channel to int8 (scale: the channel's largest magnitude / 127) and
+prepacked for the kernel; each call quantizes its activations per tensor to uint8, accumulates in
+int32 and returns float32 with the float32 bias added. The gates, cell state, clipping, skip
+connections and outputs stay float32, as in bf16 mode.
+
+The char CNN does not run in int8: int8 highways and projection lose too much (mean per-token
+cosine of layer 0 to float32 0.9965 on the bundled ``en`` biLM, below the 0.999 contract; its
+inputs, the filters' maxima, have outliers that one per-tensor scale serves badly), while the LSTM
+products keep 0.9999 (``benchmarks/int8_char_cnn.py``). It runs in bf16 where the CPU multiplies
+bf16 in hardware, else in float32 (:attr:`~.precision.ResolvedPrecision.token_encoder_dtype`).
+
+There is no gradient through int8 products: training refuses the precision
+(:func:`check_no_gradient`). torch has deprecated its quantized tensor type (``quantize_per_channel``
+warns), not yet the kernels; where they are missing, :func:`int8_available` says so and ``auto``
+leaves int8 out.
+"""
+
+import contextlib
+import threading
+import warnings
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from ..memory.offload import MOVING, offload
+from ..precision import compat
+from ..precision.resolved import tensor_versions
+from .row_buckets import on_padded_rows
+
+# What `torch.backends.quantized.engine` must be for prepacked int8 linears: fbgemm on x86 (the
+# "x86" engine picks fbgemm or onednn), qnnpack on ARM.
+INT8_ENGINES = ("x86", "fbgemm", "onednn", "qnnpack")
+
+# A prepacked int8 weight (with its bias), as ``torch.ops.quantized.linear_prepack`` makes it.
+Packed = Any
+
+# The CPU features (as torch.cpu.get_capabilities() names them) for whose int8 dot products the
+# weights are packed for oneDNN's kernels: its dynamic int8 linear runs the LSTM's wide products
+# faster there than fbgemm's, and only it uses AMX's int8 tiles (docs/bilm.md has the figures).
+ONEDNN_FEATURES = ("avx512_vnni", "amx_int8")
+_engine_lock = threading.Lock()
+
+
+def int8_available() -> bool:
+    """Whether this torch build has the int8 kernels and an engine to run them on this CPU."""
+    quantized = getattr(torch.ops, "quantized", None)
+    return torch.backends.quantized.engine in INT8_ENGINES and hasattr(quantized, "linear_dynamic")
+
+
+def check_no_gradient(tensors: Sequence[Tensor]) -> None:
+    """Refuse int8 where a gradient is wanted: its products have none.
+
+    Raised in training (a thinc update with ``freeze = false``, pretraining), which runs with
+    gradients enabled on parameters that require them.
+    """
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise ValueError(
+            "precision 'int8' is for inference only: its products have no gradient, so the biLM cannot "
+            'be trained in it. Set precision = "auto" (or "fp32" / "bf16") to fine-tune or pretrain, '
+            "or freeze the biLM (freeze = true, or run it under torch.no_grad())"
+        )
+
+
+def pack_engine() -> str:
+    """The quantized engine the weights are packed for: ``onednn`` where this CPU has int8 dot
+    products that oneDNN runs (:data:`ONEDNN_FEATURES`) and torch has the engine, else torch's
+    current engine. A pack carries its engine: :func:`linear` runs it whatever the current one."""
+    capabilities = compat.cpu_capabilities()
+    native = any(capabilities.get(feature, False) for feature in ONEDNN_FEATURES)
+    if native and "onednn" in torch.backends.quantized.supported_engines:
+        return "onednn"
+    return torch.backends.quantized.engine
+
+
+@contextlib.contextmanager
+def _packing_for(engine: str) -> Iterator[None]:
+    """torch's quantized engine set to ``engine`` while a pack is made (it is process-wide: other
+    threads' quantized calls meanwhile use it too), then restored."""
+    with _engine_lock:
+        current = torch.backends.quantized.engine
+        torch.backends.quantized.engine = engine
+        try:
+            yield
+        finally:
+            torch.backends.quantized.engine = current
+
+
+def pack(weight: Tensor, bias: Optional[Tensor]) -> Packed:
+    """A float32 weight (out, in) quantized per output channel to int8 and prepacked for
+    :func:`pack_engine`, with its bias (out,)."""
+    weight = weight.detach().float().contiguous()
+    scales = (weight.abs().amax(dim=1) / 127.0).clamp_min(torch.finfo(torch.float32).tiny).double()
+    zero_points = torch.zeros(weight.shape[0], dtype=torch.long)
+    with warnings.catch_warnings():  # the quantized tensor type is deprecated; the kernels are not
+        warnings.filterwarnings("ignore", message=".*quantize_per_channel.*deprecated")
+        quantized = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)
+    with _packing_for(pack_engine()):
+        return torch.ops.quantized.linear_prepack(quantized, None if bias is None else bias.detach().float())
+
+
+def linear(x: Tensor, packed: Packed) -> Tensor:
+    """``x @ weight.T + bias`` through the int8 kernel, on bounded row counts (see
+    :mod:`.row_buckets`). Shape: (n, in) float32 -> (n, out) float32."""
+    return on_padded_rows(lambda rows: torch.ops.quantized.linear_dynamic(rows.contiguous(), packed, False), x, 0)
+
+
+class Int8Weights:
+    """Prepacked int8 weights, made once and kept while their float32 sources are unchanged.
+
+    Keyed as :class:`~.precision.LowPrecisionWeights` keys its copies: on the sources'
+    :func:`~.precision.tensor_versions` (and the quantized engine, which the packing is for), so a
+    write to a weight (loading, an optimizer step, ``weights_written``) is never served stale; the
+    large float32 sources then move to disk where they are frozen for inference (:mod:`.offload`).
+    """
+
+    def __init__(self) -> None:
+        self._packs: Dict[str, Tuple[Tuple, Tuple[Packed, ...]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._packs)
+
+    def clear(self) -> None:
+        """Forget everything made; the next :meth:`get` makes it again."""
+        self._packs.clear()
+
+    def __deepcopy__(self, memo: Dict) -> "Int8Weights":
+        return Int8Weights()  # packs are cheap to remake, and were made from the old storage
+
+    def __getstate__(self) -> Dict:
+        return {}  # nor does a pickle carry them: their keys name this process's storage
+
+    def __setstate__(self, state: Dict) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    def get(self, name: str, sources: Sequence[Tensor], make: Callable[[], Tuple[Packed, ...]]) -> Tuple[Packed, ...]:
+        """``make()``, from the cache when ``sources`` have not changed since."""
+        check_no_gradient(sources)
+        with MOVING:
+            engine = pack_engine()
+            cached = self._packs.get(name)
+            if cached is not None and cached[0] == (engine, tensor_versions(sources)):
+                return cached[1]
+            packs = make()
+            offload(sources)  # the packs do the work now: frozen float32 sources go to disk
+            self._packs[name] = ((engine, tensor_versions(sources)), packs)
+            return packs

@@ -1,0 +1,339 @@
+"""``precision = "auto"`` on a CPU: the fastest precision for this model on this machine, measured.
+
+Whether bf16 or int8 beats float32 depends on the CPU and on the model's shapes: with the same
+AVX512-BF16, bf16 is faster than float32 on one CPU and slower on another (docs/bilm.md has the
+figures). No CPU flag predicts it, so at the first use of a model's shapes on a machine the biLM
+times its own passes on a fixed batch of made-up words (:func:`.timed_passes.timed_pass`) in each
+precision the CPU can run (:func:`candidates`), interleaved, and takes the fastest whose layers
+keep the accuracy contract against float32 on that batch (mean per-token cosine of at least
+:data:`MIN_MEAN_COSINE` in every layer). Inference and training are decided apart: inference
+times forward passes; training times training steps, a forward and a backward pass through every
+parameter, in fp32 and bf16 (int8 has no gradient). The backward pass has products of other
+shapes, so the two can differ. That takes seconds at the Original size, a fraction of that below.
+This is what :class:`~.precision.ResolvedPrecision` takes for ``auto`` on a CPU.
+
+The decision is kept in memory for the process and in ``precision.json`` under the model cache
+(``SPACY_ELMO_CACHE``, see :mod:`spacy_elmo.published.cache`), keyed by what it depends on: the
+pass timed (inference or training), the CPU's name and flags, the thread count it is for, the
+torch version and quantized engine, the model's shapes (:func:`decision_fields`), and for the
+accuracy the model's weights (:func:`.identity.model_digest`). Speeds depend on the shapes alone:
+another model of the same shapes (every ELMoForManyLangs model has one) takes them from the record
+and checks only its own accuracy, one untimed pass per precision. Later loads read the decision
+without timing; an unreadable file is ignored and rewritten. A record that does not name the
+weights lends its speeds only, never its accuracy. Processes that start together
+(``n_process`` workers, ``torchrun`` ranks) wait for the one that measures (a file lock) and read
+its decision. Each decision is logged once (logger ``spacy_elmo``, INFO).
+
+The thread count a decision is for is torch's, or the one a caller plans for a block
+(:func:`deciding_for_threads`): the ``elmo`` component's ``threads = "auto"`` plans the cores the
+process may use and runs a call on fewer while other processes are busy
+(:mod:`spacy_elmo.threads`), so a busy moment neither changes the decision nor measures again.
+The measurement runs at the planned count.
+
+``SPACY_ELMO_PRECISION=fp32|bf16|int8`` decides ``auto`` on the CPU without measuring (``int8``
+inference only: training still measures); an explicit ``precision`` wins over both. Models below
+:data:`MIN_MEASURED_FLOPS` per token run float32 without measuring: there the products are not
+what costs, and timing would cost more than it could save.
+"""
+
+import contextlib
+import logging
+import os
+import statistics
+import threading
+import time
+from contextvars import ContextVar
+from dataclasses import asdict, dataclass
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+
+from ..formats.identity import model_digest
+from ..kernels.int8_packs import int8_available
+from ..model.options import ElmoOptions
+from . import compat
+from .decisions import decision_key, decisions_path, locked, read_decisions, record_decision, recorded_rates
+from .flops import flops_per_token
+from .resolved import PRECISION_ENV, check_precision, cpu_has_native_bf16
+from .timed_passes import BATCH_ROWS, BATCH_WORDS, Clock, Passes, Run, TunedModel, model_passes
+
+logger = logging.getLogger("spacy_elmo")
+
+MIN_MEAN_COSINE = 0.999  # the accuracy contract of every precision, per layer, against float32
+# Nominal FLOPs per token (char CNN + LSTM) below which auto is float32 without measuring: the
+# tiny models of tests and experiments, where Python overhead, not the products, sets the speed.
+MIN_MEASURED_FLOPS = 2_000_000
+MIN_ROUNDS, MAX_ROUNDS, MIN_SECONDS = 3, 15, 0.5  # interleaved rounds: at least 3, more while cheap
+# How much faster a less accurate precision must be to be chosen: more than the noise of timings
+# on a shared machine.
+CLEAR_WIN = 1.10
+# The version of the biLM's CPU computation that decisions were measured with: raise it when a
+# change makes one precision's pass faster or slower than another's, so that caches measure again.
+KERNELS = 6
+# The two passes decided apart (``training`` in the functions below).
+PASSES = {False: "inference", True: "training"}
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One precision's measurement: median speed, and its worst layer's mean per-token cosine to fp32."""
+
+    tokens_per_s: float
+    cosine: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What ``auto`` chose, and the measurements it chose from (empty when not measured)."""
+
+    choice: str
+    trials: Dict[str, Trial]
+    # "measured"; "checked": speeds recorded for these shapes, accuracy measured for these weights;
+    # "cache"; "env"; "tiny"
+    source: str
+
+
+_decided: Dict[Tuple, Decision] = {}
+_lock = threading.Lock()
+_planned: ContextVar[Optional[int]] = ContextVar("spacy_elmo_decision_threads", default=None)
+
+
+@contextlib.contextmanager
+def deciding_for_threads(threads: int) -> Iterator[None]:
+    """Decisions made in the block, in this thread, are for ``threads`` torch threads, whatever
+    torch's count in it now (:func:`decision_threads`)."""
+    token = _planned.set(threads)
+    try:
+        yield
+    finally:
+        _planned.reset(token)
+
+
+def decision_threads() -> int:
+    """The thread count a decision now is for: the planned one (:func:`deciding_for_threads`), else torch's."""
+    planned = _planned.get()
+    return torch.get_num_threads() if planned is None else planned
+
+
+def cpu_auto_precision(model: TunedModel, training: bool = False) -> str:
+    """What ``auto`` means for ``model``'s inference (or training) on this CPU: ``fp32``,
+    ``bf16`` or ``int8`` (inference only)."""
+    return decide(model, training=training).choice
+
+
+def decide(
+    model: TunedModel, run: Optional[Run] = None, clock: Clock = time.perf_counter, training: bool = False
+) -> Decision:
+    """The decision for ``model``'s inference (or training) at :func:`decision_threads`: from the
+    environment, memory, the cache file, or measured now and recorded (``run`` and ``clock``
+    replace the biLM's passes and the timer in tests)."""
+    override = os.environ.get(PRECISION_ENV, "").strip()
+    if override and _candidates_for(training, [_checked_override(override)]):  # int8 set: training measures
+        return Decision(override, {}, "env")
+    if flops_per_token(model.options).total < MIN_MEASURED_FLOPS:
+        return Decision("fp32", {}, "tiny")
+    memo = (model.options, decision_threads(), training, model_digest(model))  # type: ignore[arg-type]
+    with _lock:
+        if memo in _decided:
+            return _decided[memo]
+        decision = _decided[memo] = _decide_once(model_passes(model, run, training), clock, memo, force=False)
+    logger.info(
+        "spacy-elmo: precision 'auto' on this CPU is %s for this biLM's %s (%s)",
+        decision.choice,
+        PASSES[training],
+        describe(decision),
+    )
+    return decision
+
+
+def remeasure(
+    model: TunedModel,
+    record: bool = True,
+    run: Optional[Run] = None,
+    clock: Clock = time.perf_counter,
+    training: bool = False,
+) -> Decision:
+    """Measure now, whatever is recorded or set (``spacy-elmo bench``); with ``record``, the
+    decision replaces the recorded one, as this process's too. Without (random weights, whose
+    accuracy says nothing of a trained model's), it is only returned."""
+    passes = model_passes(model, run, training)
+    if not record:
+        trials = measure(passes, _candidates_for(training, candidates()), BATCH_ROWS * BATCH_WORDS, clock)
+        return Decision(choose(trials), trials, "measured")
+    memo = (model.options, decision_threads(), training, model_digest(model))  # type: ignore[arg-type]
+    with _lock:
+        decision = _decided[memo] = _decide_once(passes, clock, memo, force=True)
+    return decision
+
+
+def _decide_once(passes: Passes, clock: Clock, memo: Tuple[ElmoOptions, int, bool, str], force: bool) -> Decision:
+    """Read the decision of ``memo``, (shapes, threads, training, weights digest), from the cache
+    file, or make and record it, holding the file's lock: measured, or, where the speeds of these
+    shapes are recorded (another model's), only the accuracy checked (:func:`accuracies`).
+
+    A cache directory that cannot be written (a read-only home) costs a measurement per process,
+    never an error.
+    """
+    options, threads, training, weights = memo
+    fields = decision_fields(options, threads, training)
+    key = decision_key({**fields, "weights": weights})
+    path = decisions_path()
+    precisions = _candidates_for(training, candidates())
+    with locked(path) as usable:
+        recorded = read_decisions(path) if usable and not force else {}
+        if key in recorded:
+            entry = recorded[key]
+            return Decision(entry["choice"], {p: Trial(**t) for p, t in entry["trials"].items()}, "cache")
+        rates = recorded_rates(recorded.values(), fields, precisions)
+        with _torch_at(threads):
+            if rates is None:
+                trials, source = measure(passes, precisions, BATCH_ROWS * BATCH_WORDS, clock), "measured"
+            else:
+                cosines = accuracies(passes, precisions)
+                trials, source = {p: Trial(rates[p], cosines[p]) for p in precisions}, "checked"
+        decision = Decision(choose(trials), trials, source)
+        if usable:
+            entry = {
+                "choice": decision.choice,
+                "trials": {p: asdict(t) for p, t in trials.items()},
+                "fields": {**fields, "weights": weights},
+                "measured": time.strftime("%Y-%m-%d %H:%M:%S"),
+            }
+            record_decision(path, key, entry)
+    return decision
+
+
+@contextlib.contextmanager
+def _torch_at(threads: int) -> Iterator[None]:
+    """torch at ``threads`` threads for the block (a measurement), restored after; left alone where it is
+    there already. They differ only under a plan (:func:`deciding_for_threads`) that changes torch's count."""
+    previous = torch.get_num_threads()
+    if previous != threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        if previous != threads:
+            torch.set_num_threads(previous)
+
+
+def _checked_override(value: str) -> str:
+    try:
+        check_precision(value)
+    except ValueError as err:
+        raise ValueError(f"{PRECISION_ENV}={value!r}: {err}") from err
+    if value == "auto":
+        raise ValueError(f"{PRECISION_ENV} decides what precision 'auto' is: give fp32, bf16 or int8, or unset it")
+    return value
+
+
+def decision_fields(options: ElmoOptions, threads: int, training: bool = False) -> Dict[str, object]:
+    """What the speeds of a decision depend on: the pass, the CPU, torch, the thread count, the
+    model's shapes, and how the biLM computes (:data:`KERNELS`). Its accuracy depends on the
+    weights too: the cache file keys a decision on these and the weights' digest."""
+    capabilities = compat.cpu_capabilities()
+    flags = sorted(name for name, value in capabilities.items() if value is True)
+    shapes = {name: value for name, value in options.to_dict().items() if name in ("lstm", "char_cnn")}
+    return {
+        "pass": PASSES[training],
+        "cpu": capabilities.get("cpu_name", ""),
+        "flags": flags,
+        "threads": threads,
+        "torch": torch.__version__,
+        "quantized_engine": torch.backends.quantized.engine,
+        "shapes": shapes,
+        "kernels": KERNELS,
+    }
+
+
+def candidates() -> List[str]:
+    """The precisions this CPU runs natively: fp32; bf16 with AVX512-BF16 or AMX (elsewhere torch
+    emulates it, many times slower: not worth timing); int8 where torch has the kernels."""
+    found = ["fp32"]
+    if cpu_has_native_bf16():
+        found.append("bf16")
+    if int8_available():
+        found.append("int8")
+    return found
+
+
+def _candidates_for(training: bool, precisions: Sequence[str]) -> List[str]:
+    """``precisions`` that can run the pass: training has no int8 (no gradient through its products)."""
+    return [p for p in precisions if not (training and p == "int8")]
+
+
+def measure(passes: Passes, precisions: Sequence[str], n_tokens: int, clock: Clock) -> Dict[str, Trial]:
+    """Each precision's median tokens/s over interleaved rounds of its pass, and its accuracy to fp32.
+
+    Each pass's weight copies are made before it and dropped after it, untimed (:class:`Passes`).
+    The first round also pays for kernels' first calls: the median of at least :data:`MIN_ROUNDS`
+    leaves it out. Rounds go on while they are cheap, up to :data:`MAX_ROUNDS` or :data:`MIN_SECONDS`.
+    """
+    layers: Dict[str, torch.Tensor] = {}
+    times: Dict[str, List[float]] = {precision: [] for precision in precisions}
+    start = clock()
+    rounds = 0
+    while rounds < MIN_ROUNDS or (rounds < MAX_ROUNDS and clock() - start < MIN_SECONDS):
+        for precision in precisions:
+            passes.prepare(precision)
+            began = clock()
+            output = passes.run(precision)
+            times[precision].append(clock() - began)
+            passes.release()
+            layers.setdefault(precision, output)  # the first round's, for the accuracy
+        rounds += 1
+    return {
+        precision: Trial(
+            n_tokens / statistics.median(times[precision]), worst_cosine(layers[precision], layers["fp32"])
+        )
+        for precision in precisions
+    }
+
+
+def accuracies(passes: Passes, precisions: Sequence[str]) -> Dict[str, float]:
+    """Each precision's worst layer's mean per-token cosine to fp32 (:func:`worst_cosine`), from one
+    untimed pass each: the accuracy check of a model whose shapes' speeds are known."""
+    layers: Dict[str, torch.Tensor] = {}
+    for precision in precisions:
+        layers[precision] = passes.run(precision)
+        passes.release()
+    return {precision: worst_cosine(layers[precision], layers["fp32"]) for precision in precisions}
+
+
+def worst_cosine(found: torch.Tensor, expected: torch.Tensor) -> float:
+    """The smallest over layers of the mean per-token cosine; ``layers`` as :func:`.timed_passes.timed_pass` gives them.
+
+    Shapes (n_layers + 1, batch, time, width); positions of zeros (padding) are left out.
+    """
+    a, b = found.float().flatten(1, 2), expected.float().flatten(1, 2)  # (layers, positions, width)
+    norms = a.norm(dim=-1) * b.norm(dim=-1)
+    kept = norms[0] > 0
+    cosines = (a * b).sum(-1)[:, kept] / norms[:, kept]
+    return float(cosines.mean(dim=1).min())
+
+
+def choose(trials: Dict[str, Trial]) -> str:
+    """The fastest precision that keeps the accuracy contract (fp32 keeps it by definition), where
+    it wins clearly: a less accurate precision (lower cosine to fp32) replaces a more accurate one
+    only when it is at least :data:`CLEAR_WIN` times as fast. A decision is cached for good, and
+    a margin within the noise of a busy machine would keep the less accurate one on a coin toss."""
+    kept = sorted(
+        (p for p, trial in trials.items() if p == "fp32" or trial.cosine >= MIN_MEAN_COSINE),
+        key=lambda p: 1.0 if p == "fp32" else trials[p].cosine,
+        reverse=True,
+    )
+    choice = kept[0]
+    for candidate in kept[1:]:
+        if trials[candidate].tokens_per_s >= CLEAR_WIN * trials[choice].tokens_per_s:
+            choice = candidate
+    return choice
+
+
+def describe(decision: Decision) -> str:
+    """One line: where the decision came from and, if measured, tokens/s and cosine per precision."""
+    if not decision.trials:
+        return {"env": f"set by {PRECISION_ENV}", "tiny": "a model this small runs fp32 unmeasured"}[decision.source]
+    rates = ", ".join(f"{p} {t.tokens_per_s:,.0f} tokens/s (cosine {t.cosine:.5f})" for p, t in decision.trials.items())
+    if decision.source == "checked":
+        return f"accuracy checked at the speeds recorded for these shapes: {rates}"
+    return f"{decision.source}: {rates}"

@@ -1,0 +1,332 @@
+"""The precision of the biLM's matrix products: float32, bfloat16, or int8 for inference on a CPU.
+
+bf16 keeps float32's exponent range with an 8-bit mantissa, so products need no loss scaling;
+CPUs with AMX (and recent GPUs) multiply it several times faster than float32, some CPUs with
+AVX512-BF16 alone faster too, others slower.
+In ``"bf16"`` mode only the products run in bf16 (the char CNN's convolutions, the highways
+and projection, the LSTM's input, recurrent and projection products, the pretraining softmax),
+each accumulating in float32 inside the kernel. Everything else stays float32: the parameters
+(master weights, which the optimizer updates and the files store), the cell state and the
+elementwise cell math, the skip connections, the outputs, the loss.
+
+Products are cast explicitly rather than with ``torch.autocast``: autocast would also run the
+elementwise gate math in bf16, cannot cast the ``out=`` products the inference loop reuses
+buffers with, and re-casts every weight at every call. Here a weight is cast once and the copy
+kept (see :class:`LowPrecisionWeights`) until the float32 parameter changes, and the biLM ignores
+any autocast around it (:func:`own_precision`): it sets its precision itself.
+
+``"fp32"`` on a GPU means IEEE float32 products, not TF32. On Ampere and later GPUs torch runs
+float32 convolutions in TF32 by default, and float32 matmuls too where a user or library asked for
+it (``torch.set_float32_matmul_precision("high")``); TF32 rounds each product's inputs to 10
+mantissa bits instead of float32's 23, so the layers would not be float32's. So while a float32
+biLM call runs on CUDA, :func:`own_precision` sets ``torch.backends.cuda.matmul.fp32_precision`` and
+``torch.backends.cudnn.conv.fp32_precision`` to ``"ieee"`` and restores them afterwards (see
+:func:`ieee_float32`). The flags are process-wide: products of other threads running during the
+call are IEEE too. The backward pass of a training step runs after the forward call has returned,
+under the process's own settings: set both to ``"ieee"`` yourself to train in strict float32.
+
+``"int8"`` (inference on a CPU only) runs the LSTM's products on dynamic int8 kernels; see
+:mod:`.int8`.
+
+Which of these a setting (``"auto"`` included) runs in, on a device, in training or inference, is
+decided in one place: :class:`ResolvedPrecision`.
+"""
+
+import contextlib
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from ..memory.offload import MOVING, offload
+from . import compat
+
+Precision = Literal["fp32", "bf16", "int8", "auto"]
+PRECISIONS: Tuple[str, ...] = ("fp32", "bf16", "int8", "auto")
+# A setting decided: what the products run in (see ResolvedPrecision).
+Explicit = Literal["fp32", "bf16", "int8"]
+# The product dtype each explicit precision passes through the layers; torch.qint8 stands for
+# "dynamic int8 products" (weights int8, activations quantized per call, float32 out: see .int8).
+INT8 = torch.qint8
+_DTYPES: Dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": INT8}
+
+# Decides what "auto" means on a CPU instead of a measurement (.autotune): for inference, and for
+# training where it names fp32 or bf16.
+PRECISION_ENV = "SPACY_ELMO_PRECISION"
+
+# The compute capability from which NVIDIA GPUs have bf16 tensor cores (Ampere, sm_80).
+NATIVE_BF16_CAPABILITY: Tuple[int, int] = (8, 0)
+
+
+def check_precision(precision: str) -> None:
+    """A clear error for an unknown precision name."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 in hardware: AVX512-BF16 dot products or AMX tiles.
+
+    Without either, torch emulates bf16 products, several times slower than float32.
+    """
+    capabilities = compat.cpu_capabilities()
+    return bool(capabilities.get("avx512_bf16", False) or capabilities.get("amx_bf16", False))
+
+
+def gpu_has_native_bf16(capability: Tuple[int, int]) -> bool:
+    """Whether a GPU of this compute capability, ``(major, minor)``, multiplies bf16 natively.
+
+    Ampere (8.0) and later have bf16 tensor cores; Volta (7.0) and Turing (7.5) have none and run
+    bf16 products emulated, without the speed-up ``auto`` is for.
+    """
+    return tuple(capability) >= NATIVE_BF16_CAPABILITY
+
+
+def cuda_has_native_bf16(device: torch.device) -> bool:
+    """Whether the CUDA ``device`` (the model's, not the current one) multiplies bf16 natively.
+
+    Not ``torch.cuda.is_bf16_supported()``: it answers for the current device, and by default
+    counts emulated bf16 as supported.
+    """
+    return gpu_has_native_bf16(torch.cuda.get_device_capability(device))
+
+
+@dataclass(frozen=True)
+class ResolvedPrecision:
+    """What the biLM's matrix products run in: a precision setting decided, ``precision`` being
+    ``"fp32"``, ``"bf16"`` or ``"int8"``. :meth:`resolve` is where a setting becomes it:
+
+    - An explicit setting is what it says, in training and inference and on every device, except
+      that ``"int8"`` runs on a CPU only (PyTorch's dynamic int8 kernels): elsewhere it is an error.
+      It has no gradient either: a call with gradients refuses it (:func:`.int8.check_no_gradient`).
+    - ``"auto"`` on a GPU is bf16 where that GPU (the model's, not the current one) multiplies bf16
+      natively: compute capability 8.0 (Ampere) and up (:func:`cuda_has_native_bf16`); fp32 on
+      older ones, which emulate bf16, and on other devices.
+    - ``"auto"`` on a CPU is ``measured``, for the use at hand: whether bf16 or int8 beats fp32
+      there depends on the CPU, on the model's shapes and on the pass (a training step's backward
+      pass has products of other shapes, and int8 none), and no CPU flag predicts it, so a biLM
+      times its own inference, or its own training step, once per machine and shapes, checks its
+      accuracy once per weights, or takes ``SPACY_ELMO_PRECISION`` instead
+      (:func:`.autotune.cpu_auto_precision`). A frozen biLM runs inference alone, and never
+      decides training's. A caller without a
+      model to time gets fp32, or what ``SPACY_ELMO_PRECISION`` names of fp32 and bf16.
+
+    A pretraining run resolves its setting once and keeps it, held-out evaluation included; an
+    ``embed`` run records its products in the manifest by dtype name (:attr:`recorded`), and such
+    stored layers stand in for what a biLM computes by :meth:`serves`.
+    """
+
+    precision: Explicit
+
+    def __post_init__(self) -> None:
+        if self.precision not in _DTYPES:
+            raise ValueError(f"products run in fp32, bf16 or int8, not {self.precision!r}")
+
+    @classmethod
+    def resolve(
+        cls, setting: Precision, device: torch.device, training: bool, measured: Optional[Callable[[], str]] = None
+    ) -> "ResolvedPrecision":
+        """``setting`` decided on ``device``, for training or inference (see the class docstring).
+
+        ``measured``: the model's measured choice on a CPU for this use (training or inference),
+        called only where that decides.
+        """
+        check_precision(setting)
+        if setting == "int8" and device.type != "cpu":
+            raise ValueError(
+                f"precision 'int8' runs on a CPU only (PyTorch's dynamic int8 kernels), and this biLM is on {device}: "
+                'use "auto" or "bf16" there, or move the biLM to the CPU'
+            )
+        if setting != "auto":
+            return cls(setting)
+        if device.type == "cpu":
+            return cls(measured()) if measured is not None else cls._unmeasured()  # type: ignore[arg-type]
+        native = device.type == "cuda" and cuda_has_native_bf16(device)
+        return cls("bf16" if native else "fp32")
+
+    @classmethod
+    def _unmeasured(cls) -> "ResolvedPrecision":
+        """``auto`` on a CPU with no model to time: fp32, unless ``SPACY_ELMO_PRECISION`` names fp32 or bf16."""
+        override = os.environ.get(PRECISION_ENV, "").strip()
+        return cls(override if override in ("fp32", "bf16") else "fp32")  # type: ignore[arg-type]
+
+    @classmethod
+    def from_recorded(cls, name: str) -> "ResolvedPrecision":
+        """The products an ``embed`` manifest records as ``name`` (:attr:`recorded`)."""
+        for precision in _DTYPES:
+            if cls(precision).recorded == name:  # type: ignore[arg-type]
+                return cls(precision)  # type: ignore[arg-type]
+        raise ValueError(f"unknown matrix products {name!r}: a manifest records float32, bfloat16 or qint8")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the LSTM's products and the pretraining softmax's: :data:`INT8` in int8."""
+        return _DTYPES[self.precision]
+
+    @property
+    def token_encoder_dtype(self) -> torch.dtype:
+        """The dtype of the token encoder's products (char CNN, highways, projection): :attr:`dtype`,
+        except in int8.
+
+        int8 highways lose too much (see :mod:`.int8`), so in int8 the encoder runs in bf16 where
+        this CPU multiplies bf16 in hardware (:func:`cpu_has_native_bf16`: its large highway
+        products run much faster there, at bf16's accuracy), and in float32 elsewhere.
+        """
+        if self.precision != "int8":
+            return self.dtype
+        return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+
+    @property
+    def recorded(self) -> str:
+        """The name an ``embed`` manifest records: ``"float32"``, ``"bfloat16"`` or ``"qint8"``."""
+        return str(self.dtype).replace("torch.", "")
+
+    def serves(self, setting: Precision) -> bool:
+        """Whether layers computed with these products may stand in for a biLM set to ``setting``
+        (a feature store, :mod:`spacy_elmo.embed.store`).
+
+        float32 products serve every setting: a store written on a CPU feeds a GPU pipeline whose
+        ``auto`` is bf16 there, with values more precise than its own. bf16 and int8 products serve
+        their own setting and ``auto``, a setting that accepts them wherever the hardware makes
+        them fast, even where it resolves to float32 here. They serve no other: a pipeline that
+        asks for float32 (or bf16) must not be fed bf16 (or int8) values silently.
+        """
+        return self.precision == "fp32" or setting in ("auto", self.precision)
+
+
+def _cuda_fp32_settings() -> List[Tuple[Any, str, Any]]:
+    """``(object, attribute, strict value)`` of each setting that lets CUDA's float32 products run
+    in TF32: cuBLAS's (the linear layers, the LSTM's batched products, the softmax) and cuDNN's
+    convolutions' (the char CNN).
+
+    torch >= 2.9 sets this per backend and operation (``fp32_precision``), and raises when the
+    legacy ``allow_tf32`` flags are read after it was used; older versions have the flags only.
+    """
+    if hasattr(torch.backends.cudnn, "conv"):
+        return [
+            (torch.backends.cuda.matmul, "fp32_precision", "ieee"),
+            (torch.backends.cudnn.conv, "fp32_precision", "ieee"),
+        ]
+    return [(torch.backends.cuda.matmul, "allow_tf32", False), (torch.backends.cudnn, "allow_tf32", False)]
+
+
+class _IeeeFloat32:
+    """Holds CUDA's float32 products at IEEE precision while at least one caller needs it.
+
+    The settings are process-wide, so nested and concurrent callers (threads) share one save and
+    restore: the first in saves the settings and sets them strict, the last out restores them.
+    With a save and restore per caller, a call ending first would turn TF32 back on under one
+    still running, and the last to end would leave it off for good.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._saved: List[Tuple[Any, str, Any]] = []
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        with self._lock:
+            if self._holders == 0:
+                settings = _cuda_fp32_settings()
+                self._saved = [(owner, name, getattr(owner, name)) for owner, name, _ in settings]
+                for owner, name, strict in settings:
+                    setattr(owner, name, strict)
+            self._holders += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._holders -= 1
+                if self._holders == 0:
+                    for owner, name, value in self._saved:
+                        setattr(owner, name, value)
+
+
+_IEEE_FLOAT32 = _IeeeFloat32()
+
+
+@contextlib.contextmanager
+def ieee_float32() -> Iterator[None]:
+    """A block whose float32 CUDA matmuls and convolutions run in IEEE float32, not TF32.
+
+    Sets ``torch.backends.cuda.matmul.fp32_precision`` and
+    ``torch.backends.cudnn.conv.fp32_precision`` to ``"ieee"`` (before torch 2.9: the
+    ``allow_tf32`` flags of both to False) and restores them when the last such block, of any
+    thread, ends. CPU settings (``torch.backends.mkldnn``) are left alone.
+    """
+    with _IEEE_FLOAT32.held():
+        yield
+
+
+@contextlib.contextmanager
+def own_precision(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
+    """Run the block at the biLM's precision, ``dtype`` (its products' :attr:`ResolvedPrecision.dtype`).
+
+    Any autocast set up around it is off: the biLM casts its products itself. On CUDA in float32,
+    TF32 is off too (:func:`ieee_float32`), so that ``"fp32"`` means float32.
+    """
+    if device.type not in ("cpu", "cuda"):
+        yield
+        return
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.autocast(device.type, enabled=False))
+        if device.type == "cuda" and dtype == torch.float32:
+            stack.enter_context(ieee_float32())
+        yield
+
+
+def tensor_versions(tensors: Iterable[Tensor]) -> Tuple:
+    """What tells the values of ``tensors`` apart within a process: storage, device, dtype, version.
+
+    Caches of what a model computed key on it (:class:`LowPrecisionWeights`, and through
+    ``BiLM.fingerprint`` the token and feature caches). torch advances a tensor's version counter
+    at every in-place write it makes (an optimizer step, ``load_state_dict``, ``copy_``); a move or
+    a cast gives new storage. Writes torch cannot see, through a NumPy or DLPack view as thinc's
+    optimizers make them, must be reported with ``torch.autograd.graph.increment_version``
+    (``BiLM.weights_written``), so that this one key covers every change.
+    """
+    return tuple((t.data_ptr(), t.device, t.dtype, t._version) for t in tensors)
+
+
+class LowPrecisionWeights:
+    """Copies of weights in a product dtype, made once and kept while their sources are unchanged.
+
+    Without gradients (inference, held-out evaluation), a copy is keyed on the dtype and on the
+    sources' :func:`tensor_versions`, so a stale copy is never served, and its large float32
+    sources move to disk where they are frozen for inference (:mod:`.offload`). With gradients, every call
+    casts afresh, so that autograd carries the gradient back to the float32 parameters.
+    """
+
+    def __init__(self) -> None:
+        self._copies: Dict[str, Tuple[Tuple, Tensor]] = {}
+
+    def __len__(self) -> int:
+        return len(self._copies)
+
+    def clear(self) -> None:
+        """Forget everything made; the next :meth:`get` makes it again."""
+        self._copies.clear()
+
+    def __reduce__(self) -> Tuple[type, Tuple[()]]:
+        """Copies and pickles start empty: copies are cheap to remake, keyed on this process's storage."""
+        return LowPrecisionWeights, ()
+
+    def get(self, name: str, dtype: torch.dtype, sources: Sequence[Tensor], make: Callable[[], Tensor]) -> Tensor:
+        """``make().to(dtype)``, from the cache when ``sources`` have not changed since."""
+        if torch.is_grad_enabled() and any(source.requires_grad for source in sources):
+            return make().to(dtype)
+        with MOVING:
+            key = (dtype, tensor_versions(sources))
+            cached = self._copies.get(name)
+            if cached is not None and cached[0] == key:
+                return cached[1]
+            copy = make().to(dtype)
+            if copy.dtype != torch.float32:  # the copy does the work now: frozen float32 sources go to disk
+                offload(sources)
+                key = (dtype, tensor_versions(sources))
+            self._copies[name] = (key, copy)
+            return copy

@@ -1,0 +1,118 @@
+"""What ``auto`` times (:mod:`.autotune`): a biLM's own passes over a fixed batch, each with its
+products in a precision given per call, through the biLM's public calls."""
+
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, Optional, Protocol, Sequence, cast
+
+import numpy
+import torch
+
+from ..model.lstm import LSTMState
+from ..model.options import ElmoOptions
+from ..model.states import StateMode
+from .resolved import Precision
+
+# The timed batch: 64 sentences of 5 made-up words. The rows are those of a batch of nlp.pipe (its
+# products' shapes decide which precision wins, and the row count changes them); the few words
+# keep the measurement short.
+BATCH_ROWS, BATCH_WORDS = 64, 5
+
+
+class PassOutput(Protocol):
+    """What a pass gives: its layers, as :class:`~spacy_elmo.bilm.BiLMOutput`'s."""
+
+    layers: torch.Tensor
+
+
+class TunedModel(Protocol):
+    """What the decision needs of a biLM (:class:`~spacy_elmo.bilm.BiLM` has it): its shapes, weights
+    (for :func:`.identity.model_digest`) and mode, a zero-state pass in a precision given per call."""
+
+    options: ElmoOptions
+    training: bool
+
+    def state_dict(self) -> Dict[str, torch.Tensor]: ...
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]: ...
+
+    def train(self, mode: bool = True) -> object: ...
+
+    def initial_state(
+        self, batch: int, mode: Optional[StateMode] = None, carried: Optional[LSTMState] = None
+    ) -> LSTMState: ...
+
+    def __call__(
+        self,
+        sentences: Sequence[Sequence[str]],
+        state: Optional[LSTMState] = None,
+        precision: Optional[Precision] = None,
+    ) -> PassOutput: ...
+
+    def release_product_copies(self) -> None: ...
+
+
+# One forward pass of the timed batch with the products in a precision; returns its layers.
+Run = Callable[[str], torch.Tensor]
+Clock = Callable[[], float]
+
+
+def _nothing(*args: object) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Passes:
+    """What a measurement runs: ``run``, the timed pass in a precision; ``prepare``, untimed before
+    it, makes that precision's weight copies; ``release``, untimed after it, drops them and the
+    float32 pages the pass read back (:meth:`BiLM.release_product_copies`), so that memory holds
+    one candidate's weights at a time: the measuring process peaks no higher than a float32 one."""
+
+    run: Run
+    prepare: Callable[[str], object] = _nothing
+    release: Callable[[], None] = _nothing
+
+
+def model_passes(model: TunedModel, run: Optional[Run], training: bool) -> Passes:
+    """The model's own passes (inference's or training steps) on :func:`timing_batch`, or ``run``
+    (tests' stand-in) alone."""
+    if run is not None:
+        return Passes(run)
+    batch = timing_batch()
+    return Passes(
+        run=lambda precision: timed_pass(model, batch, precision, training),
+        prepare=lambda precision: timed_pass(model, batch[:1], precision, training),
+        release=model.release_product_copies,
+    )
+
+
+def timed_pass(
+    model: TunedModel, sentences: Sequence[Sequence[str]], precision: str, training: bool = False
+) -> torch.Tensor:
+    """:attr:`~.model.BiLMOutput.layers` of one zero-state pass of ``model`` with its products in
+    ``precision``, without the token cache, dropout off (the passes must be comparable, and draw
+    nothing): what ``auto`` times. The model's settings and mode are left as they were.
+
+    Inference's pass runs without gradients. ``training``: a training step's passes instead, the
+    forward pass with gradients and a backward pass from a loss on the layers to every parameter;
+    the gradients are computed and dropped, each parameter's ``.grad`` left as it was. Returns the
+    layers, detached.
+    """
+    mode = model.training
+    model.train(False)
+    try:
+        with torch.set_grad_enabled(training):
+            zero = model.initial_state(len(sentences), "zero")
+            layers = model(sentences, state=zero, precision=cast(Precision, precision)).layers  # a candidate's name
+            trained = [parameter for parameter in model.parameters() if parameter.requires_grad]
+            if training and trained:
+                torch.autograd.grad(layers.float().square().mean(), trained, allow_unused=True)
+            return layers.detach()
+    finally:
+        model.train(mode)
+
+
+def timing_batch() -> List[List[str]]:
+    """The fixed batch ``auto`` times: :data:`BATCH_ROWS` sentences of :data:`BATCH_WORDS` made-up words."""
+    rng = numpy.random.default_rng(0)
+    letters = list("abcdefghijklmnopqrstuvwxyz")
+    return [["".join(rng.choice(letters, rng.integers(2, 10))) for _ in range(BATCH_WORDS)] for _ in range(BATCH_ROWS)]
