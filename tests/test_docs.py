@@ -18,7 +18,8 @@ import spacy_elmo.pipeline_component  # noqa: F401  (registers the elmo factory)
 ROOT = Path(__file__).resolve().parents[1]
 COMPONENT_DOC = ROOT / "docs" / "component.md"
 LINKED_DOCS = [ROOT / "README.md", ROOT / "RELIABILITY.md", ROOT / "project" / "README.md",
-               ROOT / "project" / "docs" / "lab-notebook.md", *sorted((ROOT / "docs").glob("*.md"))]
+               ROOT / "project" / "docs" / "lab-notebook.md", ROOT / "benchmarks" / "README.md",
+               ROOT / "benchmarks" / "results" / "history.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Lines each page may take (issue 46): reference pages a newcomer reads through.
 BUDGETS = {"README.md": 160, "docs/component.md": 250, "docs/bilm.md": 250}
 
