@@ -143,12 +143,17 @@ def bow_beside_elmo(
     return model
 
 
-def without_labels(init: Callable) -> Callable:
+def without_labels(init: Callable[..., None]) -> Callable[..., None]:
     """``init`` with the labels Y it is handed dropped: a tok2vec's widths come from its parts.
 
     A partial of a module-level function, not a closure, so that the model pickles."""
     return functools.partial(_init_without_labels, init)
 
 
-def _init_without_labels(init: Callable, model: Model, X: Optional[Any] = None, Y: Optional[Any] = None) -> None:
+def _init_without_labels(
+    init: Callable[..., None],
+    model: Model[List[Doc], List[Floats2d]],
+    X: Optional[List[Doc]] = None,
+    Y: Optional[Any] = None,
+) -> None:
     init(model, X=X, Y=None)

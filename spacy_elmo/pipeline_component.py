@@ -30,6 +30,7 @@ from .layers import ElmoBiLMSettings, ElmoListener, get_bilm, predict_mixed, set
 from .layers.arrays import no_backprop
 from .layers.language import choose_pretrained
 from .layers.listener import FEATURES_ATTR, UNREAD_ATTR
+from .pipeline_listeners import ElmoListeners
 from .pipeline_serialization import ElmoSerialization
 from .threads import Threads, check_threads, torch_threads
 from .vector_hooks import VECTORS_ATTR, install_vector_hooks
@@ -108,9 +109,10 @@ def make_elmo(
     )
 
 
-class Elmo(ElmoSerialization, TrainablePipe):
+class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
     """Runs the biLM once per batch; see the module docstring. Saved and read back as
-    :class:`~spacy_elmo.pipeline_serialization.ElmoSerialization` says."""
+    :class:`~spacy_elmo.pipeline_serialization.ElmoSerialization` says; its listeners are
+    registered as :class:`~spacy_elmo.pipeline_listeners.ElmoListeners` says."""
 
     def __init__(
         self,
@@ -155,50 +157,6 @@ class Elmo(ElmoSerialization, TrainablePipe):
                 "fine-tuned changes its outputs. Set [components.elmo] features = null or freeze = true."
             )
         self.model.attrs["feature_store"] = FeatureStore(path)
-
-    # ------------------------------------------------------------------ listeners
-    @property
-    def listeners(self) -> List[ElmoListener]:
-        """Every listener fed by this component, in pipeline order."""
-        return [listener for name in self.listening_components for listener in self.listener_map[name]]
-
-    @property
-    def listening_components(self) -> List[str]:
-        return list(self.listener_map)
-
-    def add_listener(self, listener: ElmoListener, component_name: str) -> None:
-        listener.component_name = component_name
-        self._size_listener(listener)
-        listeners = self.listener_map.setdefault(component_name, [])
-        if listener not in listeners:
-            listeners.append(listener)
-
-    def remove_listener(self, listener: ElmoListener, component_name: str) -> bool:
-        listeners = self.listener_map.get(component_name, [])
-        if listener not in listeners:
-            return False
-        listeners.remove(listener)
-        if not listeners:
-            del self.listener_map[component_name]
-        return True
-
-    def find_listeners(self, component) -> None:
-        """Register the ElmoListener layers of ``component`` whose upstream is "*" or our name."""
-        if isinstance(getattr(component, "model", None), Model):
-            for node in component.model.walk():
-                if isinstance(node, ElmoListener) and node.upstream_name in ("*", self.name):
-                    self.add_listener(node, component.name)
-
-    def _size_listener(self, listener: ElmoListener) -> None:
-        """Give the listener the biLM's (n_layers, width) as soon as the biLM's sizes are known.
-
-        A fresh biLM knows them when it is built, here at registration; one from files at
-        :meth:`initialize`, which spaCy runs before the initialize of the components after this
-        one: the listener has its sizes when its own component infers the sizes of the layers
-        after it. A listener sized in its config for another biLM is refused.
-        """
-        if self.model.has_dim("nO") is True and self.model.has_dim("nL") is True:
-            listener.take_sizes(self.model.get_dim("nL"), self.model.get_dim("nO"), self.name)
 
     # ------------------------------------------------------------------ prediction
     def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:

@@ -1,25 +1,33 @@
-"""``spacy-elmo embed``: plan the shards, check the output, run an engine, assemble, summarise."""
+"""``spacy-elmo embed``: plan the shards, check the output, run an engine, assemble, summarise.
+
+What differs between runs is decided once, up front: the output's format (an :class:`Output`:
+Parquet shards in a directory, or one HDF5 file assembled from them) and the engine (an
+:class:`Embedder`: this process, or Ray workers). :func:`run_embed` then runs the same steps for all.
+"""
 
 import dataclasses
 import shutil
 import time
 from pathlib import Path
-from typing import Literal, Optional
+from typing import List, Literal, Optional, Protocol, Tuple
 
 import torch
 from tqdm import tqdm
 
+from ..bilm import BiLM
 from ..fileio import PathLike, remove_stale_temporaries
 from .device import local_device, worker_device, worker_precision
-from .engine import Summary, load_bilm, sentence_source
+from .engine import Progress, Summary, load_bilm, sentence_source
 from .hdf5 import assemble, finished_manifest, parts_directory
 from .local import embed_locally
 from .manifest import Manifest, open_output, shard_name
+from .reader import SentenceSource, ShardSpec
 from .settings import EmbedSettings, model_identity
 
 Format = Literal["hdf5", "parquet"]
 Engine = Literal["local", "ray"]
 HDF5_SUFFIXES = (".hdf5", ".h5")
+BiLMFiles = Tuple[Optional[PathLike], Optional[PathLike]]  # (options file, weight file), or neither
 
 
 def output_format(output: Path, chosen: Optional[str]) -> Format:
@@ -29,6 +37,167 @@ def output_format(output: Path, chosen: Optional[str]) -> Format:
     if chosen not in ("hdf5", "parquet"):
         raise ValueError(f"--format must be hdf5 or parquet, got {chosen!r}")
     return chosen  # type: ignore[return-value]
+
+
+class Output(Protocol):
+    """Where a run's shards go (``directory``) and what becomes of them once all are written."""
+
+    @property
+    def directory(self) -> Path:
+        """Where the run writes its shards and their manifest."""
+
+    def finished(self, fresh: Manifest) -> Optional[Manifest]:
+        """The manifest of an output already complete for the run ``fresh`` describes, else None."""
+
+    def finish(self, manifest: Manifest) -> None:
+        """Make the output of the shards written in ``directory``."""
+
+
+@dataclasses.dataclass
+class ParquetOutput:
+    """A directory of Parquet shards and their manifest: the shards are the output."""
+
+    directory: Path
+
+    def finished(self, fresh: Manifest) -> Optional[Manifest]:
+        return None  # a complete directory resumes with nothing to do
+
+    def finish(self, manifest: Manifest) -> None:
+        pass
+
+
+@dataclasses.dataclass
+class Hdf5Output:
+    """One HDF5 file, assembled from Parquet shards written beside it (:func:`hdf5.parts_directory`)."""
+
+    path: Path
+
+    @property
+    def directory(self) -> Path:
+        return parts_directory(self.path)
+
+    def finished(self, fresh: Manifest) -> Optional[Manifest]:
+        """The assembled file's manifest, refused if another run wrote it (:meth:`Manifest.check_resumable`)."""
+        done = finished_manifest(self.path)
+        if done is not None:
+            done.check_resumable(fresh, self.path)
+        return done
+
+    def finish(self, manifest: Manifest) -> None:
+        assemble(self.directory, manifest, self.path)
+        shutil.rmtree(self.directory)
+
+
+def output_of(path: Path, chosen: Optional[str]) -> Tuple[Format, Output]:
+    """The format of ``path`` (:func:`output_format`) and the output that writes it."""
+    kind = output_format(path, chosen)
+    return kind, Hdf5Output(path) if kind == "hdf5" else ParquetOutput(path)
+
+
+def check_engine(engine: str, format: Format, gpus_per_worker: float) -> None:
+    """Refuse an engine that does not exist, or options it cannot honour, before any work."""
+    if engine not in ("local", "ray"):
+        raise ValueError(f"--engine must be local or ray, got {engine!r}")
+    if engine == "ray" and format != "parquet":
+        raise ValueError("--engine ray writes Parquet only: give a directory OUTPUT or --format parquet")
+    if engine == "local" and gpus_per_worker:
+        raise ValueError("--gpus-per-worker is for --engine ray; the local engine's device is --device")
+
+
+class Embedder(Protocol):
+    """An engine, its biLM loaded: ``bilm`` names the model (and its products) in the manifest."""
+
+    bilm: BiLM
+
+    def embed(
+        self, source: SentenceSource, directory: Path, manifest: Manifest, todo: List[ShardSpec], advance: Progress
+    ) -> None:
+        """Compute the shards ``todo`` into ``directory``, listing each in ``manifest`` once written."""
+
+
+@dataclasses.dataclass
+class LocalEmbedder:
+    """This process computes the shards, with ``threads`` torch threads (None: as set)."""
+
+    bilm: BiLM
+    settings: EmbedSettings
+    threads: Optional[int]
+
+    @classmethod
+    def start(
+        cls, files: BiLMFiles, settings: EmbedSettings, device: str, prefer_gpu: bool, threads: Optional[int]
+    ) -> "LocalEmbedder":
+        """The biLM of ``files`` on the local device (:func:`device.local_device`)."""
+        return cls(load_bilm(*files, settings, local_device(device, prefer_gpu)), settings, threads)
+
+    def embed(
+        self, source: SentenceSource, directory: Path, manifest: Manifest, todo: List[ShardSpec], advance: Progress
+    ) -> None:
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
+        embed_locally(self.bilm, source, self.settings, directory, manifest, todo, advance)
+
+
+@dataclasses.dataclass
+class RayEmbedder:
+    """Ray workers compute the shards, each with its own biLM, where Ray puts them (``device``).
+
+    ``settings`` are the workers': their precision decided once, here (:func:`device.worker_precision`).
+    """
+
+    bilm: BiLM
+    files: BiLMFiles
+    input_path: PathLike
+    settings: EmbedSettings
+    device: str
+    workers: int
+    address: Optional[str]
+    threads: Optional[int]
+    gpus_per_worker: float
+
+    @classmethod
+    def start(
+        cls,
+        files: BiLMFiles,
+        input_path: PathLike,
+        settings: EmbedSettings,
+        device: str,
+        gpus_per_worker: float,
+        workers: int,
+        address: Optional[str],
+        threads: Optional[int],
+    ) -> "RayEmbedder":
+        """The driver's biLM, which only names the model; the workers run theirs where Ray puts them."""
+        workers_on = worker_device(device, gpus_per_worker)
+        bilm = load_bilm(*files, settings)
+
+        def cpu_auto() -> str:  # what the local engine computes with on this CPU: inference's auto for this biLM
+            return bilm.resolved_precision_for(training=False).precision
+
+        precision = worker_precision(settings.precision, workers_on, torch.cuda.device_count(), cpu_auto)
+        workers_settings = dataclasses.replace(settings, precision=precision)
+        bilm.precision = workers_settings.precision  # so that the manifest records the workers' products
+        return cls(bilm, files, input_path, workers_settings, workers_on, workers, address, threads, gpus_per_worker)
+
+    def embed(
+        self, source: SentenceSource, directory: Path, manifest: Manifest, todo: List[ShardSpec], advance: Progress
+    ) -> None:
+        from .ray_engine import embed_on_ray
+
+        embed_on_ray(
+            *self.files,
+            self.input_path,
+            self.settings,
+            directory,
+            manifest,
+            todo,
+            advance,
+            workers=self.workers,
+            address=self.address,
+            threads=self.threads,
+            device=self.device,
+            gpus_per_worker=self.gpus_per_worker,
+        )
 
 
 def run_embed(
@@ -60,50 +229,51 @@ def run_embed(
     ``ValueError`` / ``OSError`` for input that cannot be read or holds no sentence.
     """
     start = time.perf_counter()
-    output = Path(output)
-    chosen = output_format(output, format)
-    if engine not in ("local", "ray"):
-        raise ValueError(f"--engine must be local or ray, got {engine!r}")
-    if engine == "ray" and chosen != "parquet":
-        raise ValueError("--engine ray writes Parquet only: give a directory OUTPUT or --format parquet")
-    if engine == "local" and gpus_per_worker:
-        raise ValueError("--gpus-per-worker is for --engine ray; the local engine's device is --device")
+    chosen, out = output_of(Path(output), format)
+    check_engine(engine, chosen, gpus_per_worker)
     source = sentence_source(input_path, settings)
+    files = (options_file, weight_file)
+    embedder: Embedder
     if engine == "local":
-        bilm = load_bilm(options_file, weight_file, settings, local_device(device, prefer_gpu))
-    else:  # the driver's biLM only names the model; the workers run theirs where Ray puts them
-        workers_on = worker_device(device, gpus_per_worker)
-        bilm = load_bilm(options_file, weight_file, settings)
-
-        def cpu_auto() -> str:  # what the local engine computes with on this CPU: inference's auto for this biLM
-            return bilm.resolved_precision_for(training=False).precision
-
-        workers_settings = dataclasses.replace(
-            settings, precision=worker_precision(settings.precision, workers_on, torch.cuda.device_count(), cpu_auto)
+        embedder = LocalEmbedder.start(files, settings, device, prefer_gpu, threads)
+    else:
+        embedder = RayEmbedder.start(
+            files, input_path, settings, device, gpus_per_worker, workers, ray_address, threads
         )
-        bilm.precision = workers_settings.precision  # so that the manifest records the workers' products
+    specs = planned_shards(source, settings, input_path)
+    fresh = Manifest(
+        model_identity(embedder.bilm), settings.to_dict(), source.description(), len(specs), sum(s.count for s in specs)
+    )
+    done = out.finished(fresh)
+    if done is not None:
+        return Summary(0, done.total_shards, 0, 0, time.perf_counter() - start)
+    manifest = open_output(out.directory, fresh)
+    todo = [spec for spec in specs if spec.shard not in manifest.shards]
+    for spec in todo:
+        remove_stale_temporaries(out.directory / shard_name(spec.shard))
+    sentences, tokens = embed_with_progress(embedder, source, out.directory, manifest, todo, progress)
+    out.finish(manifest)
+    return Summary(len(todo), len(specs) - len(todo), sentences, tokens, time.perf_counter() - start)
+
+
+def planned_shards(source: SentenceSource, settings: EmbedSettings, input_path: PathLike) -> List[ShardSpec]:
+    """The shards of ``source``; none is an error (an empty output and exit 0 would pass for success)."""
     specs = source.plan(settings.shard_size)
-    if not specs:  # an empty output and exit 0 would pass for success
+    if not specs:
         files = "" if len(source.files) == 1 else f" ({len(source.files)} files)"
         raise ValueError(
             f"{input_path}{files} has no text: there is no sentence to embed. "
             "Give a file with a sentence per line (or .jsonl / .spacy files)"
         )
-    fresh = Manifest(
-        model_identity(bilm), settings.to_dict(), source.description(), len(specs), sum(s.count for s in specs)
-    )
-    if chosen == "hdf5":
-        done = finished_manifest(output)
-        if done is not None:
-            done.check_resumable(fresh, output)
-            return Summary(0, done.total_shards, 0, 0, time.perf_counter() - start)
-    directory = parts_directory(output) if chosen == "hdf5" else output
-    manifest = open_output(directory, fresh)
-    todo = [spec for spec in specs if spec.shard not in manifest.shards]
-    for spec in todo:
-        remove_stale_temporaries(directory / shard_name(spec.shard))
+    return specs
+
+
+def embed_with_progress(
+    embedder: Embedder, source: SentenceSource, directory: Path, manifest: Manifest, todo: List[ShardSpec], shown: bool
+) -> Tuple[int, int]:
+    """Run ``embedder`` on the shards ``todo`` under a progress bar (``shown``); the sentences and tokens embedded."""
     with tqdm(
-        total=sum(spec.count for spec in todo), unit="sent", disable=not progress, smoothing=0.1, dynamic_ncols=True
+        total=sum(spec.count for spec in todo), unit="sent", disable=not shown, smoothing=0.1, dynamic_ncols=True
     ) as bar:
         counts = [0, 0]
 
@@ -113,29 +283,5 @@ def run_embed(
             bar.update(sentences)
             bar.set_postfix_str(f"{counts[1] / max(bar.format_dict['elapsed'], 1e-9):,.0f} tokens/s", refresh=False)
 
-        if engine == "local":
-            if threads is not None:
-                torch.set_num_threads(threads)
-            embed_locally(bilm, source, settings, directory, manifest, todo, advance)
-        else:
-            from .ray_engine import embed_on_ray
-
-            embed_on_ray(
-                options_file,
-                weight_file,
-                input_path,
-                workers_settings,
-                directory,
-                manifest,
-                todo,
-                advance,
-                workers=workers,
-                address=ray_address,
-                threads=threads,
-                device=workers_on,
-                gpus_per_worker=gpus_per_worker,
-            )
-    if chosen == "hdf5":
-        assemble(directory, manifest, output)
-        shutil.rmtree(directory)
-    return Summary(len(todo), len(specs) - len(todo), counts[0], counts[1], time.perf_counter() - start)
+        embedder.embed(source, directory, manifest, todo, advance)
+    return counts[0], counts[1]

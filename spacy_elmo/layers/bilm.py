@@ -1,51 +1,35 @@
 """The biLM as a Thinc layer: ``List[Doc]`` in, one ``(n_layers + 1, n_tokens, width)`` array per doc out.
 
-The torch module runs inside a :class:`thinc.api.PyTorchShim`, which puts it on the device of
-thinc's current ops and applies the mixed-precision and grad-scaler settings. The module is
-made lazily, in ``model.initialize()`` (from standard files, or fresh of the configured sizes) or
-when weights are deserialized, so a config that names weight files reads them exactly once and
-a saved pipeline never goes back to them.
+The torch module runs inside a :class:`~spacy_elmo.layers.bilm_shim.BiLMShim`, which puts it on
+the device of thinc's current ops and applies the mixed-precision and grad-scaler settings. The
+module is made lazily, in ``model.initialize()`` (from standard files, or fresh of the configured
+sizes) or when weights are deserialized, so a config that names weight files reads them exactly
+once and a saved pipeline never goes back to them.
+
+Two forward paths: a frozen one (prediction, or a frozen biLM in training), which writes each biLM
+batch into the docs' outputs as it is computed and reuses what the feature cache or a feature
+store holds, and a trainable one, which keeps every batch for the backward pass.
 """
 
-import copy
 import warnings
 from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 import numpy
-import torch
 from spacy.tokens import Doc
-from thinc.api import (
-    ArgsKwargs,
-    Model,
-    Optimizer,
-    PyTorchGradScaler,
-    PyTorchShim,
-    get_array_module,
-    get_torch_default_device,
-    torch2xp,
-    xp2torch,
-)
-from thinc.types import Floats1d, Floats2d, Floats3d, FloatsXd
+from thinc.api import ArgsKwargs, Model, Ops, get_array_module, get_torch_default_device, torch2xp, xp2torch
+from thinc.types import Floats1d, Floats2d, Floats3d
 
 from ..bilm import BiLM, ElmoOptions
-from ..bilm.formats.serialize import bilm_from_bytes, bilm_to_bytes
 from ..published.resolve import resolve_files
 from .arrays import no_backprop, split_by_lengths
 from .bilm_settings import ElmoBiLMSettings
+from .bilm_shim import BiLMShim
 from .feature_cache import FeatureCache
 from .language import BUNDLED, DEFAULT_PRETRAINED
-from .segmentation import SKIPPED, SegmentPlan, plan_segments
+from .segmentation import SKIPPED, Placement, SegmentPlan, plan_segments
 
-
-class ScaledSteps:
-    """``optimizer`` with its learning rate scaled by ``scale`` (weight decay and averages included)."""
-
-    def __init__(self, optimizer: Optimizer, scale: float):
-        self.optimizer = optimizer
-        self.scale = scale
-
-    def __call__(self, key: Tuple[int, str], param: FloatsXd, grad: FloatsXd) -> Tuple[FloatsXd, FloatsXd]:
-        return self.optimizer(key, param, grad, lr_scale=self.scale)
+InT = List[Doc]
+OutT = List[Floats3d]  # per doc: (n_layers + 1, n_tokens, width)
 
 
 UNTRAINED_WARNING = (
@@ -56,55 +40,7 @@ UNTRAINED_WARNING = (
 )
 
 
-def _bilm_from_shim_bytes(_previous: Optional[BiLM], data: bytes, device: torch.device) -> Optional[BiLM]:
-    """thinc's ``deserialize_model`` hook: the biLM of ``data`` (:func:`bilm_to_bytes`) on ``device``.
-
-    A module-level function, not a lambda, so that the shim, and the pipeline holding it, pickle."""
-    return bilm_from_bytes(data, device)
-
-
-class BiLMShim(PyTorchShim):
-    """A PyTorchShim that may start empty and serializes its biLM as standard ELMo files.
-
-    ``learn_rate_scale`` scales every optimizer step of the biLM's weights, so that a biLM
-    fine-tuned with its task moves more slowly than the task's freshly initialised layers, which
-    share the optimizer (with Adam, scaling the gradients instead would change nothing).
-    """
-
-    def __init__(
-        self,
-        bilm: Optional[BiLM],
-        mixed_precision: bool,
-        grad_scaler: Optional[PyTorchGradScaler],
-        learn_rate_scale: float,
-    ):
-        self.learn_rate_scale = learn_rate_scale
-        super().__init__(
-            bilm,
-            mixed_precision=mixed_precision,
-            grad_scaler=grad_scaler,
-            serialize_model=bilm_to_bytes,
-            deserialize_model=_bilm_from_shim_bytes,
-        )
-
-    def copy(self) -> "BiLMShim":
-        """A deep copy with every setting of the biLM (its token cache starts empty)."""
-        return BiLMShim(
-            copy.deepcopy(self._model), self._mixed_precision, copy.deepcopy(self._grad_scaler), self.learn_rate_scale
-        )
-
-    def finish_update(self, optimizer: Optimizer) -> None:
-        stepped = any(param.grad is not None for param in self._model.parameters())  # what thinc's step writes
-        super().finish_update(ScaledSteps(optimizer, self.learn_rate_scale))
-        if stepped:  # a frozen biLM has no gradients: its caches stay valid
-            self._model.weights_written()
-
-    def to_device(self, device_type: str, device_id: int) -> None:  # pragma: no cover - GPU only
-        if self._model is not None:
-            super().to_device(device_type, device_id)
-
-
-def ElmoBiLMLayer(settings: ElmoBiLMSettings) -> Model[List[Doc], List[Floats3d]]:
+def ElmoBiLMLayer(settings: ElmoBiLMSettings) -> Model[InT, OutT]:
     """The biLM layer of ``settings`` (see :class:`ElmoBiLMSettings`): from its files if given, else
     from ``pretrained``, else fresh of its sizes. Names and URLs are resolved (downloaded if need
     be) in ``initialize``, never here, so that loading a saved pipeline reads nothing but its own
@@ -144,7 +80,7 @@ def replace_listener_cfg(bilm_cfg: dict, listener_cfg: dict) -> dict:
     return {**listener_cfg, "bilm": bilm_cfg}
 
 
-def get_bilm(model: Model) -> BiLM:
+def get_bilm(model: Model[InT, OutT]) -> BiLM:
     """The biLM of an initialized layer; a clear error before ``nlp.initialize()``."""
     bilm = model.shims[0]._model
     if bilm is None:
@@ -155,7 +91,7 @@ def get_bilm(model: Model) -> BiLM:
     return bilm
 
 
-def set_bilm(model: Model, bilm: BiLM) -> None:
+def set_bilm(model: Model[InT, OutT], bilm: BiLM) -> None:
     """Install ``bilm`` on the device of thinc's current ops and record its sizes as dims."""
     shim = model.shims[0]
     shim._model = bilm.to(get_torch_default_device())
@@ -165,7 +101,7 @@ def set_bilm(model: Model, bilm: BiLM) -> None:
     model.attrs["feature_cache"].clear()
 
 
-def init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[object] = None) -> None:
+def init(model: Model[InT, OutT], X: Optional[InT] = None, Y: Optional[OutT] = None) -> None:
     """Make the biLM once: from the named files, else fresh (with a warning). Loaded weights stay."""
     if model.shims[0]._model is not None:
         return
@@ -198,7 +134,8 @@ def check_sizes(sizes: Dict[str, Any], options: ElmoOptions, options_file: str) 
         )
 
 
-def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
+def forward(model: Model[InT, OutT], docs: InT, is_train: bool) -> Tuple[OutT, Callable[[OutT], InT]]:
+    """Each doc's layers; trained through (a biLM not frozen, in training) or not (see :func:`_run_frozen`)."""
     plan = plan_segments(docs, model.attrs["window"], model.attrs["overlap"])
     if not is_train or model.attrs["freeze"]:
         cache = model.attrs["feature_cache"]
@@ -211,7 +148,7 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
     index = model.ops.asarray1i(_concat_sources(plan.sources, plan.n_positions))
     outputs = split_by_lengths(xp, padded[:, index], [len(doc) for doc in docs], axis=1)
 
-    def backprop(d_outputs: List[Floats3d]) -> List[Doc]:
+    def backprop(d_outputs: OutT) -> InT:
         d_padded = xp.zeros_like(padded)
         d_padded[:, index] = xp.concatenate(d_outputs, axis=1)
         backprop_flat(d_padded[:, :-1])
@@ -220,7 +157,7 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
     return outputs, backprop
 
 
-def predict_mixed(model: Model, docs: List[Doc], weights: Floats1d) -> List[Floats2d]:
+def predict_mixed(model: Model[InT, OutT], docs: InT, weights: Floats1d) -> List[Floats2d]:
     """Each doc's weighted sum of its layers, ``weights`` (n_layers + 1,): (n_tokens, width).
 
     What a pipeline without listeners keeps: each biLM batch is mixed as soon as it is
@@ -231,8 +168,8 @@ def predict_mixed(model: Model, docs: List[Doc], weights: Floats1d) -> List[Floa
 
 
 def _run_frozen(
-    model: Model, docs: List[Doc], plan: SegmentPlan, use_cache: bool, mix: Optional[Floats1d] = None
-) -> List[Floats3d]:
+    model: Model[InT, OutT], docs: InT, plan: SegmentPlan, use_cache: bool, mix: Optional[Floats1d] = None
+) -> OutT:
     """Each doc's layers, (n_layers + 1, n_tokens, width), with no gradient recorded; with
     ``mix`` (n_layers + 1,), their weighted sum, (1, n_tokens, width), made by the biLM as it
     computes the layers (the feature cache, of whole layers, is then not used).
@@ -245,50 +182,89 @@ def _run_frozen(
     sentence that occurs several times runs once (not in carry mode: there, rows matter).
     """
     bilm = get_bilm(model)
-    ops = model.ops
     doc_lengths = [len(doc) for doc in docs]
-    flat = ops.alloc3f(model.get_dim("nL") if mix is None else 1, sum(doc_lengths), model.get_dim("nO"))
-    place = _placements(flat, plan, doc_lengths)
-    held: FeatureCache = model.attrs["feature_cache"]
-    cache = held if use_cache and mix is None and bilm.state_mode != "carry" and held.max_bytes != 0 else None
-    weights = None if mix is None else [float(w) for w in ops.to_numpy(mix)]
-    keys = [tuple(sentence) for sentence in plan.sentences]
-    copies: Dict[Tuple[Hashable, ...], List[int]] = {}  # a sentence's tokens, or its row alone in carry mode
-    for i, key in enumerate(keys):
-        copies.setdefault(key if bilm.state_mode != "carry" else (i,), []).append(i)
-    groups = list(copies.values())
-    found = (
-        cache.get_many([keys[g[0]] for g in groups], bilm.fingerprint()) if cache is not None else [None] * len(groups)
-    )
-    store = model.attrs.get("feature_store")  # precomputed layers (spacy_elmo.embed.store.FeatureStore)
+    flat = model.ops.alloc3f(model.get_dim("nL") if mix is None else 1, sum(doc_lengths), model.get_dim("nO"))
+    placement = Placement(flat, plan, doc_lengths)
+    cache = _usable_cache(model.attrs["feature_cache"], bilm, use_cache and mix is None)
+    groups = _distinct_inputs(plan.sentences, carry=bilm.state_mode == "carry")
+    found = _held_layers(model, bilm, cache, [tuple(plan.sentences[group[0]]) for group in groups])
+    _place_held(model.ops, placement, [(group, value) for group, value in zip(groups, found) if value is not None], mix)
+    todo = [group for group, value in zip(groups, found) if value is None]
+    _compute_and_place(model, plan.sentences, todo, placement, cache, mix)
+    return split_by_lengths(model.ops.xp, flat, doc_lengths, axis=1)
+
+
+def _usable_cache(held: FeatureCache, bilm: BiLM, wanted: bool) -> Optional[FeatureCache]:
+    """The feature cache where this pass may use it: ``wanted`` (whole layers, cache in use), a
+    biLM whose outputs depend on the sentence alone (not ``"carry"`` mode), and a cache not sized 0."""
+    return held if wanted and bilm.state_mode != "carry" and held.max_bytes != 0 else None
+
+
+def _distinct_inputs(sentences: Sequence[Sequence[str]], carry: bool) -> List[List[int]]:
+    """The sentences that share one biLM row, as groups of indices: the same tokens, in first-seen
+    order; in ``carry`` mode each sentence alone (its output depends on the rows before it)."""
+    copies: Dict[Tuple[Hashable, ...], List[int]] = {}
+    for i, sentence in enumerate(sentences):
+        copies.setdefault((i,) if carry else tuple(sentence), []).append(i)
+    return list(copies.values())
+
+
+def _held_layers(
+    model: Model[InT, OutT], bilm: BiLM, cache: Optional[FeatureCache], keys: Sequence[Tuple[str, ...]]
+) -> List[Optional[Floats3d]]:
+    """Each key's layers, (n_layers + 1, len(key), width), from the feature cache, else from the
+    ``feature_store`` attr (precomputed: :class:`spacy_elmo.embed.store.FeatureStore`); None where
+    neither holds them."""
+    found = cache.get_many(keys, bilm.fingerprint()) if cache is not None else [None] * len(keys)
+    store = model.attrs.get("feature_store")
     if store is not None:
         missing = [k for k, value in enumerate(found) if value is None]
-        for k, value in zip(missing, store.get_many([keys[groups[k][0]] for k in missing], bilm)):
-            found[k] = ops.asarray3f(value) if value is not None else None
-    known = [(group, value) for group, value in zip(groups, found) if value is not None]
-    if known:
-        columns = numpy.cumsum([0] + [value.shape[1] for _, value in known[:-1]])
-        values = _mixed(ops.xp.concatenate([value for _, value in known], axis=1), mix)
-        place([(i, first) for (group, _), first in zip(known, columns) for i in group], values)
-    todo = [g for g, value in zip(groups, found) if value is None]
-    shim = model.shims[0]
-    for batch in bilm.batches([plan.sentences[g[0]] for g in todo]) if todo else ():
-        sentences = [plan.sentences[todo[b][0]] for b in batch]
-        output = shim.predict(ArgsKwargs(args=(sentences,), kwargs={"mix": weights}))
+        for k, value in zip(missing, store.get_many([keys[k] for k in missing], bilm)):
+            found[k] = model.ops.asarray3f(value) if value is not None else None
+    return found
+
+
+def _place_held(
+    ops: Ops, placement: Placement, held: Sequence[Tuple[List[int], Floats3d]], mix: Optional[Floats1d]
+) -> None:
+    """Write held layers into the outputs: each group's sentences take its value, (n_layers + 1,
+    n, width), mixed first with ``mix``; all groups in one write, their values side by side."""
+    if not held:
+        return
+    columns = numpy.cumsum([0] + [value.shape[1] for _, value in held[:-1]])
+    values = _mixed(ops.xp.concatenate([value for _, value in held], axis=1), mix)
+    placement.write([(i, first) for (group, _), first in zip(held, columns) for i in group], values)
+
+
+def _compute_and_place(
+    model: Model[InT, OutT],
+    sentences: Sequence[List[str]],
+    todo: Sequence[List[int]],
+    placement: Placement,
+    cache: Optional[FeatureCache],
+    mix: Optional[Floats1d],
+) -> None:
+    """Run the biLM on one sentence of each group in ``todo``, batch by batch, and write each batch
+    into the outputs (every sentence of its group) and the ``cache``, before the next is made."""
+    if not todo:
+        return
+    bilm, shim, ops = get_bilm(model), model.shims[0], model.ops
+    weights = None if mix is None else [float(w) for w in ops.to_numpy(mix)]
+    for batch in bilm.batches([sentences[group[0]] for group in todo]):
+        batch_sentences = [sentences[todo[b][0]] for b in batch]
+        output = shim.predict(ArgsKwargs(args=(batch_sentences,), kwargs={"mix": weights}))
         layers = torch2xp(output.layers.float(), ops=ops)  # (n_layers + 1, rows, time, width)
         del output
         n_layers, rows, n_steps, width = layers.shape
         # the rows' positions as columns: row r's sentence starts at column r * n_steps + 1
-        place(
+        placement.write(
             [(i, row * n_steps + 1) for row, b in enumerate(batch) for i in todo[b]],
             layers.reshape(n_layers, rows * n_steps, width),
         )
         if cache is not None:
-            for row, b in enumerate(batch):
-                value = layers[:, row, 1 : len(plan.sentences[todo[b][0]]) + 1]
-                cache.put(keys[todo[b][0]], ops.xp.ascontiguousarray(value))
+            for row, sentence in enumerate(batch_sentences):
+                cache.put(tuple(sentence), ops.xp.ascontiguousarray(layers[:, row, 1 : len(sentence) + 1]))
         del layers  # freed before the next batch's are made: one batch's layers at a time
-    return split_by_lengths(ops.xp, flat, doc_lengths, axis=1)
 
 
 def _mixed(layers: Floats3d, mix: Optional[Floats1d]) -> Floats3d:
@@ -298,45 +274,7 @@ def _mixed(layers: Floats3d, mix: Optional[Floats1d]) -> Floats3d:
     return get_array_module(layers).tensordot(mix, layers, axes=1)[None]
 
 
-def _placements(
-    flat: Floats3d, plan: SegmentPlan, doc_lengths: Sequence[int]
-) -> Callable[[Sequence[Tuple[int, int]], Floats3d], None]:
-    """A function that writes sentences' layers into ``flat``, (n_layers + 1, n_tokens, width), the
-    docs' tokens one after another: ``place([(i, first), ...], values)`` writes sentence ``i``'s
-    layers, ``values[:, first : first + len(sentence i)]``, where ``values`` is
-    (n_layers + 1, columns, width): a biLM batch's rows viewed as columns, or cached layers side by side.
-
-    Which token each sentence position fills is worked out once, on the host, from
-    ``plan.sources``; overlap positions that another window owns, and whitespace tokens, are
-    left out (their rows stay as they are: zero, or the owning window's). A call is one scatter
-    per layer, whatever the number of sentences (on a GPU, a scatter and two copies per sentence
-    were a large part of a training step), and its temporary holds one layer of the written
-    positions, not a copy of the batch.
-    """
-    flat_token = numpy.full(plan.n_positions, -1, dtype=numpy.int64)
-    offset = 0
-    for sources, length in zip(plan.sources, doc_lengths):
-        tokens = numpy.flatnonzero(sources != SKIPPED)
-        flat_token[sources[tokens]] = offset + tokens
-        offset += length
-    starts = numpy.cumsum([0] + [len(sentence) for sentence in plan.sentences])
-
-    def place(sentences: Sequence[Tuple[int, int]], values: Floats3d) -> None:
-        if not sentences:
-            return
-        targets = numpy.concatenate([flat_token[starts[i] : starts[i + 1]] for i, _ in sentences])
-        columns = numpy.concatenate([numpy.arange(first, first + starts[i + 1] - starts[i]) for i, first in sentences])
-        owned = targets >= 0
-        if owned.any():
-            xp = get_array_module(flat)
-            targets, columns = xp.asarray(targets[owned]), xp.asarray(columns[owned])
-            for layer in range(flat.shape[0]):
-                flat[layer, targets] = values[layer, columns]
-
-    return place
-
-
-def _run_trainable(model: Model, sentences: List[List[str]]) -> Tuple[Floats3d, Callable[[Floats3d], None]]:
+def _run_trainable(model: Model[InT, OutT], sentences: List[List[str]]) -> Tuple[Floats3d, Callable[[Floats3d], None]]:
     """As :func:`_run_frozen`, with gradients: returns the layers and their backprop callback."""
     bilm = get_bilm(model)
     shim = model.shims[0]
@@ -368,13 +306,14 @@ def _run_trainable(model: Model, sentences: List[List[str]]) -> Tuple[Floats3d, 
     return _concat_layers(model, found), backprop_flat
 
 
-def _concat_layers(model: Model, arrays: Sequence[Floats3d]) -> Floats3d:
+def _concat_layers(model: Model[InT, OutT], arrays: Sequence[Floats3d]) -> Floats3d:
+    """The sentences' layers side by side, (n_layers + 1, total tokens, width); empty for none."""
     if arrays:
         return model.ops.xp.concatenate(arrays, axis=1)
     return model.ops.alloc3f(model.get_dim("nL"), 0, model.get_dim("nO"))
 
 
-def _concat_sources(sources: Sequence, n_positions: int):
+def _concat_sources(sources: Sequence[numpy.ndarray], n_positions: int) -> numpy.ndarray:
     """All docs' source indices in one array, skipped tokens pointing at column ``n_positions``."""
     if not sources:
         return numpy.zeros(0, dtype="int64")

@@ -12,8 +12,11 @@ from thinc.types import Floats3d
 
 from .listener import size_mismatch
 
+InT = List[Floats3d]  # per doc: (n_layers, n_tokens, width)
+OutT = List[Floats3d]  # per doc: (len(layers), n_tokens, width)
 
-def SelectLayers(layers: Sequence[int], n_layers: Optional[int] = None) -> Model[List[Floats3d], List[Floats3d]]:
+
+def SelectLayers(layers: Sequence[int], n_layers: Optional[int] = None) -> Model[InT, OutT]:
     """Keep the given layers (0 = the char CNN, 1.. = the LSTM layers) of each doc's
     (n_layers, n_tokens, width) features: (len(layers), n_tokens, width).
 
@@ -38,14 +41,15 @@ def _check_chosen(chosen: List[int], n_layers: int) -> None:
         )
 
 
-def _select_init(model: Model, X: Optional[List[Floats3d]] = None, Y: Optional[object] = None) -> None:
+def _select_init(model: Model[InT, OutT], X: Optional[InT] = None, Y: Optional[OutT] = None) -> None:
     """Learn ``nL`` from the sample's (n_layers, n_tokens, width) when not given; check the layers."""
     if model.has_dim("nL") is None and X:
         _check_chosen(model.attrs["layers"], X[0].shape[0])
         model.set_dim("nL", X[0].shape[0])
 
 
-def _select_forward(model: Model, Xs: List[Floats3d], is_train: bool) -> Tuple[List[Floats3d], Callable]:
+def _select_forward(model: Model[InT, OutT], Xs: InT, is_train: bool) -> Tuple[OutT, Callable[[OutT], InT]]:
+    """The chosen layers of each doc; their gradients go back to those layers, the others get zeros."""
     chosen, n_layers = model.attrs["layers"], model.get_dim("nL")
     for X in Xs:
         if X.shape[0] != n_layers:
@@ -53,7 +57,7 @@ def _select_forward(model: Model, Xs: List[Floats3d], is_train: bool) -> Tuple[L
     index = model.ops.xp.asarray(chosen)
     shapes = [X.shape for X in Xs]
 
-    def backprop(dYs: List[Floats3d]) -> List[Floats3d]:
+    def backprop(dYs: OutT) -> InT:
         dXs = []
         for shape, dY in zip(shapes, dYs):
             dX = model.ops.alloc3f(*shape, dtype=dY.dtype)

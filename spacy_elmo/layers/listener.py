@@ -18,6 +18,9 @@ from thinc.types import Floats3d
 
 from .arrays import no_backprop
 
+InT = List[Doc]
+OutT = List[Floats3d]  # per doc: (n_layers, n_tokens, width)
+
 FEATURES_ATTR = "elmo_features"
 UNREAD_ATTR = "elmo_features_unread"
 
@@ -68,7 +71,7 @@ def size_mismatch(
     )
 
 
-class ElmoListener(Model):
+class ElmoListener(Model[InT, OutT]):
     """Yields, per doc, the upstream biLM's layers: (n_layers, n_tokens, width).
 
     Dims ``nL`` (n_layers: lstm n_layers + 1) and ``nO`` (width: 2 x projection_dim) are the
@@ -85,10 +88,10 @@ class ElmoListener(Model):
         Model.__init__(self, name=self.name, forward=forward, init=init, dims={"nO": width, "nL": n_layers})
         self.upstream_name = upstream_name
         self._batch_id: Optional[int] = None
-        self._outputs: Optional[List[Floats3d]] = None
-        self._backprop: Optional[Callable] = None
+        self._outputs: Optional[OutT] = None
+        self._backprop: Optional[Callable[[OutT], InT]] = None
         # Set by init: the list of initialization docs whose shapes we may fake (see forward).
-        self._init_sample: Optional[List[Doc]] = None
+        self._init_sample: Optional[InT] = None
         self.component_name = UNREGISTERED  # until an upstream component registers the listener
 
     def take_sizes(self, n_layers: int, width: int, upstream: str) -> None:
@@ -106,21 +109,21 @@ class ElmoListener(Model):
         """A content hash of the batch, to catch being handed another batch's outputs."""
         return sum(sum(token.orth for token in doc) for doc in docs)
 
-    def receive(self, batch_id: int, outputs: List[Floats3d], backprop: Callable) -> None:
+    def receive(self, batch_id: int, outputs: OutT, backprop: Callable[[OutT], InT]) -> None:
         """Store a training batch's layers and the upstream backprop callback."""
         self._batch_id = batch_id
         self._outputs = outputs
         self._backprop = backprop
         self._init_sample = None
 
-    def backprop_and_clear(self, d_outputs: List[Floats3d]) -> List[Doc]:
+    def backprop_and_clear(self, d_outputs: OutT) -> InT:
         """The upstream backprop, after which the listener drops the batch: a fine-tuned biLM's
         graph and the batch's layers are freed now, not when the next batch arrives."""
         backprop = self._backprop
         self._batch_id = self._outputs = self._backprop = None
         return backprop(d_outputs) if backprop is not None else []
 
-    def verify_inputs(self, docs: List[Doc]) -> None:
+    def verify_inputs(self, docs: InT) -> None:
         batch_id = self.get_batch_id(docs)
         if batch_id != self._batch_id:
             raise ValueError(
@@ -130,7 +133,7 @@ class ElmoListener(Model):
             )
 
 
-def init(model: ElmoListener, X: Optional[List[Doc]] = None, Y: Optional[object] = None) -> None:
+def init(model: ElmoListener, X: Optional[InT] = None, Y: Optional[OutT] = None) -> None:
     """Remember the initialization sample: the list object itself, not its content.
 
     Thinc's ``chain`` initializes a layer and then predicts on the same list of docs to learn the
@@ -147,7 +150,9 @@ def init(model: ElmoListener, X: Optional[List[Doc]] = None, Y: Optional[object]
         model._init_sample = X
 
 
-def forward(model: ElmoListener, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
+def forward(model: ElmoListener, docs: InT, is_train: bool) -> Tuple[OutT, Callable[[OutT], InT]]:
+    """The layers the upstream handed over (training) or left on the docs (prediction); zeros of
+    the right shapes for the initialization sample only (see :func:`init`)."""
     if is_train and model._outputs is not None:  # received with its batch id (see receive)
         model.verify_inputs(docs)
         return model._outputs, model.backprop_and_clear
@@ -172,7 +177,7 @@ def missing_upstream(listener: ElmoListener) -> ValueError:
     return ValueError(message)
 
 
-def release_read_features(docs: List[Doc], listener_id: int) -> None:
+def release_read_features(docs: InT, listener_id: int) -> None:
     """Mark the docs' features as read by the listener ``listener_id``; drop those all have read.
 
     Only reads in prediction count: in training, a component listed in

@@ -15,6 +15,9 @@ from .listener import size_mismatch
 
 LAYER_NORM_EPS = 1e-12
 
+InT = List[Floats3d]  # per doc: (n_layers, n_tokens, width)
+OutT = List[Floats2d]  # per doc: (n_tokens, width)
+
 
 def ScalarMix(
     n_layers: Optional[int] = None,
@@ -23,7 +26,7 @@ def ScalarMix(
     layer_norm: bool = False,
     l2: float = 0.0,
     dropout: float = 0.0,
-) -> Model[List[Floats3d], List[Floats2d]]:
+) -> Model[InT, OutT]:
     """Mix each doc's (n_layers, n_tokens, width) layers into (n_tokens, width).
 
     ``n_layers`` and ``width`` left None are learned at initialization from the first doc of the
@@ -47,14 +50,15 @@ def ScalarMix(
     )
 
 
-def init(model: Model, X: Optional[List[Floats3d]] = None, Y: Optional[object] = None) -> None:
+def init(model: Model[InT, OutT], X: Optional[InT] = None, Y: Optional[OutT] = None) -> None:
     """Equal layer weights (w = 0, so softmax(w) is the average) and gamma = 1."""
     infer_layer_sizes(model, X, width_dim="nO")
     model.set_param("W", model.ops.alloc1f(model.get_dim("nL")))
     model.set_param("gamma", model.ops.asarray1f([1.0]))
 
 
-def forward(model: Model, Xs: List[Floats3d], is_train: bool) -> Tuple[List[Floats2d], Callable]:
+def forward(model: Model[InT, OutT], Xs: InT, is_train: bool) -> Tuple[OutT, Callable[[OutT], InT]]:
+    """Each doc's mix, ``gamma * sum_j softmax(w)_j * h_j``, and its backprop to the layers, ``w`` and ``gamma``."""
     ops, xp = model.ops, model.ops.xp
     n_layers, width = model.get_dim("nL"), model.get_dim("nO")
     lengths = [X.shape[1] for X in Xs]
@@ -70,7 +74,7 @@ def forward(model: Model, Xs: List[Floats3d], is_train: bool) -> Tuple[List[Floa
     mask = ops.get_dropout_mask(mixed.shape, rate) if rate > 0 else None
     Y = gamma[0] * mixed if mask is None else gamma[0] * mixed * mask
 
-    def backprop(dYs: List[Floats2d]) -> List[Floats3d]:
+    def backprop(dYs: OutT) -> InT:
         dY = xp.concatenate(dYs, axis=0) if dYs else ops.alloc2f(0, width)
         if mask is not None:
             dY = dY * mask
@@ -117,6 +121,6 @@ def _layer_norm_backprop(xp, dH: Floats3d, H: Floats3d, inv_std: Floats3d) -> Fl
     return inv_std * (dH - dH.mean(axis=-1, keepdims=True) - H * (dH * H).mean(axis=-1, keepdims=True))
 
 
-def mix_weights(model: Model) -> Floats1d:
+def mix_weights(model: Model[InT, OutT]) -> Floats1d:
     """The normalised layer weights softmax(w), for inspection."""
     return model.ops.softmax(model.get_param("W"))

@@ -22,6 +22,8 @@ from typing import List, Sequence, Tuple
 import numpy
 from spacy.attrs import IS_SPACE
 from spacy.tokens import Doc
+from thinc.api import get_array_module
+from thinc.types import Floats3d
 
 SKIPPED = -1  # source index of a token that has no biLM position (whitespace)
 
@@ -95,3 +97,58 @@ def _windows(length: int, window: int, overlap: int) -> List[Tuple[int, int, int
         own_last = length if k == len(starts) - 1 else starts[k + 1] + overlap // 2
         spans.append((first, last, own_first, own_last))
     return spans
+
+
+class Placement:
+    """Writes sentences' layers into ``flat``, (n_layers + 1, n_tokens, width), the docs' tokens
+    one after another (see :meth:`write`).
+
+    Which token each sentence position fills is worked out once, on the host, from
+    ``plan.sources``; overlap positions that another window owns, and whitespace tokens, are
+    left out (their rows stay as they are: zero, or the owning window's).
+    """
+
+    def __init__(self, flat: Floats3d, plan: SegmentPlan, doc_lengths: Sequence[int]) -> None:
+        self.flat = flat
+        self.filled_token = token_of_position(plan, doc_lengths)
+        self.starts = numpy.cumsum([0] + [len(sentence) for sentence in plan.sentences])
+
+    def write(self, sentences: Sequence[Tuple[int, int]], values: Floats3d) -> None:
+        """Write ``sentences``, ``[(i, first), ...]``: sentence ``i``'s layers are
+        ``values[:, first : first + len(sentence i)]``, where ``values`` is (n_layers + 1, columns,
+        width): a biLM batch's rows viewed as columns, or held layers side by side.
+
+        One scatter per layer, whatever the number of sentences (on a GPU, a scatter and two
+        copies per sentence were a large part of a training step); its temporary holds one layer
+        of the written positions, not a copy of the batch.
+        """
+        if not sentences:
+            return
+        targets, columns = self._owned_positions(sentences)
+        if not len(targets):
+            return
+        xp = get_array_module(self.flat)
+        targets, columns = xp.asarray(targets), xp.asarray(columns)
+        for layer in range(self.flat.shape[0]):
+            self.flat[layer, targets] = values[layer, columns]
+
+    def _owned_positions(self, sentences: Sequence[Tuple[int, int]]) -> Tuple[numpy.ndarray, numpy.ndarray]:
+        """The output tokens the sentences' positions fill, and the value columns they take: both
+        (n_written,) int64, on the host, positions that fill no token of theirs left out."""
+        starts = self.starts
+        targets = numpy.concatenate([self.filled_token[starts[i] : starts[i + 1]] for i, _ in sentences])
+        columns = numpy.concatenate([numpy.arange(first, first + starts[i + 1] - starts[i]) for i, first in sentences])
+        owned = targets >= 0
+        return targets[owned], columns[owned]
+
+
+def token_of_position(plan: SegmentPlan, doc_lengths: Sequence[int]) -> numpy.ndarray:
+    """For every position of the concatenated sentences, (n_positions,) int64: the output token
+    (docs one after another) it fills, or -1 where it fills none (an overlap another window owns)."""
+    filled = numpy.full(plan.n_positions, -1, dtype=numpy.int64)
+    offset = 0
+    for sources, length in zip(plan.sources, doc_lengths):
+        tokens = numpy.flatnonzero(sources != SKIPPED)
+        filled[sources[tokens]] = offset + tokens
+        offset += length
+    return filled

@@ -9,8 +9,9 @@ the checkpoint, except the limits and intervals (max_steps, max_time, checkpoint
 eval_every, log_every, eval_tokens) and the precision of the products, which the new command
 may change (a resumed run may be on another machine).
 
-Here: the loop and its set-up. Apart: the run log (:mod:`.runlog`), save and restore
-(:mod:`.resume`), the init-tokens objective (:mod:`.objective`).
+Here: the loop and its set-up. Apart: how a run starts, fresh, continued or resumed
+(:mod:`.start`), the run log (:mod:`.runlog`), save and restore (:mod:`.resume`), the
+init-tokens objective (:mod:`.objective`).
 """
 
 import functools
@@ -28,28 +29,20 @@ from ..bilm.model.bilm import STATE_MODES, StateMode
 from ..bilm.precision.autotune import cpu_auto_precision
 from ..bilm.precision.resolved import ResolvedPrecision
 from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, PathLike, standard_files
-from .checkpoint import (
-    CHECKPOINT_NAME,
-    Interrupted,
-    load_checkpoint,
-    prepare_output_dir,
-    seed_everything,
-    stop_requests,
-)
+from .checkpoint import CHECKPOINT_NAME, Interrupted, prepare_output_dir, seed_everything, stop_requests
 from .config import TrainingConfig, build_optimizer, with_training_keys
-from .continuation import SOFTMAX_NAME, VOCAB_NAME, find_continuation, load_softmax, write_continuation
+from .continuation import SOFTMAX_NAME, VOCAB_NAME, write_continuation
 from .corpus import CorpusReader, read_documents
 from .distributed import Distributed, all_sum, init_distributed, shutdown
 from .evaluate import heldout_perplexity
+from .init_tokens import InitTokens
 from .lm import BiLMLoss, detach, mean_loss
 from .objective import Objective, data_parallel, fit_token_encoder, load_init_tokens
 from .resume import Checkpointed
 from .runlog import RunLog, interval_record, progress_postfix
+from .start import run_start
 from .stream import WindowStream
 from .vocab import Vocabulary
-
-# What a resumed run takes from the new command rather than from the checkpoint.
-RESUME_OVERRIDES = ("max_steps", "max_time", "checkpoint_every", "eval_every", "log_every", "eval_tokens", "precision")
 
 
 def pretrain(
@@ -126,12 +119,8 @@ class Trainer(Checkpointed):
         self.log = RunLog(output_dir, env.is_main, lambda: (self.step, self.saved_step))
         if env.is_main:
             prepare_output_dir(output_dir)
-        checkpoint_path = output_dir / CHECKPOINT_NAME
-        checkpoint = load_checkpoint(checkpoint_path) if resume and checkpoint_path.exists() else None
-        if checkpoint is not None:
-            overrides = {name: getattr(config, name) for name in RESUME_OVERRIDES}
-            config = TrainingConfig(**{**checkpoint["config"], **overrides})
-            options = ElmoOptions.from_dict(checkpoint["options"])
+        start = run_start(output_dir, resume, init_from)
+        options, config = start.settings(options, config)
         if config.batch_size % env.world:
             raise ValueError(
                 f"batch size {config.batch_size} must be divisible by the number of processes ({env.world})"
@@ -139,40 +128,16 @@ class Trainer(Checkpointed):
         self.config = config
         self.reader = CorpusReader(input_path, config.lang, config.paragraphs)
         self.dev_documents = self._dev_documents(dev_path)
-        continuation = find_continuation(init_from[1]) if init_from and checkpoint is None else None
-        if checkpoint:
-            self.vocab = Vocabulary(checkpoint["vocab"])
-        else:
-            self.vocab = continuation.vocab if continuation else self._build_vocab()
+        self.vocab = start.vocabulary(self._build_vocab)
         seed_everything(config.seed)
-        bilm = BiLM.from_files(*init_from) if init_from and checkpoint is None else BiLM(options)
-        bilm.warm_hidden = bilm.warm_memory = None  # a warm start is recomputed at export
-        bilm.dropout = config.dropout
-        # Decided once, for training, by the main process (every process trains in the same products),
-        # and kept: held-out evaluation runs without gradients, in the same products.
-        decided = None
-        if env.is_main:
-            measured = functools.partial(cpu_auto_precision, bilm, training=True)  # called on a CPU only
-            resolved = ResolvedPrecision.resolve(config.precision, env.device, training=True, measured=measured)
-            decided = resolved.precision
-        bilm.precision = env.broadcast(decided)
-        if self.progress and config.precision == "auto":
-            tqdm.write(f"precision auto: the matrix products run in {bilm.precision} here")
-        self.loss = BiLMLoss(bilm, len(self.vocab), config.n_negatives, config.dropout)
-        if continuation is not None:
-            load_softmax(self.loss.softmax, continuation)
-            assert init_from is not None  # a continuation is found beside its weights only
-            if self.progress:
-                tqdm.write(f"Continuing with the softmax and vocabulary exported beside {init_from[1]}")
+        self.loss = BiLMLoss(
+            self._training_bilm(start.bilm(options)), len(self.vocab), config.n_negatives, config.dropout
+        )
+        continued = start.continue_softmax(self.loss.softmax)
+        if continued is not None and self.progress:
+            tqdm.write(continued)
         self.loss.to(env.device)
-        init_tokens = load_init_tokens(
-            config, init_tokens_from, init_from, bilm.options.projection_dim, fit=checkpoint is None
-        )
-        init_tokens = init_tokens.to(env.device) if init_tokens is not None else None
-        fits = init_tokens_from is not None and checkpoint is None and env.is_main  # a new biLM's encoder, once
-        fitted_cosines = (
-            fit_token_encoder(bilm, init_tokens, config, self.progress) if fits and init_tokens is not None else []
-        )
+        init_tokens, fitted_cosines = self._init_tokens(start.resumes, init_tokens_from, init_from)
         self.objective = Objective(self.loss, init_tokens if config.init_tokens_weight > 0 else None)
         self.model = data_parallel(self.objective) if env.enabled else self.objective
         self.optimizer = build_optimizer(config, self.objective.parameters())
@@ -184,8 +149,7 @@ class Trainer(Checkpointed):
         self.tokens = 0
         self.elapsed = 0.0
         torch.manual_seed(config.seed + 1 + env.rank)  # dropout and negatives differ per process
-        if checkpoint is not None:
-            self.restore(checkpoint)
+        start.restore(self)
         self.log.start(self.step)
         if fitted_cosines:
             fit = {"vectors": str(init_tokens_from), "cosine": fitted_cosines, "weight": config.init_tokens_weight}
@@ -317,6 +281,44 @@ class Trainer(Checkpointed):
         return metrics if self.env.is_main else {}
 
     # ------------------------------------------------------------------ set-up
+    def _training_bilm(self, bilm: BiLM) -> BiLM:
+        """``bilm`` set up for this run: no warm start (recomputed at export), the run's dropout, and
+        its matrix products' precision, decided once, for training, by the main process (every
+        process trains in the same products), and kept: held-out evaluation runs without
+        gradients, in the same products."""
+        bilm.warm_hidden = bilm.warm_memory = None
+        bilm.dropout = self.config.dropout
+        decided = None
+        if self.env.is_main:
+            measured = functools.partial(cpu_auto_precision, bilm, training=True)  # called on a CPU only
+            resolved = ResolvedPrecision.resolve(
+                self.config.precision, self.env.device, training=True, measured=measured
+            )
+            decided = resolved.precision
+        bilm.precision = self.env.broadcast(decided)
+        if self.progress and self.config.precision == "auto":
+            tqdm.write(f"precision auto: the matrix products run in {bilm.precision} here")
+        return bilm
+
+    def _init_tokens(
+        self,
+        resumes: bool,
+        init_tokens_from: Optional[PathLike],
+        init_from: Optional[Tuple[PathLike, PathLike]],
+    ) -> Tuple[Optional[InitTokens], List[float]]:
+        """The static vectors of the init-tokens objective (see :mod:`.objective`), on this process's
+        device, or None; and the mean cosines of fitting a new biLM's token encoder to them, once,
+        on rank 0 ([] where not fitted: a resumed or continued run, or another rank)."""
+        config = self.config
+        init_tokens = load_init_tokens(
+            config, init_tokens_from, init_from, self.bilm.options.projection_dim, fit=not resumes
+        )
+        if init_tokens is None:
+            return None, []
+        init_tokens = init_tokens.to(self.env.device)
+        fits = init_tokens_from is not None and not resumes and self.env.is_main
+        return init_tokens, fit_token_encoder(self.bilm, init_tokens, config, self.progress) if fits else []
+
     def _build_vocab(self) -> Vocabulary:
         """Rank 0 counts the corpus (one streaming pass); every process gets the same words."""
         words: Optional[List[str]] = None
