@@ -3,7 +3,7 @@
 Torch's default is one thread per core. Alone on the machine that is fastest; beside another
 CPU-bound job, the threads of one matrix product wait for each other whenever the scheduler
 parks one of them, and throughput collapses far below a fair share (measured by
-``benchmarks/shared_cpu.py``, figures in docs/component.md). ``"auto"``
+``benchmarks/shared_cpu.py`` at 9644f44, figures in docs/component.md). ``"auto"``
 counts the runnable threads of other processes before each biLM call and leaves them their
 cores: all cores on an idle machine, fewer when others are busy.
 

@@ -12,9 +12,11 @@ store holds, and a trainable one, which keeps every batch for the backward pass.
 """
 
 import warnings
+from functools import partial
 from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 import numpy
+import torch
 from spacy.tokens import Doc
 from thinc.api import ArgsKwargs, Model, Ops, get_array_module, get_torch_default_device, torch2xp, xp2torch
 from thinc.types import Floats1d, Floats2d, Floats3d
@@ -27,6 +29,7 @@ from .bilm_shim import BiLMShim
 from .feature_cache import FeatureCache
 from .language import BUNDLED, DEFAULT_PRETRAINED
 from .segmentation import SKIPPED, Placement, SegmentPlan, plan_segments
+from .shared_calls import SharedCalls
 
 InT = List[Doc]
 OutT = List[Floats3d]  # per doc: (n_layers + 1, n_tokens, width)
@@ -70,6 +73,7 @@ def ElmoBiLMLayer(settings: ElmoBiLMSettings) -> Model[InT, OutT]:
             "window": settings.window,
             "overlap": settings.overlap,
             "feature_cache": FeatureCache(int(settings.feature_cache_mb * 2**20)),
+            "shared_calls": SharedCalls(),
             "replace_listener_cfg": replace_listener_cfg,
         },
     )
@@ -248,12 +252,19 @@ def _compute_and_place(
     into the outputs (every sentence of its group) and the ``cache``, before the next is made."""
     if not todo:
         return
-    bilm, shim, ops = get_bilm(model), model.shims[0], model.ops
+    bilm, ops = get_bilm(model), model.ops
     weights = None if mix is None else [float(w) for w in ops.to_numpy(mix)]
+    compute = partial(_predict, model.shims[0], weights)
+    shared: SharedCalls = model.attrs["shared_calls"]
     for batch in bilm.batches([sentences[group[0]] for group in todo]):
         batch_sentences = [sentences[todo[b][0]] for b in batch]
-        output = shim.predict(ArgsKwargs(args=(batch_sentences,), kwargs={"mix": weights}))
-        layers = torch2xp(output.layers.float(), ops=ops)  # (n_layers + 1, rows, time, width)
+        if bilm.state_mode == "carry":  # a row's result depends on the calls before it: never shared
+            output = compute(batch_sentences)
+        else:
+            output = shared.run(
+                None if weights is None else tuple(weights), batch_sentences, compute, bilm.max_batch_tokens
+            )
+        layers = torch2xp(output.float(), ops=ops)  # (n_layers + 1, rows, time, width)
         del output
         n_layers, rows, n_steps, width = layers.shape
         # the rows' positions as columns: row r's sentence starts at column r * n_steps + 1
@@ -265,6 +276,11 @@ def _compute_and_place(
             for row, sentence in enumerate(batch_sentences):
                 cache.put(tuple(sentence), ops.xp.ascontiguousarray(layers[:, row, 1 : len(sentence) + 1]))
         del layers  # freed before the next batch's are made: one batch's layers at a time
+
+
+def _predict(shim: BiLMShim, mix: Optional[List[float]], sentences: Sequence[Sequence[str]]) -> torch.Tensor:
+    """The biLM's layers of ``sentences``, mixed with ``mix`` if given: (n_layers + 1 or 1, rows, time, width)."""
+    return shim.predict(ArgsKwargs(args=(sentences,), kwargs={"mix": mix})).layers
 
 
 def _mixed(layers: Floats3d, mix: Optional[Floats1d]) -> Floats3d:

@@ -106,8 +106,8 @@ def test_threads_at_once_give_the_serial_vectors(nlp_elmo: Language, reference) 
     for thread in threads:
         thread.join(timeout=300)
     assert not errors, errors
-    for result in results:
-        assert_close(result, reference, 0)
+    for result in results:  # threads share biLM calls, so a text's rows ride in other batches: rounding only
+        assert_close(result, reference, ROUNDING)
 
 
 @pytest.mark.slow  # starts worker processes

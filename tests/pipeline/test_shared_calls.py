@@ -1,0 +1,143 @@
+"""Concurrent callers share biLM calls: a lone caller runs at once, callers that arrive while a call
+runs join the next one, each gets exactly its own rows, and an error reaches its own caller only."""
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import List, Sequence
+
+import numpy
+import pytest
+import spacy
+import torch
+
+from spacy_elmo.bilm import BiLM
+from spacy_elmo.layers.shared_calls import SharedCalls
+
+from ..helpers import elmo_config
+
+WIDTH = 3
+
+
+class FakeBiLM:
+    """Layers that name each row's tokens: (1, rows, longest + 2, WIDTH), zero past a row's length.
+    Its first call waits until ``release`` is set, so that other callers queue behind it."""
+
+    def __init__(self, hold_first: bool = False) -> None:
+        self.calls: List[List[List[str]]] = []
+        self.release = threading.Event()
+        self.arrived = threading.Semaphore(0)
+        if not hold_first:
+            self.release.set()
+
+    def __call__(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
+        self.calls.append([list(s) for s in sentences])
+        if len(self.calls) == 1:
+            self.release.wait(10)
+        if any("BAD" in s for s in sentences):
+            raise ValueError("a bad token")
+        return expected_layers(sentences, max(len(s) for s in sentences) + 2)
+
+
+def expected_layers(sentences: Sequence[Sequence[str]], time_steps: int) -> torch.Tensor:
+    layers = torch.zeros(1, len(sentences), time_steps, WIDTH)
+    for row, sentence in enumerate(sentences):
+        for t, token in enumerate(sentence, start=1):
+            layers[0, row, t] = float(sum(map(ord, token)))
+    return layers
+
+
+def run_concurrently(shared: SharedCalls, fake: FakeBiLM, requests: List[List[List[str]]], keys=None):
+    """The first request runs (held); the rest arrive while it runs; then it is released."""
+    keys = keys or [None] * len(requests)
+    with ThreadPoolExecutor(len(requests)) as pool:
+        first = pool.submit(shared.run, keys[0], requests[0], fake, 10_000)
+        while not fake.calls:
+            time.sleep(0.001)
+        rest = [pool.submit(shared.run, key, request, fake, 10_000) for key, request in zip(keys[1:], requests[1:])]
+        while len(shared._pending) < len(rest):  # every later caller waits in the queue
+            time.sleep(0.001)
+        fake.release.set()
+        futures = [first] + rest
+        return [f.exception() or f.result() for f in futures]
+
+
+def test_a_lone_caller_runs_at_once_with_its_own_sentences() -> None:
+    fake = FakeBiLM()
+    result = SharedCalls().run(None, [["one", "two"]], fake, 100)
+    assert fake.calls == [[["one", "two"]]]
+    assert torch.equal(result, expected_layers([["one", "two"]], 4))
+
+
+def test_callers_that_arrive_during_a_call_share_the_next_and_get_their_own_rows() -> None:
+    fake = FakeBiLM(hold_first=True)
+    requests = [[["first"]], [["a", "bb", "ccc"]], [["d"], ["e", "f"]], [["g", "h", "i", "j", "k"]]]
+    results = run_concurrently(SharedCalls(), fake, requests)
+    assert len(fake.calls) == 2 and sorted(map(len, fake.calls)) == [1, 4]  # the three waiting callers: one call
+    for request, result in zip(requests, results):
+        assert torch.equal(result, expected_layers(request, max(map(len, request)) + 2))
+
+
+def test_an_error_reaches_the_caller_whose_sentence_caused_it_only() -> None:
+    fake = FakeBiLM(hold_first=True)
+    requests = [[["first"]], [["fine"]], [["BAD", "token"]], [["also", "fine"]]]
+    results = run_concurrently(SharedCalls(), fake, requests)
+    assert isinstance(results[2], ValueError)
+    for k in (0, 1, 3):
+        assert torch.equal(results[k], expected_layers(requests[k], max(map(len, requests[k])) + 2))
+
+
+def test_calls_of_other_settings_are_not_joined() -> None:
+    fake = FakeBiLM(hold_first=True)
+    requests = [[["first"]], [["a"]], [["b"]], [["c"]]]
+    run_concurrently(SharedCalls(), fake, requests, keys=[None, (1.0,), (0.5,), (1.0,)])
+    assert sorted(map(len, fake.calls)) == [1, 1, 2]
+
+
+def test_a_shared_call_stays_within_its_padded_tokens() -> None:
+    shared, fake = SharedCalls(), FakeBiLM(hold_first=True)
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(shared.run, None, [["x"]], fake, 8)
+        while not fake.calls:
+            time.sleep(0.001)
+        rest = [pool.submit(shared.run, None, [["a", "b"]], fake, 8) for _ in range(3)]  # 4 positions each
+        while len(shared._pending) < 3:
+            time.sleep(0.001)
+        fake.release.set()
+        [f.result() for f in [first] + rest]
+    assert all(len(call) * (max(map(len, call)) + 2) <= 8 for call in fake.calls[1:])
+    assert sorted(map(len, fake.calls)) == [1, 1, 2]
+
+
+def test_an_empty_call_is_not_queued() -> None:
+    assert SharedCalls().run(None, [], lambda sentences: torch.zeros(1, 0, 2, WIDTH), 10).shape == (1, 0, 2, WIDTH)
+
+
+@pytest.mark.parametrize("tensor_only", [True, False], ids=["mixed", "layers"])
+def test_threads_calling_the_pipeline_share_calls_and_get_the_serial_vectors(
+    bilm_files, monkeypatch, tensor_only
+) -> None:
+    """``nlp(text)`` from 8 threads at once: fewer biLM calls than docs, each doc its serial vectors
+    (the mixed path without listeners, and whole layers with ``store_layers``)."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={**elmo_config(bilm_files), "threads": 1, "store_layers": not tensor_only})
+    nlp.initialize()
+    texts = [f"Request {i} asks for {'many ' * i}vectors ." for i in range(16)]
+    serial = [nlp(text) for text in texts]
+    calls: List[int] = []
+    forward = BiLM.forward
+
+    def slow_forward(self, *args, **kwargs):
+        calls.append(1)
+        time.sleep(0.02)  # callers that arrive meanwhile queue behind this call
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(BiLM, "forward", slow_forward)
+    with ThreadPoolExecutor(8) as pool:
+        docs = list(pool.map(nlp, texts))
+    assert len(calls) < len(texts)
+    for doc, alone in zip(docs, serial):
+        assert [t.text for t in doc] == [t.text for t in alone]
+        numpy.testing.assert_allclose(doc.tensor, alone.tensor, rtol=1e-5, atol=1e-6)
+        if not tensor_only:
+            numpy.testing.assert_allclose(doc._.elmo_layers, alone._.elmo_layers, rtol=1e-5, atol=1e-6)
