@@ -164,7 +164,8 @@ def create_app(worker: Worker, limits: RequestLimits = DEFAULT_REQUESTS, shutdow
         lifespan=lifespan,
     )
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
-    app.add_exception_handler(RequestValidationError, invalid_request)  # type: ignore[arg-type]  (typed for Exception)
+    # starlette types a handler's error as any Exception; this one gets its own class only
+    app.add_exception_handler(RequestValidationError, invalid_request)  # type: ignore[arg-type]
     _add_routes(app, worker, limits)
     return app
 
