@@ -19,11 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .. import __version__
 from .settings import RequestLimits
 from .worker import NotReady, Overloaded, ShuttingDown, Worker, logger, resident_mib
 
 DEFAULT_REQUESTS = RequestLimits()
+# The version of the HTTP interface (OpenAPI's info.version): a change that breaks a client raises it.
+API_VERSION = "1.0"
 # While the pipeline loads, or the server stops, a client may try again after this many seconds.
 NOT_READY_RETRY_AFTER = 5
 
@@ -159,7 +160,7 @@ def create_app(worker: Worker, limits: RequestLimits = DEFAULT_REQUESTS, shutdow
 
     app = FastAPI(
         title="spacy-elmo serve",
-        version=__version__,
+        version=API_VERSION,
         description="A spaCy pipeline with ELMo over HTTP: POST texts to /pipe, poll /health.",
         lifespan=lifespan,
     )

@@ -199,7 +199,8 @@ class Worker:
         start = time.perf_counter()
         for text in self._warm_up_texts:
             run([text], [True])
-        run(self._warm_up_texts, [True] * len(self._warm_up_texts))
+        if len(self._warm_up_texts) > 1:
+            run(self._warm_up_texts, [True] * len(self._warm_up_texts))
         self.rest_mib = resident_mib()
         rest = "unknown" if self.rest_mib is None else f"{self.rest_mib:.0f} MiB"
         logger.info("warm-up took %.2f s; resident memory at rest: %s", time.perf_counter() - start, rest)
