@@ -72,10 +72,9 @@ def load_pipeline(source: PipelineSource) -> Language:
     )
     for name, component in nlp.pipeline:
         if isinstance(component, Elmo):
-            bilm = get_bilm(component.model)
-            logger.info(
-                "%s: precision %r runs %s on %s", name, bilm.precision, bilm.resolved_precision.precision, bilm.device
-            )
+            bilm = get_bilm(component.model)  # the pipe predicts without gradients: inference's precision
+            running = bilm.resolved_precision_for(training=False).precision
+            logger.info("%s: precision %r runs %s on %s", name, bilm.precision, running, bilm.device)
     return nlp
 
 
