@@ -1,5 +1,5 @@
 """The package's layering: pretrained (files and downloads) | bilm (pure torch) | layers (thinc) | component + architectures (spaCy)
-| pretraining | embed (no component code) | cli, with no import cycle. Read from the source, imports inside functions included."""
+| pretraining | embed (no component code) | serve (no pretraining, embed or CLI) | cli, with no import cycle. Read from the source, imports inside functions included."""
 
 import ast
 from pathlib import Path
@@ -87,6 +87,9 @@ def test_find_cycle_sees_one() -> None:
     ("spacy_elmo.pretraining", {"spacy_elmo.bilm", "spacy_elmo.fileio", "spacy_elmo.option_fields", "spacy_elmo.pretraining"}),
     ("spacy_elmo.embed", {"spacy_elmo.bilm", "spacy_elmo.fileio", "spacy_elmo.option_fields", "spacy_elmo.published",
                           "spacy_elmo.pretraining", "spacy_elmo.embed"}),
+    # The service runs a pipeline: the component and what it stands on, never pretraining, embed or the CLI.
+    ("spacy_elmo.serve", {"spacy_elmo.serve", "spacy_elmo.pipeline_component", "spacy_elmo.vector_hooks",
+                          "spacy_elmo.layers", "spacy_elmo.published", "spacy_elmo.bilm", "spacy_elmo.fileio"}),
 ])
 def test_rooms_import_only_below_them(room: str, allowed: Set[str]) -> None:
     for name, targets in graph().items():
@@ -122,3 +125,12 @@ def test_biLM_top_level_holds_few_modules() -> None:
 def test_the_biLM_is_pure_torch() -> None:
     for path in (PACKAGE / "bilm").rglob("*.py"):
         assert not {t.split(".")[0] for t in imports_of(path)} & {"spacy", "thinc"}, path
+
+
+def test_only_the_command_line_imports_the_service() -> None:
+    """The library runs without the serve extra: nothing outside spacy_elmo.serve imports it but the CLI."""
+    importers = {
+        name for name, targets in graph().items()
+        if any(t.startswith("spacy_elmo.serve") for t in targets) and not name.startswith(("spacy_elmo.serve", "spacy_elmo.cli"))
+    }
+    assert importers == set()

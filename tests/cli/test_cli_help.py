@@ -5,7 +5,7 @@ from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
 
-COMMANDS = ["pretrain", "export", "copy-pretrained", "embed", "models", "download", "bench"]
+COMMANDS = ["pretrain", "export", "copy-pretrained", "embed", "models", "download", "bench", "serve"]
 
 
 @pytest.mark.parametrize("command", [[], *([name] for name in COMMANDS)])

@@ -1,0 +1,74 @@
+"""What ``spacy-elmo serve`` takes: request limits, batching, the queue, the address.
+
+Plain values, so the command line's help shows them without FastAPI or uvicorn installed; the
+command's flags and ``SPACY_ELMO_SERVE_*`` variables set them (docs/serving.md lists them).
+"""
+
+from dataclasses import dataclass
+
+ENV_PREFIX = "SPACY_ELMO_SERVE_"
+
+# A JSON string may spell one character in up to 12 bytes (a surrogate pair, "\ud83d\ude00"):
+# a body over this many bytes per allowed character, plus the list's own syntax, is refused unread.
+BODY_BYTES_PER_CHAR = 12
+BODY_BYTES_PER_TEXT = 8
+BODY_BYTES_OVERHEAD = 4096
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one ``POST /pipe`` may hold; more is a 413 that says which limit and its flag."""
+
+    max_texts: int = 128
+    max_text_chars: int = 100_000
+    max_request_chars: int = 1_000_000
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest body read: the request's characters at JSON's widest spelling, and its syntax."""
+        return BODY_BYTES_PER_CHAR * self.max_request_chars + BODY_BYTES_PER_TEXT * self.max_texts + BODY_BYTES_OVERHEAD
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """How queued requests form the worker's batches, and how many may wait.
+
+    A batch takes whole requests, in arrival order, while it holds at most ``max_batch_texts``
+    texts and ``max_batch_chars`` characters (characters stand for tokens, which are not known
+    before the tokenizer runs); a request larger than either runs alone. At most ``queue_size``
+    requests wait beside the running batch; one more is refused with 503 and ``Retry-After``.
+    """
+
+    max_batch_texts: int = 64
+    max_batch_chars: int = 100_000
+    queue_size: int = 32
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Everything ``spacy-elmo serve`` is given beside its pipeline."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    requests: RequestLimits = RequestLimits()
+    batches: BatchLimits = BatchLimits()
+    shutdown_timeout: float = 30.0
+    log_level: str = "info"
+
+    def check(self) -> None:
+        """A ValueError naming the setting that cannot work, before anything loads."""
+        counts = {
+            "max_texts": self.requests.max_texts,
+            "max_text_chars": self.requests.max_text_chars,
+            "max_request_chars": self.requests.max_request_chars,
+            "max_batch_texts": self.batches.max_batch_texts,
+            "max_batch_chars": self.batches.max_batch_chars,
+            "queue_size": self.batches.queue_size,
+        }
+        for name, value in counts.items():
+            if value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"--port must be 0 to 65535, got {self.port}")
+        if self.shutdown_timeout <= 0:
+            raise ValueError(f"--shutdown-timeout must be positive (seconds), got {self.shutdown_timeout}")

@@ -1,0 +1,30 @@
+"""``spacy-elmo serve``'s errors before it serves: the extra missing, a PIPELINE that names nothing,
+a setting that cannot work (from a flag or its SPACY_ELMO_SERVE_* variable)."""
+
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from spacy_elmo.cli import app
+
+
+def test_without_the_serve_extra_it_says_what_to_install(monkeypatch) -> None:
+    for module in [name for name in sys.modules if name.startswith("spacy_elmo.serve.")]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # import fastapi fails as where it is not installed
+    result = CliRunner().invoke(app, ["serve", "en"])
+    assert result.exit_code == 1 and 'pip install ".[serve]"' in result.output, result.output
+
+
+def test_a_pipeline_that_names_nothing_is_an_error_listing_what_it_may_be(tmp_path) -> None:
+    result = CliRunner().invoke(app, ["serve", "no-such-pipeline-or-biLM"])
+    assert result.exit_code == 1 and "is neither a directory, an installed pipeline package" in result.output
+    result = CliRunner().invoke(app, ["serve", str(tmp_path)])
+    assert result.exit_code == 1 and "without a config.cfg" in result.output
+
+
+@pytest.mark.parametrize("args,env", [(["--queue-size", "0"], {}), ([], {"SPACY_ELMO_SERVE_QUEUE_SIZE": "0"})])
+def test_a_setting_from_a_flag_or_its_variable_is_checked_before_anything_loads(args, env) -> None:
+    result = CliRunner().invoke(app, ["serve", "en", *args], env=env)
+    assert result.exit_code == 1 and "--queue-size must be at least 1, got 0" in result.output, result.output

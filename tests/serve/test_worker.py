@@ -1,0 +1,203 @@
+"""The worker that owns the pipeline, without HTTP: how queued requests form batches, that each
+request gets its own outputs or its own error, the queue's bound, closing, and a batch's memory zone."""
+
+import threading
+from collections import deque
+from concurrent.futures import Future
+from typing import Any, List, Sequence
+
+import pytest
+import spacy
+from spacy.language import Language
+
+from spacy_elmo.serve.pipeline import PipelineRun, doc_output
+from spacy_elmo.serve.settings import BatchLimits
+from spacy_elmo.serve.worker import (
+    Job,
+    NotReady,
+    Overloaded,
+    ShuttingDown,
+    Worker,
+    form_batch,
+    retry_after_seconds,
+)
+
+from ..helpers import elmo_config
+
+TIMEOUT = 10
+
+
+class RecordingRun:
+    """A batch run that records each batch's texts, fails on the text "boom", and holds the first
+    batch until ``release`` is set (so that callers queue behind it)."""
+
+    def __init__(self) -> None:
+        self.batches: List[List[str]] = []
+        self.first_started = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, texts: Sequence[str], vectors: Sequence[bool]) -> List[Any]:
+        self.batches.append(list(texts))
+        if len(self.batches) == 1:
+            self.first_started.set()
+            assert self.release.wait(TIMEOUT)
+        if "boom" in texts:
+            raise ValueError("boom")
+        return [(text.upper(), wanted) for text, wanted in zip(texts, vectors)]
+
+
+def started_worker(run: RecordingRun, **limits: int) -> Worker:
+    """A worker on ``run``, ready, its warm-up's batches forgotten, its first batch about to block."""
+    worker = Worker(lambda: run, BatchLimits(**limits), warm_up_texts=("warm-up",))
+    run.release.set()  # let the warm-up's batches through
+    worker.start()
+    wait_ready(worker)
+    run.batches.clear()
+    run.first_started.clear()
+    run.release.clear()
+    return worker
+
+
+def wait_ready(worker: Worker) -> None:
+    pause = threading.Event()
+    for _ in range(TIMEOUT * 100):
+        if worker.ready or worker.failure is not None:
+            break
+        pause.wait(0.01)
+    assert worker.ready, worker.state
+
+
+def test_a_batch_takes_whole_requests_in_order_within_its_limits() -> None:
+    jobs = deque(Job(texts, False) for texts in (["ab", "c"], ["d"], ["e", "f"], ["g"]))
+    assert [job.texts for job in form_batch(jobs, BatchLimits(max_batch_texts=3))] == [["ab", "c"], ["d"]]
+    assert [job.texts for job in form_batch(jobs, BatchLimits(max_batch_texts=3, max_batch_chars=2))] == [["e", "f"]]
+    big = deque([Job(["x" * 50], False), Job(["y"], False)])
+    assert [job.texts for job in form_batch(big, BatchLimits(max_batch_chars=10))] == [["x" * 50]]  # alone
+
+
+def test_callers_that_arrive_during_a_batch_form_the_next_one_and_each_gets_its_own_outputs() -> None:
+    run = RecordingRun()
+    worker = started_worker(run, max_batch_texts=4)
+    first = worker.submit(["a"], vectors=False)
+    assert run.first_started.wait(TIMEOUT)
+    waiting = [worker.submit(texts, vectors=i % 2 == 0) for i, texts in enumerate([["b", "c"], ["d"], ["e"], ["f"]])]
+    assert worker.queued == 4
+    run.release.set()
+    assert first.result(TIMEOUT) == [("A", False)]
+    assert [f.result(TIMEOUT) for f in waiting] == [
+        [("B", True), ("C", True)], [("D", False)], [("E", True)], [("F", False)]
+    ]
+    assert run.batches == [["a"], ["b", "c", "d", "e"], ["f"]]
+    assert worker.close(TIMEOUT)
+
+
+def test_an_error_reaches_only_the_request_whose_text_raised_it() -> None:
+    run = RecordingRun()
+    worker = started_worker(run)
+    worker.submit(["a"], vectors=False)
+    assert run.first_started.wait(TIMEOUT)
+    before, failing, after = (worker.submit(texts, False) for texts in (["b"], ["c", "boom"], ["d"]))
+    run.release.set()
+    assert before.result(TIMEOUT) == [("B", False)] and after.result(TIMEOUT) == [("D", False)]
+    with pytest.raises(ValueError, match="boom"):
+        failing.result(TIMEOUT)
+    assert run.batches[1:] == [["b", "c", "boom", "d"], ["b"], ["c", "boom"], ["d"]]  # the batch, then each alone
+    assert worker.close(TIMEOUT)
+
+
+def test_a_full_queue_refuses_with_a_retry_after_and_a_closed_worker_drains_what_it_holds() -> None:
+    run = RecordingRun()
+    worker = started_worker(run, queue_size=2)
+    worker.submit(["a"], False)
+    assert run.first_started.wait(TIMEOUT)
+    queued = [worker.submit([text], False) for text in ("b", "c")]
+    with pytest.raises(Overloaded, match="queue is full") as refused:
+        worker.submit(["d"], False)
+    assert refused.value.retry_after >= 1
+    closer = threading.Thread(target=worker.close, args=(TIMEOUT,))
+    closer.start()
+    pause = threading.Event()
+    for _ in range(TIMEOUT * 100):
+        if worker.state == "stopping":
+            break
+        pause.wait(0.01)
+    with pytest.raises(ShuttingDown):
+        worker.submit(["e"], False)
+    run.release.set()
+    closer.join(TIMEOUT)
+    assert [f.result(0) for f in queued] == [[("B", False)], [("C", False)]]
+    assert worker.state == "stopping" and not closer.is_alive()
+
+
+def test_a_request_whose_caller_left_is_not_run() -> None:
+    run = RecordingRun()
+    worker = started_worker(run)
+    worker.submit(["a"], False)
+    assert run.first_started.wait(TIMEOUT)
+    left, kept = worker.submit(["left"], False), worker.submit(["kept"], False)
+    assert left.cancel()
+    run.release.set()
+    assert kept.result(TIMEOUT) == [("KEPT", False)]
+    assert ["left"] not in run.batches and worker.close(TIMEOUT)
+
+
+def test_requests_before_the_pipeline_is_ready_are_refused_and_a_failed_load_is_reported() -> None:
+    release, failures = threading.Event(), []
+
+    def load() -> RecordingRun:
+        assert release.wait(TIMEOUT)
+        raise OSError("no such pipeline")
+
+    worker = Worker(load, on_failure=failures.append)
+    worker.start()
+    with pytest.raises(NotReady, match="loading"):
+        worker.submit(["a"], False)
+    release.set()
+    assert worker.close(TIMEOUT)
+    assert worker.state == "failed" and [str(error) for error in failures] == ["no such pipeline"]
+
+
+def test_retry_after_is_whole_seconds_for_the_queue_ahead() -> None:
+    assert retry_after_seconds(0.0, 0) == 1
+    assert retry_after_seconds(0.01, 250) == 3
+
+
+@pytest.fixture(scope="module")
+def nlp_elmo(bilm_files) -> Language:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={**elmo_config(bilm_files), "threads": 1})
+    nlp.initialize()
+    return nlp
+
+
+def test_a_batch_runs_in_one_memory_zone_and_gives_what_nlp_pipe_gives(nlp_elmo: Language) -> None:
+    strings = len(nlp_elmo.vocab.strings)
+    run = PipelineRun(nlp_elmo)
+    texts = ["zorblax quimfet .", "", "  ", "Alice saw glorptuna ."]
+    outputs = run(texts, [True, False, True, True])
+    assert len(nlp_elmo.vocab.strings) == strings  # the zone dropped the new words
+    expected = [doc_output(doc, True) for doc in nlp_elmo.pipe(texts)]
+    assert [o["tokens"] for o in outputs] == [e["tokens"] for e in expected]
+    assert "vectors" not in outputs[1] and outputs[0]["vectors"] == expected[0]["vectors"]
+    assert len(outputs[2]["vectors"]) == len(outputs[2]["tokens"]) == 1
+
+
+def test_future_results_come_from_the_worker_thread_only() -> None:
+    """Only the worker's thread calls the pipeline, whoever submits."""
+    threads: List[str] = []
+
+    def run(texts: Sequence[str], vectors: Sequence[bool]) -> List[Any]:
+        threads.append(threading.current_thread().name)
+        return list(texts)
+
+    worker = Worker(lambda: run, warm_up_texts=("w",))
+    worker.start()
+    futures: List[Future] = []
+    wait_ready(worker)
+    submitters = [threading.Thread(target=lambda: futures.append(worker.submit(["x"], False))) for _ in range(8)]
+    for thread in submitters:
+        thread.start()
+    for thread in submitters:
+        thread.join(TIMEOUT)
+    assert [f.result(TIMEOUT) for f in futures] == [["x"]] * 8
+    assert set(threads) == {"spacy-elmo-pipeline"} and worker.close(TIMEOUT)
