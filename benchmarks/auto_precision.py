@@ -28,6 +28,7 @@ import typer
 
 from harness import fresh_sentences, interleaved, machine
 from spacy_elmo import BiLM, ElmoOptions
+from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.model.options import ORIGINAL_SIZES
 from spacy_elmo.bilm.precision import autotune
 from spacy_elmo.bilm.precision.flops import flops_per_token
@@ -97,7 +98,7 @@ def main(
     cache: Optional[Path] = typer.Option(None, help="SPACY_ELMO_CACHE for the decision [default: a fresh one]"),
 ) -> None:
     torch.set_num_threads(threads)
-    os.environ.pop(autotune.PRECISION_ENV, None)
+    os.environ.pop(settings.PRECISION_ENV, None)
     os.environ["SPACY_ELMO_CACHE"] = str(cache or tempfile.mkdtemp(prefix="spacy-elmo-auto-"))
     torch.manual_seed(0)  # untrained weights, as pretraining starts from: they cost what trained ones do
     model = BiLM(ORIGINAL, cache_size=0, max_batch_tokens=10**9).eval()

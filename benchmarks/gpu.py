@@ -114,10 +114,10 @@ LOOPS = {"graphs": ("1", "1"), "fused": ("1", "0"), "eager": ("0", "1")}
 def with_lstm_loop(loop: str, rate: Callable[[], float]) -> float:
     """``rate()`` with the GPU's LSTM loop ``loop`` of :data:`LOOPS`."""
     from spacy_elmo.bilm.kernels.gpu import cuda_graphs
-    from spacy_elmo.bilm.kernels.gpu.fused_lstm import FUSED_LSTM_ENV as FUSED
+    from spacy_elmo.bilm.settings import CUDA_GRAPHS_ENV, FUSED_LSTM_ENV
 
-    saved = {name: os.environ.get(name) for name in (FUSED, cuda_graphs.CUDA_GRAPHS_ENV)}
-    os.environ[FUSED], os.environ[cuda_graphs.CUDA_GRAPHS_ENV] = LOOPS[loop]
+    saved = {name: os.environ.get(name) for name in (FUSED_LSTM_ENV, CUDA_GRAPHS_ENV)}
+    os.environ[FUSED_LSTM_ENV], os.environ[CUDA_GRAPHS_ENV] = LOOPS[loop]
     graph_dtypes = cuda_graphs.GRAPH_DTYPES
     cuda_graphs.GRAPH_DTYPES = (torch.float32, torch.bfloat16)
     try:

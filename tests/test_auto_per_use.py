@@ -19,7 +19,7 @@ from spacy.cli.train import train
 from spacy_elmo import BiLM
 from spacy_elmo.bilm.model import bilm as model_module
 from spacy_elmo.bilm.precision import autotune
-from spacy_elmo.bilm.precision.resolved import PRECISION_ENV
+from spacy_elmo.bilm.settings import PRECISION_ENV
 from spacy_elmo.embed import EmbedSettings, ray_engine, run_embed
 from spacy_elmo.embed.store import FeatureStore
 

@@ -134,3 +134,46 @@ def test_only_the_command_line_imports_the_service() -> None:
         if any(t.startswith("spacy_elmo.serve") for t in targets) and not name.startswith(("spacy_elmo.serve", "spacy_elmo.cli"))
     }
     assert importers == set()
+
+
+# The only modules that read environment variables: the biLM's switches and the downloads'
+# settings. The rest of the package takes the values from them.
+ENVIRONMENT_READERS = {"spacy_elmo.bilm.settings", "spacy_elmo.published.settings"}
+ENVIRONMENT_NAMES = {"environ", "environb", "getenv", "getenvb"}
+
+
+def environment_reads(source: str) -> List[int]:
+    """The lines of ``source`` that read the process environment: ``os.environ`` (``os`` under any
+    name), ``os.getenv``, or either imported from ``os``; not assigning or deleting a variable
+    (``os.environ[NAME] = value``: setting it for a child process)."""
+    tree = ast.parse(source)
+    os_names = {alias.asname or "os" for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names if alias.name == "os"}
+    written = {id(node.value) for node in ast.walk(tree)
+               if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del))}
+    lines = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr in ENVIRONMENT_NAMES and isinstance(node.value, ast.Name)
+                and node.value.id in os_names and id(node) not in written):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module == "os" and {a.name for a in node.names} & ENVIRONMENT_NAMES:
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_only_the_settings_modules_read_the_environment() -> None:
+    readers = {module_name(path): environment_reads(path.read_text(encoding="utf8")) for path in PACKAGE.rglob("*.py")}
+    assert {name for name, lines in readers.items() if lines} == ENVIRONMENT_READERS, {
+        name: lines for name, lines in readers.items() if lines and name not in ENVIRONMENT_READERS}
+
+
+@pytest.mark.parametrize("source, lines", [
+    ("import os\nx = os.environ.get('A')", [2]),
+    ("import os as system\nx = system.getenv('A')", [2]),
+    ("import os\nx = os.environ['A']", [2]),
+    ("from os import environ", [1]),
+    ("import os\nos.environ['A'] = '1'\ndel os.environ['B']", []),
+    ("import os\nx = os.path.join('a', 'b')", []),
+])
+def test_environment_reads_sees_reads_not_writes(source: str, lines: List[int]) -> None:
+    assert environment_reads(source) == lines

@@ -1,7 +1,6 @@
 """``spacy-elmo bench``: the biLM's speed in each precision on this machine, what ``auto`` picks
 here, and how close each comes to the machine's own matrix-product rate."""
 
-import os
 from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
 import typer
@@ -38,8 +37,9 @@ def bench(
     """
     import torch
 
-    from ..bilm.precision.autotune import PRECISION_ENV, decisions_path, remeasure
+    from ..bilm.precision.autotune import decisions_path, remeasure
     from ..bilm.precision.timed_passes import timing_batch
+    from ..bilm.settings import PRECISION_ENV, switches
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -60,8 +60,9 @@ def bench(
     where = f"recorded in {decisions_path()}" if size is None else "not recorded: untrained weights"
     typer.echo(f'precision "auto" here: {decision.choice} for inference, {training.choice} for training ({where})')
     _roofline(bilm, decision.trials, n_distinct)
-    if os.environ.get(PRECISION_ENV):
-        typer.echo(f"{PRECISION_ENV}={os.environ[PRECISION_ENV]} overrides it in this environment")
+    override = switches().precision
+    if override:
+        typer.echo(f"{PRECISION_ENV}={override} overrides it in this environment")
 
 
 def _bench_model(model: Optional[str], size: Optional[str]) -> Tuple["BiLM", str]:

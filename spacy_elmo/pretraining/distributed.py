@@ -3,17 +3,19 @@
 When ``WORLD_SIZE`` > 1 (with ``RANK``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` as
 torchrun sets them), the process joins the group with NCCL if CUDA is available, else gloo,
 and uses GPU ``LOCAL_RANK``. Multi-node runs need nothing more: torchrun's rendezvous sets the
-same variables on every node.
+same variables on every node. The package reads the first three in
+:func:`spacy_elmo.bilm.settings.torchrun_launch`; torch reads ``MASTER_ADDR`` and ``MASTER_PORT``.
 """
 
 import gc
-import os
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, List
 
 import torch
 import torch.distributed as dist
+
+from ..bilm.settings import torchrun_launch
 
 # Rank 0 counts the vocabulary (a pass over the whole corpus) and evaluates while the others
 # wait in a collective: allow far more than the default 30 minutes.
@@ -65,13 +67,11 @@ class Distributed:
 
 def init_distributed() -> Distributed:
     """Join the process group described by the environment, or run alone."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
+    launch = torchrun_launch()
+    if launch.world <= 1:
         return Distributed(device=torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
-    rank = int(os.environ["RANK"])
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if torch.cuda.is_available():
-        device = torch.device("cuda", local_rank)
+        device = torch.device("cuda", launch.local_rank)
         torch.cuda.set_device(device)
         backend = "nccl"
     else:
@@ -79,7 +79,7 @@ def init_distributed() -> Distributed:
         backend = "gloo"
     if not dist.is_initialized():
         dist.init_process_group(backend=backend, timeout=COLLECTIVE_TIMEOUT)
-    return Distributed(rank=rank, world=world, device=device)
+    return Distributed(rank=launch.rank, world=launch.world, device=device)
 
 
 def shutdown(env: Distributed) -> None:

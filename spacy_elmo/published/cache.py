@@ -23,7 +23,6 @@ that files load as ELMo weights is passed in by the caller: ``check=BiLM.from_fi
 an archive a check of the model directory and its format.
 """
 
-import os
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Protocol, Tuple, TypeVar
 
@@ -33,16 +32,15 @@ from filelock import FileLock
 from . import records
 from .download import DownloadError, HostUnreachable
 from .records import LOCK_NAME, CacheIntegrityError, Record
+from .settings import OFFLINE_ENV, download_settings
 
-CACHE_ENV = "SPACY_ELMO_CACHE"
 APP_NAME = "spacy-elmo"  # the cache's directory name under the user's cache directory
-OFFLINE_ENV = "SPACY_ELMO_OFFLINE"
 # What a fetch gives: (options.json, weights.hdf5), or (model directory, format) for an archive;
 # covariant in the protocol, which only returns it.
 Fetched = TypeVar("Fetched")
 Fetched_co = TypeVar("Fetched_co", covariant=True)
 
-__all__ = ["CacheIntegrityError", "CachedSource", "OfflineError", "cache_root", "fetch", "offline"]
+__all__ = ["CacheIntegrityError", "CachedSource", "OfflineError", "cache_root", "fetch"]
 
 
 class OfflineError(DownloadError):
@@ -90,15 +88,10 @@ def cache_root() -> Path:
     """Where downloaded biLMs are kept: ``SPACY_ELMO_CACHE``, else the user's cache directory for
     spacy-elmo as :func:`platformdirs.user_cache_dir` gives it for this system (on Linux
     ``$XDG_CACHE_HOME/spacy-elmo``, else ``~/.cache/spacy-elmo``)."""
-    configured = os.environ.get(CACHE_ENV)
-    if configured:
-        return Path(configured).expanduser()
+    configured = download_settings().cache_dir
+    if configured is not None:
+        return configured
     return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
-
-
-def offline() -> bool:
-    """Whether ``SPACY_ELMO_OFFLINE`` forbids network access."""
-    return os.environ.get(OFFLINE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def fetch(
@@ -129,7 +122,7 @@ def fetch(
                 return found
             if source.present() and not (source.directory / records.RECORD_NAME).exists():
                 return _adopt(source, check)
-        if offline():
+        if download_settings().offline:
             raise OfflineError(
                 f"{OFFLINE_ENV} forbids downloads, and the biLM {source.label!r} is not in the cache. Fetch it once "
                 f"on a machine with network (`spacy-elmo download`, or a first load) and copy {source.directory} "

@@ -24,7 +24,6 @@ reach only a mirror.
 
 import dataclasses
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +32,8 @@ from typing import Any, Dict, Optional
 from . import PRETRAINED
 from .languages import LANGUAGE_NAMES, language_name, same_language
 from .layout import MANYLANGS, STANDARD
+from .settings import MODELS_ENV, download_settings
 
-MODELS_ENV = "SPACY_ELMO_MODELS"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 FORMATS = (STANDARD, MANYLANGS)
@@ -313,11 +312,11 @@ _ALTERNATES = {"options_url": "alternate_options_url", "weights_url": "alternate
 
 def registered_models() -> Dict[str, PublishedModel]:
     """The built-in entries, updated by the file that ``SPACY_ELMO_MODELS`` names (read at each call)."""
-    path = os.environ.get(MODELS_ENV)
-    if not path:
+    path = download_settings().models_file
+    if path is None:
         return dict(BUILTIN)
     models = dict(BUILTIN)
-    for name, fields in _read_overrides(Path(path)).items():
+    for name, fields in _read_overrides(path).items():
         base = models.get(name, PublishedModel(name))
         dropped: Dict[str, Any] = {
             alternate: None

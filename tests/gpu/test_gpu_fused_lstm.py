@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from spacy_elmo import BiLM
+from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.kernels import Float32Kernel, FusedKernel
 from spacy_elmo.bilm.kernels.bf16 import Bf16Kernel
 from spacy_elmo.bilm.kernels.gpu import cuda_graphs, fused_lstm
@@ -31,7 +32,7 @@ SENTENCES = [
 
 
 def layers_of(bilm: BiLM, fused: bool, monkeypatch) -> numpy.ndarray:
-    monkeypatch.setenv(fused_lstm.FUSED_LSTM_ENV, "1" if fused else "0")
+    monkeypatch.setenv(settings.FUSED_LSTM_ENV, "1" if fused else "0")
     return numpy.concatenate([layers.reshape(-1, layers.shape[-1]) for layers in bilm.embed_sentences(SENTENCES)])
 
 
@@ -61,8 +62,8 @@ def graphs(monkeypatch) -> Iterator[Callable[[], int]]:
     graphs it holds."""
     monkeypatch.setattr(cuda_graphs, "_CACHES", {})
     monkeypatch.setattr(cuda_graphs, "GRAPH_DTYPES", (torch.float32, torch.bfloat16))
-    monkeypatch.delenv(cuda_graphs.CUDA_GRAPHS_ENV, raising=False)
-    monkeypatch.delenv(fused_lstm.FUSED_LSTM_ENV, raising=False)
+    monkeypatch.delenv(settings.CUDA_GRAPHS_ENV, raising=False)
+    monkeypatch.delenv(settings.FUSED_LSTM_ENV, raising=False)
     yield lambda: sum(len(cache) for cache in cuda_graphs._CACHES.values())
 
 
@@ -147,7 +148,7 @@ def test_a_weight_changed_in_place_is_never_replayed_stale(graphs, dtype) -> Non
 
 
 def test_without_graphs_the_fused_loop_is_launched(graphs, monkeypatch) -> None:
-    monkeypatch.setenv(cuda_graphs.CUDA_GRAPHS_ENV, "0")
+    monkeypatch.setenv(settings.CUDA_GRAPHS_ENV, "0")
     layer = gpu_layer(3)
     batch = random_batch(4, sorted(LENGTHS_B, reverse=True))
     for _ in range(3):

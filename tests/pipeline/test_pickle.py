@@ -17,6 +17,7 @@ from spacy.tokens import Doc
 from thinc.api import Optimizer, fix_random_seed
 
 from spacy_elmo import BiLM
+from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.kernels.int8_packs import Int8Weights, int8_available
 from spacy_elmo.bilm.memory import offload
 from spacy_elmo.bilm.memory.offload import on_disk
@@ -154,7 +155,7 @@ def test_each_precision_pickles_to_the_same_layers(bilm_files, precision: str, m
 def test_offloaded_weights_travel_in_the_pickle(bilm_files, monkeypatch) -> None:
     """Weights moved to a temporary file (already unlinked) are pickled as values, held in memory."""
     monkeypatch.setattr(offload, "MIN_BYTES", 0)
-    monkeypatch.delenv(offload.OFFLOAD_ENV, raising=False)
+    monkeypatch.delenv(settings.OFFLOAD_ENV, raising=False)
     nlp = elmo_alone(bilm_files, precision="bf16")
     expected = [doc._.elmo_layers for doc in nlp.pipe(TEXTS)]
     weights = list(get_bilm(nlp.get_pipe("elmo").model).parameters())

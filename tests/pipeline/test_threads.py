@@ -14,7 +14,7 @@ import torch
 from spacy_elmo import threads as threads_module
 from spacy_elmo.bilm import BiLM
 from spacy_elmo.bilm.precision import autotune
-from spacy_elmo.bilm.precision.resolved import PRECISION_ENV
+from spacy_elmo.bilm.settings import PRECISION_ENV
 from spacy_elmo.threads import available_cores, busy_elsewhere, resolve_threads
 
 from ..helpers import elmo_config

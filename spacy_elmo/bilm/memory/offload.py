@@ -22,7 +22,6 @@ import contextlib
 import ctypes
 import logging
 import mmap
-import os
 import sys
 import tempfile
 import threading
@@ -33,9 +32,10 @@ import torch
 from torch import Tensor
 from torch.utils.weak import WeakIdKeyDictionary
 
+from ..settings import switches
+
 logger = logging.getLogger("spacy_elmo")
 
-OFFLOAD_ENV = "SPACY_ELMO_OFFLOAD"
 # Weights smaller than this stay in memory: biases and the char embedding cost little, and a
 # file per small tensor would cost more than it saves. The Original size's LSTM and highway
 # weights are 4-32 MB each.
@@ -56,7 +56,7 @@ def offload(tensors: Iterable[Tensor]) -> None:
     """Move each large float32 CPU tensor of ``tensors`` frozen for inference to a file mapped
     copy-on-write, once; of those moved before, drop the pages that making this copy read back
     (:func:`evict`)."""
-    if os.environ.get(OFFLOAD_ENV, "1").strip() == "0":
+    if not switches().offload:
         return
     for tensor in tensors:
         if on_disk(tensor):

@@ -38,7 +38,6 @@ what costs, and timing would cost more than it could save.
 
 import contextlib
 import logging
-import os
 import statistics
 import threading
 import time
@@ -51,10 +50,11 @@ import torch
 from ..formats.identity import model_digest
 from ..kernels.int8_packs import int8_available
 from ..model.options import ElmoOptions
+from ..settings import PRECISION_ENV, switches
 from . import compat
 from .decisions import decision_key, decisions_path, locked, read_decisions, record_decision, recorded_rates
 from .flops import flops_per_token
-from .resolved import PRECISION_ENV, check_precision, cpu_has_native_bf16
+from .resolved import check_precision, cpu_has_native_bf16
 from .timed_passes import BATCH_ROWS, BATCH_WORDS, Clock, Passes, Run, TunedModel, model_passes
 
 logger = logging.getLogger("spacy_elmo")
@@ -127,7 +127,7 @@ def decide(
     """The decision for ``model``'s inference (or training) at :func:`decision_threads`: from the
     environment, memory, the cache file, or measured now and recorded (``run`` and ``clock``
     replace the biLM's passes and the timer in tests)."""
-    override = os.environ.get(PRECISION_ENV, "").strip()
+    override = switches().precision
     if override and _candidates_for(training, [_checked_override(override)]):  # int8 set: training measures
         return Decision(override, {}, "env")
     if flops_per_token(model.options).total < MIN_MEASURED_FLOPS:

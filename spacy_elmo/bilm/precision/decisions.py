@@ -19,8 +19,10 @@ from typing import Dict, Iterable, Iterator, Optional, Sequence
 from filelock import FileLock
 
 from ...fileio import atomic_path
-from ...published.cache import CACHE_ENV, cache_root
-from .resolved import PRECISION_ENV, check_precision
+from ...published.cache import cache_root
+from ...published.settings import CACHE_ENV
+from ..settings import PRECISION_ENV
+from .resolved import check_precision
 
 logger = logging.getLogger("spacy_elmo")
 

@@ -33,7 +33,6 @@ decided in one place: :class:`ResolvedPrecision`.
 """
 
 import contextlib
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Optional, Sequence, Tuple
@@ -42,6 +41,7 @@ import torch
 from torch import Tensor
 
 from ..memory.offload import MOVING, offload
+from ..settings import switches
 from . import compat
 
 Precision = Literal["fp32", "bf16", "int8", "auto"]
@@ -52,10 +52,6 @@ Explicit = Literal["fp32", "bf16", "int8"]
 # "dynamic int8 products" (weights int8, activations quantized per call, float32 out: see .int8).
 INT8 = torch.qint8
 _DTYPES: Dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": INT8}
-
-# Decides what "auto" means on a CPU instead of a measurement (.autotune): for inference, and for
-# training where it names fp32 or bf16.
-PRECISION_ENV = "SPACY_ELMO_PRECISION"
 
 # The compute capability from which NVIDIA GPUs have bf16 tensor cores (Ampere, sm_80).
 NATIVE_BF16_CAPABILITY: Tuple[int, int] = (8, 0)
@@ -150,7 +146,7 @@ class ResolvedPrecision:
     @classmethod
     def _unmeasured(cls) -> "ResolvedPrecision":
         """``auto`` on a CPU with no model to time: fp32, unless ``SPACY_ELMO_PRECISION`` names fp32 or bf16."""
-        override = os.environ.get(PRECISION_ENV, "").strip()
+        override = switches().precision
         return cls(override if override in ("fp32", "bf16") else "fp32")  # type: ignore[arg-type]
 
     @classmethod

@@ -15,7 +15,7 @@ from typing import Callable, List, Sequence
 import pytest
 import torch
 
-from spacy_elmo.bilm import kernels
+from spacy_elmo.bilm import kernels, settings
 from spacy_elmo.bilm.kernels.gpu import cuda_graphs
 from spacy_elmo.bilm.model.lstm import ProjectedLSTM
 
@@ -206,9 +206,9 @@ def test_threads_take_turns_with_the_shared_buffers() -> None:
 )
 def test_which_fused_passes_replay_graphs(monkeypatch, device, dtype, switch, expected) -> None:
     if switch is None:
-        monkeypatch.delenv(cuda_graphs.CUDA_GRAPHS_ENV, raising=False)
+        monkeypatch.delenv(settings.CUDA_GRAPHS_ENV, raising=False)
     else:
-        monkeypatch.setenv(cuda_graphs.CUDA_GRAPHS_ENV, switch)
+        monkeypatch.setenv(settings.CUDA_GRAPHS_ENV, switch)
     assert cuda_graphs.use_cuda_graphs(torch.device(device), dtype) is expected
 
 

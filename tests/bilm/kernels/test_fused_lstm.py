@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from spacy_elmo.bilm import kernels
+from spacy_elmo.bilm import kernels, settings
 from spacy_elmo.bilm.kernels.gpu import fused_lstm
 from spacy_elmo.bilm.model.lstm import ProjectedLSTM
 
@@ -152,8 +152,8 @@ def test_a_biLM_through_the_fused_loop_gives_the_eager_layers_and_states(monkeyp
 )
 def test_which_passes_take_the_fused_loop(monkeypatch, device, dtype, grad, switch, expected) -> None:
     if switch is None:
-        monkeypatch.delenv(fused_lstm.FUSED_LSTM_ENV, raising=False)
+        monkeypatch.delenv(settings.FUSED_LSTM_ENV, raising=False)
     else:
-        monkeypatch.setenv(fused_lstm.FUSED_LSTM_ENV, switch)
+        monkeypatch.setenv(settings.FUSED_LSTM_ENV, switch)
     with torch.set_grad_enabled(grad):
         assert fused_lstm.use_fused_lstm(torch.device(device), dtype) is expected

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.kernels import Bf16Kernel, Float32Kernel, FusedKernel, Int8Kernel, kernel_for
 from spacy_elmo.bilm.kernels.gpu import fused_lstm
 from spacy_elmo.bilm.kernels.int8_packs import Int8Weights, int8_available
@@ -26,7 +27,7 @@ from ...helpers import REAL_TEXT, random_bilm
 )
 def test_a_pass_takes_the_kernel_of_its_products_device_and_gradient_mode(monkeypatch, dtype, device, grad, expected):
     monkeypatch.setattr(fused_lstm, "HAS_TRITON", True)
-    monkeypatch.delenv(fused_lstm.FUSED_LSTM_ENV, raising=False)
+    monkeypatch.delenv(settings.FUSED_LSTM_ENV, raising=False)
     with torch.set_grad_enabled(grad):
         kernel = kernel_for(dtype, torch.device(device), LowPrecisionWeights(), Int8Weights())
     assert type(kernel) is expected

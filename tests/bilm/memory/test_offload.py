@@ -12,6 +12,7 @@ import numpy
 import pytest
 import torch
 
+from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.kernels import int8_packs
 from spacy_elmo.bilm.kernels.int8_packs import Int8Weights
 from spacy_elmo.bilm.memory import offload
@@ -24,7 +25,7 @@ from ...helpers import REAL_TEXT, random_bilm, write_bilm_files
 @pytest.fixture
 def every_weight_moves(monkeypatch):
     monkeypatch.setattr(offload, "MIN_BYTES", 0)
-    monkeypatch.delenv(offload.OFFLOAD_ENV, raising=False)
+    monkeypatch.delenv(settings.OFFLOAD_ENV, raising=False)
 
 
 def made_copies(model):
@@ -59,7 +60,7 @@ def test_small_tensors_other_dtypes_unfrozen_ones_and_opted_out_runs_stay_in_mem
     offload.offload([small, half, kept])
     assert kept.data_ptr() == address
     assert not any(on_disk(t) for t in (small, half, kept))
-    monkeypatch.setenv(offload.OFFLOAD_ENV, "0")
+    monkeypatch.setenv(settings.OFFLOAD_ENV, "0")
     large = torch.randn(1024, 1024)
     freeze_for_inference([large])
     offload.offload([large])
@@ -98,10 +99,10 @@ def test_low_precision_inference_moves_its_weights_and_computes_the_same(every_w
     if precision == "int8" and not int8_packs.int8_available():
         pytest.skip("this torch build has no int8 kernels for this CPU")
     moved = random_bilm(precision=precision, cache_size=0)
-    monkeypatch.setenv(offload.OFFLOAD_ENV, "0")
+    monkeypatch.setenv(settings.OFFLOAD_ENV, "0")
     kept = random_bilm(precision=precision, cache_size=0)
     expected = kept.embed_sentences(REAL_TEXT)
-    monkeypatch.delenv(offload.OFFLOAD_ENV)
+    monkeypatch.delenv(settings.OFFLOAD_ENV)
     moved.prepare_inference()
     first = moved.embed_sentences(REAL_TEXT)
     lstm_weights = [layer.hidden_weight for layer in moved.lstm.layers]

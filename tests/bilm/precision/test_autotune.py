@@ -13,6 +13,7 @@ import torch
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
+from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.formats.identity import weights_digest
 from spacy_elmo.bilm.kernels.int8_packs import Int8Weights, int8_available
 from spacy_elmo.bilm.precision import autotune, compat, timed_passes
@@ -39,7 +40,7 @@ def measured_bilm(seed: int = 0) -> BiLM:
 @pytest.fixture(autouse=True)
 def fresh_decisions(monkeypatch, tmp_path):
     """No override, an empty cache directory, nothing decided in this process, every precision runnable."""
-    monkeypatch.delenv(autotune.PRECISION_ENV, raising=False)
+    monkeypatch.delenv(settings.PRECISION_ENV, raising=False)
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(autotune, "_decided", {})
     monkeypatch.setattr(autotune, "candidates", lambda: list(PRECISIONS))
@@ -205,7 +206,7 @@ def test_an_unreadable_cache_file_is_ignored_and_rewritten(content):
 
 @pytest.mark.parametrize("value", ["fp32", "bf16", "int8"])
 def test_the_environment_decides_auto_without_timing(monkeypatch, value):
-    monkeypatch.setenv(autotune.PRECISION_ENV, value)
+    monkeypatch.setenv(settings.PRECISION_ENV, value)
     decision = autotune.decide(BiLM(measured_options()), never, never)
     assert (decision.choice, decision.source) == (value, "env")
     assert not autotune.decisions_path().exists()
@@ -214,7 +215,7 @@ def test_the_environment_decides_auto_without_timing(monkeypatch, value):
 @pytest.mark.parametrize("value, message", [("fp16", "SPACY_ELMO_PRECISION='fp16': precision must be one of"),
                                             ("auto", "give fp32, bf16 or int8")])
 def test_a_wrong_environment_value_says_what_to_set(monkeypatch, value, message):
-    monkeypatch.setenv(autotune.PRECISION_ENV, value)
+    monkeypatch.setenv(settings.PRECISION_ENV, value)
     with pytest.raises(ValueError, match=message):
         autotune.decide(BiLM(measured_options()), never, never)
 
@@ -247,7 +248,7 @@ def test_inference_and_training_each_resolve_auto_by_their_own_decision(monkeypa
 
 @pytest.mark.parametrize("override, training_choice", [("fp32", "fp32"), ("bf16", "bf16"), ("int8", "measured")])
 def test_the_environment_decides_training_too_except_int8(monkeypatch, override, training_choice):
-    monkeypatch.setenv(autotune.PRECISION_ENV, override)
+    monkeypatch.setenv(settings.PRECISION_ENV, override)
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5}, noise={})
     assert autotune.decide(BiLM(measured_options()), never, never).choice == override
     training = autotune.decide(BiLM(measured_options()), machine.run, machine.clock, training=True)
@@ -287,8 +288,10 @@ def test_worst_cosine_skips_padding_and_takes_the_worst_layer():
 
 
 def test_bench_prints_the_rates_and_records_the_choice(tmp_path, monkeypatch):
-    """On a tiny model: real passes, too small to matter, and measured although auto would not measure it."""
+    """On a tiny model: real passes, too small to matter, and measured although auto would not measure it
+    (nor would it with SPACY_ELMO_PRECISION set: bench measures, and says the variable decides instead)."""
     monkeypatch.setattr(autotune, "candidates", lambda: ["fp32", "int8"] if int8_available() else ["fp32"])
+    monkeypatch.setenv(settings.PRECISION_ENV, " fp32 ")
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # the suite's thread count stays
     write_bilm_files(tmp_path)
     result = CliRunner().invoke(app, ["bench", "--model", str(tmp_path), "--threads", "1"])
@@ -299,6 +302,7 @@ def test_bench_prints_the_rates_and_records_the_choice(tmp_path, monkeypatch):
     chosen = f'{entries["inference"]["choice"]} for inference, {entries["training"]["choice"]} for training'
     assert f'precision "auto" here: {chosen} (recorded in {autotune.decisions_path()})' in result.output
     assert set(entries["training"]["trials"]) == {"fp32"}  # no int8 in training (and bf16 left out by the test)
+    assert "SPACY_ELMO_PRECISION=fp32 overrides it in this environment" in result.output
 
 
 def test_bench_takes_a_model_or_a_size():

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM
+from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.kernels import int8_packs
 from spacy_elmo.bilm.precision import autotune, compat, resolved
 
@@ -71,7 +72,7 @@ def test_a_failing_capability_probe_surfaces_its_own_message(monkeypatch, tmp_pa
         raise AttributeError("the probe's own message")
 
     monkeypatch.setattr(torch.cpu, "get_capabilities", probe, raising=False)
-    monkeypatch.delenv(autotune.PRECISION_ENV, raising=False)
+    monkeypatch.delenv(settings.PRECISION_ENV, raising=False)
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
     monkeypatch.setattr(autotune, "_decided", {})
     bilm = BiLM(tiny_options(lstm_dim=512, projection_dim=64), precision="auto")  # measured: asks the CPU

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM, pretrained_files
+from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.kernels import kernel_for
 from spacy_elmo.bilm.model import bilm as model_module
 from spacy_elmo.bilm.precision import compat, resolved
@@ -96,9 +97,9 @@ def test_products_decide_each_setting_per_device_and_use(monkeypatch, setting, d
 def test_auto_on_a_cpu_without_a_model_to_time_is_fp32_or_what_the_environment_names(monkeypatch, training, override, expected):
     """What a caller without a model to time gets: no precision is known to be faster than fp32 there."""
     if override is None:
-        monkeypatch.delenv(resolved.PRECISION_ENV)  # set by tests/conftest.py
+        monkeypatch.delenv(settings.PRECISION_ENV)  # set by tests/conftest.py
     else:
-        monkeypatch.setenv(resolved.PRECISION_ENV, override)
+        monkeypatch.setenv(settings.PRECISION_ENV, override)
     assert resolved.ResolvedPrecision.resolve("auto", CPU, training) == resolved.ResolvedPrecision(expected)
 
 

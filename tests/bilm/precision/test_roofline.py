@@ -6,6 +6,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.kernels.int8_packs import int8_available
 from spacy_elmo.bilm.model.options import ElmoOptions
 from spacy_elmo.bilm.precision import autotune, roofline, timed_passes
@@ -59,7 +60,7 @@ def test_int8_is_measured_against_the_products_it_runs():
 
 def test_bench_prints_the_model_its_sizes_and_the_roofline(tmp_path, monkeypatch):
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv(autotune.PRECISION_ENV, raising=False)
+    monkeypatch.delenv(settings.PRECISION_ENV, raising=False)
     monkeypatch.setattr(autotune, "_decided", {})
     precisions = ["fp32", "int8"] if int8_available() else ["fp32"]
     monkeypatch.setattr(autotune, "candidates", lambda: list(precisions))

@@ -32,7 +32,6 @@ give it a runner that merely calls the loop, on CPU tensors in Triton's interpre
 """
 
 import math
-import os
 import threading
 import warnings
 import weakref
@@ -44,10 +43,9 @@ import torch
 from torch import Tensor
 
 from ...precision.resolved import tensor_versions
+from ...settings import CUDA_GRAPHS_ENV, switches
 from .fused_lstm import GPU_PRECOMPUTED_POSITIONS, LayerBuffers, padded_layer
 
-# Set to "0" to launch the fused loop step by step: to compare, or as a way out should graphs misbehave.
-CUDA_GRAPHS_ENV = "SPACY_ELMO_CUDA_GRAPHS"
 STEP_GRAIN = 4  # steps are padded to a multiple of this at least
 ROW_GRAIN = 16  # rows too: products of a multiple of 16 rows suit the GPU's matrix units
 MAX_GRAPHS = 32  # per device; a graph holds little beyond its kernels' arguments (see StaticBuffers)
@@ -64,7 +62,7 @@ Result = Tuple[Tensor, Tensor, Tensor]
 def use_cuda_graphs(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether the fused loop on ``device`` with products in ``dtype`` runs from CUDA graphs: on
     CUDA in :data:`GRAPH_DTYPES`, unless ``SPACY_ELMO_CUDA_GRAPHS=0``."""
-    return device.type == "cuda" and dtype in GRAPH_DTYPES and os.environ.get(CUDA_GRAPHS_ENV, "1") != "0"
+    return device.type == "cuda" and dtype in GRAPH_DTYPES and switches().cuda_graphs
 
 
 def bucket(n: int, grain: int) -> int:

@@ -30,20 +30,18 @@ test suite checks this path against the eager one.
 
 import importlib
 import importlib.util
-import os
 from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
+
+from ...settings import switches
 
 # Positions (steps x rows) whose input products are computed in one product on a GPU: 0.5 GB of
 # bf16 gates at the Original size (1 GB in float32). A GPU gains from fewer, larger products; a CPU from windows
 # that stay in its cache (kernels.eager.WINDOW_GATES_BYTES).
 GPU_PRECOMPUTED_POSITIONS = 8192
 
-# Set to "0" to run the eager loop on a GPU too: to compare the two, or as a way out should a
-# Triton build misbehave.
-FUSED_LSTM_ENV = "SPACY_ELMO_FUSED_LSTM"
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 
 
@@ -55,7 +53,7 @@ def use_fused_lstm(device: torch.device, dtype: torch.dtype) -> bool:
         and device.type == "cuda"
         and dtype in (torch.float32, torch.bfloat16)
         and not torch.is_grad_enabled()
-        and os.environ.get(FUSED_LSTM_ENV, "1") != "0"
+        and switches().fused_lstm
     )
 
 
