@@ -59,7 +59,7 @@ def find_cycle(edges: Dict[str, Set[str]]) -> List[str]:
             if nxt.startswith(node + "."):
                 continue  # a package's __init__ re-exporting its submodules
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         state[node] = 2  # done
@@ -80,14 +80,29 @@ def test_find_cycle_sees_one() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
-@pytest.mark.parametrize("room,allowed", [
-    ("spacy_elmo.published", {"spacy_elmo.published", "spacy_elmo.fileio"}),
-    ("spacy_elmo.bilm", {"spacy_elmo.bilm", "spacy_elmo.fileio", "spacy_elmo.published"}),
-    ("spacy_elmo.layers", {"spacy_elmo.bilm", "spacy_elmo.fileio", "spacy_elmo.layers", "spacy_elmo.published"}),
-    ("spacy_elmo.pretraining", {"spacy_elmo.bilm", "spacy_elmo.fileio", "spacy_elmo.option_fields", "spacy_elmo.pretraining"}),
-    ("spacy_elmo.embed", {"spacy_elmo.bilm", "spacy_elmo.fileio", "spacy_elmo.option_fields", "spacy_elmo.published",
-                          "spacy_elmo.pretraining", "spacy_elmo.embed"}),
-])
+@pytest.mark.parametrize(
+    "room,allowed",
+    [
+        ("spacy_elmo.published", {"spacy_elmo.published", "spacy_elmo.fileio"}),
+        ("spacy_elmo.bilm", {"spacy_elmo.bilm", "spacy_elmo.fileio", "spacy_elmo.published"}),
+        ("spacy_elmo.layers", {"spacy_elmo.bilm", "spacy_elmo.fileio", "spacy_elmo.layers", "spacy_elmo.published"}),
+        (
+            "spacy_elmo.pretraining",
+            {"spacy_elmo.bilm", "spacy_elmo.fileio", "spacy_elmo.option_fields", "spacy_elmo.pretraining"},
+        ),
+        (
+            "spacy_elmo.embed",
+            {
+                "spacy_elmo.bilm",
+                "spacy_elmo.fileio",
+                "spacy_elmo.option_fields",
+                "spacy_elmo.published",
+                "spacy_elmo.pretraining",
+                "spacy_elmo.embed",
+            },
+        ),
+    ],
+)
 def test_rooms_import_only_below_them(room: str, allowed: Set[str]) -> None:
     for name, targets in graph().items():
         if name == room or name.startswith(room + "."):

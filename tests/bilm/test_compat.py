@@ -41,7 +41,11 @@ def test_without_torchs_probe_the_features_come_from_cpuinfo(old_torch, monkeypa
     capabilities = compat.cpu_capabilities()
     assert capabilities["cpu_name"] == "Made-up Xeon"
     assert {name: capabilities.get(name, False) for name in ASKED} == {
-        "avx512_bf16": True, "amx_bf16": False, "avx512_vnni": True, "amx_int8": False, "avx_vnni": False
+        "avx512_bf16": True,
+        "amx_bf16": False,
+        "avx512_vnni": True,
+        "amx_int8": False,
+        "avx_vnni": False,
     }
     assert precision.cpu_has_native_bf16()
 

@@ -94,7 +94,9 @@ def test_int8_packs_follow_changed_weights():
     with torch.no_grad():
         for param in [*model.parameters(), *reference.parameters()]:
             param.mul_(0.9)
-    numpy.testing.assert_array_equal(model.embed_sentences(REAL_TEXT[:1])[0], reference.embed_sentences(REAL_TEXT[:1])[0])
+    numpy.testing.assert_array_equal(
+        model.embed_sentences(REAL_TEXT[:1])[0], reference.embed_sentences(REAL_TEXT[:1])[0]
+    )
 
 
 def test_int8_results_are_not_served_as_fp32_ones():
@@ -112,13 +114,21 @@ def test_a_pack_is_made_once_while_the_weights_are_unchanged(monkeypatch):
     model.embed_sentences(REAL_TEXT[:2])
     first = len(made)
     model.embed_sentences(REAL_TEXT[2:4])
-    assert first == 2 * 2 * model.options.n_layers and len(made) == first  # gates and projection x 2 directions per layer
+    assert (
+        first == 2 * 2 * model.options.n_layers and len(made) == first
+    )  # gates and projection x 2 directions per layer
 
 
 @pytest.mark.parametrize(
     "stored, setting, serves",
-    [("qint8", "int8", True), ("qint8", "auto", True), ("qint8", "bf16", False), ("qint8", "fp32", False),
-     ("bfloat16", "int8", False), ("float32", "int8", True)],
+    [
+        ("qint8", "int8", True),
+        ("qint8", "auto", True),
+        ("qint8", "bf16", False),
+        ("qint8", "fp32", False),
+        ("bfloat16", "int8", False),
+        ("float32", "int8", True),
+    ],
 )
 def test_a_feature_store_of_int8_products_serves_int8_and_auto_only(stored, setting, serves):
     assert precision.ResolvedPrecision.from_recorded(stored).serves(setting) is serves
@@ -135,7 +145,9 @@ def test_copies_and_pickles_of_a_model_leave_the_packs_behind():
         numpy.testing.assert_array_equal(clone.embed_sentences(REAL_TEXT[:1])[0], expected)
 
 
-@pytest.mark.parametrize("features, expected", [({"avx512_vnni": True}, "onednn"), ({"amx_int8": True}, "onednn"), ({}, None)])
+@pytest.mark.parametrize(
+    "features, expected", [({"avx512_vnni": True}, "onednn"), ({"amx_int8": True}, "onednn"), ({}, None)]
+)
 def test_packs_are_made_for_onednn_where_the_cpu_has_int8_dot_products(monkeypatch, features, expected):
     """oneDNN's kernels run the packs where VNNI or AMX int8 is; elsewhere torch's engine. A pack
     runs whatever the current engine, which packing leaves as it was."""

@@ -295,7 +295,9 @@ def test_gradients_reach_the_token_encoder(tmp_path) -> None:
 def test_a_dictionary_without_a_special_entry_is_refused(tmp_path) -> None:
     directory = write_random_model(tmp_path / "m")
     lines = (directory / "char.dic").read_text(encoding="utf8").splitlines(keepends=True)
-    (directory / "char.dic").write_text("".join(line for line in lines if not line.startswith("<bos>")), encoding="utf8")
+    (directory / "char.dic").write_text(
+        "".join(line for line in lines if not line.startswith("<bos>")), encoding="utf8"
+    )
     with pytest.raises(ElmoFileError, match="char.dic has no entry '<bos>'"):
         BiLM.from_pretrained(str(directory))
 
@@ -376,15 +378,23 @@ def test_a_warm_start_is_written_and_read(tmp_path) -> None:
 
 def test_the_network_config_gets_a_name_of_its_own_where_it_must() -> None:
     net = ManyLangsNetwork.from_dict(network("full"), "test")
-    for name, written in [(None, "network.json"), ("cnn_50_100_512_4096_sample.json", "cnn_50_100_512_4096_sample.json"),
-                          ("options.json", "network.json"), ("char.dic", "network.json"), ("a\\b.json", "network.json"),
-                          (".hidden.json", "network.json")]:
+    for name, written in [
+        (None, "network.json"),
+        ("cnn_50_100_512_4096_sample.json", "cnn_50_100_512_4096_sample.json"),
+        ("options.json", "network.json"),
+        ("char.dic", "network.json"),
+        ("a\\b.json", "network.json"),
+        (".hidden.json", "network.json"),
+    ]:
         net.name = name
         assert net.file_name() == written
     # Without the config as read (a network made from sizes), one in the reference's format is made.
     made = ManyLangsNetwork(options_of("plain"), 0).to_dict()
     assert ManyLangsNetwork.from_dict(made, "made").options == options_of("plain")
-    assert made["encoder"]["cell_clip"] == 0 and made["dropout"] == PACKAGE_CONFIGS["cnn_50_100_512_4096_sample.json"]["dropout"]
+    assert (
+        made["encoder"]["cell_clip"] == 0
+        and made["dropout"] == PACKAGE_CONFIGS["cnn_50_100_512_4096_sample.json"]["dropout"]
+    )
 
 
 def test_a_token_that_would_not_read_back_is_refused(tmp_path) -> None:

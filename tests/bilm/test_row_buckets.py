@@ -9,7 +9,6 @@ from spacy_elmo.bilm import int8
 from spacy_elmo.bilm.row_buckets import on_padded_rows, padded_rows
 
 
-
 def test_padded_rows_are_few_and_at_most_an_eighth_more() -> None:
     counts = [padded_rows(rows) for rows in range(1, 2049)]
     assert len(set(counts)) == 72
@@ -69,6 +68,7 @@ def test_a_bf16_pass_multiplies_only_padded_row_counts(monkeypatch) -> None:
             if x.dtype == torch.bfloat16:
                 rows_seen.add(x.shape[rows_dim] if x.dim() == 3 else x.shape[0])
             return products[name](x, *args, **kwargs)
+
         return product
 
     monkeypatch.setattr(torch, "bmm", recording("bmm", 1))
