@@ -21,8 +21,9 @@ FLOORS_BIN := $(FLOORS_VENV)/bin
 TORCH_FLOOR := $(shell grep '^torch==' $(FLOORS))
 # make test-fast's selection, which test-floors runs too.
 FAST_TESTS := -m "not slow and not gpu" --ignore=tests/project tests
-# What make lint and .pre-commit-config.yaml check with ruff (mypy: spacy_elmo/, pyproject.toml).
-LINT_PATHS := spacy_elmo benchmarks
+# What make lint and .pre-commit-config.yaml check with ruff: the package, its benchmarks, its tests and
+# the project's scripts (mypy: spacy_elmo/ only, pyproject.toml).
+LINT_PATHS := spacy_elmo benchmarks tests project
 
 .PHONY: install lint test test-fast test-avx2 test-floors test-gpu demo parity benchmark
 

@@ -6,7 +6,7 @@ from elsewhere comes from here (or a directory's helpers.py), never from another
 
 import contextlib
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import h5py
 import numpy
@@ -209,8 +209,10 @@ def write_examples_corpus(directory: Path) -> Path:
     return directory
 
 
-def build_ner_textcat(bilm_files, listener: Dict[str, object] = {}, **elmo_model: object) -> Language:
-    """elmo + ner + textcat, both listening to elmo, initialized on :func:`make_examples`."""
+def build_ner_textcat(bilm_files, listener: Optional[Dict[str, object]] = None, **elmo_model: object) -> Language:
+    """elmo + ner + textcat, both listening to elmo (``listener``: :func:`listener_config`'s overrides),
+    initialized on :func:`make_examples`."""
+    listener = listener or {}
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files, **elmo_model))
     nlp.add_pipe(

@@ -1,5 +1,6 @@
-"""The package's layering: pretrained (files and downloads) | bilm (pure torch) | layers (thinc) | component + architectures (spaCy)
-| pretraining | embed (no component code) | cli, with no import cycle. Read from the source, imports inside functions included."""
+"""The package's layering: pretrained (files and downloads) | bilm (pure torch) | layers (thinc)
+| component + architectures (spaCy) | pretraining | embed (no component code) | cli, with no import
+cycle. Read from the source, imports inside functions included."""
 
 import ast
 from pathlib import Path

@@ -237,7 +237,8 @@ def main(
     output: Path = typer.Argument(..., help="Writes OUTPUT.md and OUTPUT.json (OUTPUT without suffix)"),
     system: List[str] = typer.Option(
         ...,
-        help="NAME=METRICS_DIR, or NAME=DIR1,DIR2 for a cross-validation run with several seeds; repeatable; in table order",
+        help="NAME=METRICS_DIR, or NAME=DIR1,DIR2 for a cross-validation run with several seeds; "
+        "repeatable; in table order",
     ),
     baseline: List[str] = typer.Option(..., help="NAME of a --system to compare every other system with, repeatable"),
     title: str = typer.Option("Paired comparison", help="Table title"),

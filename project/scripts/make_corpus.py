@@ -458,7 +458,8 @@ def main(
             f"  dropped lines {s['lines_dropped_overlap']}"
         )
     typer.echo(
-        f"  total      train {lm_stats['train_tokens']:,} tokens in {lm_stats['train_lines']:,} lines, dev {lm_stats['dev_tokens']:,}"
+        f"  total      train {lm_stats['train_tokens']:,} tokens in {lm_stats['train_lines']:,} lines,"
+        f" dev {lm_stats['dev_tokens']:,}"
     )
     typer.echo(f"  check: {lm_stats['check']}")
 

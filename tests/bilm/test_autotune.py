@@ -16,8 +16,8 @@ from spacy_elmo import BiLM
 from spacy_elmo.bilm import autotune, compat, timed_passes
 from spacy_elmo.bilm.autotune import Trial
 from spacy_elmo.bilm.identity import weights_digest
-from spacy_elmo.bilm.precision import LowPrecisionWeights
 from spacy_elmo.bilm.int8 import Int8Weights, int8_available
+from spacy_elmo.bilm.precision import LowPrecisionWeights
 from spacy_elmo.cli import app
 
 from ..helpers import random_bilm, tiny_options, write_bilm_files

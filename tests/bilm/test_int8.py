@@ -29,12 +29,12 @@ def test_int8_layers_keep_the_accuracy_contract_on_the_bundled_bilm(monkeypatch,
     assert (cosines >= MIN_MEAN_COSINE).all(), cosines
 
 
-def test_the_token_encoder_runs_int8_in_bf16_only_where_the_cpu_multiplies_bf16(monkeypatch):
-    for native in (True, False):
-        monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
-        assert precision.ResolvedPrecision("int8").token_encoder_dtype == (torch.bfloat16 if native else torch.float32)
-        assert precision.ResolvedPrecision("fp32").token_encoder_dtype == torch.float32
-        assert precision.ResolvedPrecision("bf16").token_encoder_dtype == torch.bfloat16
+@pytest.mark.parametrize("native", [True, False])
+def test_the_token_encoder_runs_int8_in_bf16_only_where_the_cpu_multiplies_bf16(monkeypatch, native):
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
+    assert precision.ResolvedPrecision("int8").token_encoder_dtype == (torch.bfloat16 if native else torch.float32)
+    assert precision.ResolvedPrecision("fp32").token_encoder_dtype == torch.float32
+    assert precision.ResolvedPrecision("bf16").token_encoder_dtype == torch.bfloat16
 
 
 def test_int8_steps_follow_each_directions_rows_and_state(monkeypatch):

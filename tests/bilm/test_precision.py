@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM, pretrained_files
-from spacy_elmo.bilm import model as model_module
 from spacy_elmo.bilm import compat, precision
+from spacy_elmo.bilm import model as model_module
 from spacy_elmo.bilm.kernels import kernel_for
 
 from ..helpers import (

@@ -61,9 +61,9 @@ def test_command_line_reports_bad_input_clearly(tmp_path):
 
 def test_device_options_reach_run_embed_with_the_command_lines_gpu_preference(monkeypatch, tmp_path):
     """The command line's auto takes a visible GPU (prefer_gpu); --device and --gpus-per-worker pass through."""
-    import spacy_elmo.embed
     from typer.testing import CliRunner
 
+    import spacy_elmo.embed
     from spacy_elmo.cli import app
 
     calls = []
@@ -121,9 +121,9 @@ def test_every_embed_setting_has_an_option_whose_default_is_the_fields():
 
 
 def test_embed_options_reach_run_embed_as_settings(monkeypatch, tmp_path):
-    import spacy_elmo.embed
     from typer.testing import CliRunner
 
+    import spacy_elmo.embed
     from spacy_elmo.cli import app
     from spacy_elmo.embed import EmbedSettings
 

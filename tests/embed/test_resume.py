@@ -5,8 +5,7 @@ import json
 
 import pytest
 
-from spacy_elmo.embed import EmbedSettings, OutputError, run_embed
-from spacy_elmo.embed import parquet
+from spacy_elmo.embed import EmbedSettings, OutputError, parquet, run_embed
 
 SETTINGS = EmbedSettings(whitespace=True, shard_size=2)
 

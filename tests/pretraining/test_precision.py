@@ -10,8 +10,7 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
-from spacy_elmo.pretraining import SharedSoftmax, TrainingConfig, get_preset, pretrain
-from spacy_elmo.pretraining import train
+from spacy_elmo.pretraining import SharedSoftmax, TrainingConfig, get_preset, pretrain, train
 from spacy_elmo.pretraining.checkpoint import load_checkpoint
 from spacy_elmo.pretraining.distributed import Distributed
 from spacy_elmo.pretraining.softmax import sample_log_uniform

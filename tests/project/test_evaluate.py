@@ -4,8 +4,8 @@ import pytest
 import spacy
 import srsly
 import typer
-from spacy.tokens import DocBin
 from spacy.scorer import Scorer
+from spacy.tokens import DocBin
 from spacy.training import Example
 from typer.testing import CliRunner
 

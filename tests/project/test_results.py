@@ -1,5 +1,6 @@
 import statistics
 from pathlib import Path
+
 import pytest
 import srsly
 from typer.testing import CliRunner

@@ -2,7 +2,7 @@
 
 import importlib.util
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Sequence
 
 import numpy
 import pytest
@@ -38,10 +38,10 @@ VARIANTS = [
 TEXTS = ["Alice went to Paris .", "It was great ."]
 
 
-def variant_pipeline(bilm_files, extra: List[str] = []) -> Language:
+def variant_pipeline(bilm_files, extra: Sequence[str] = ()) -> Language:
     options_file, weight_file = bilm_files
     overrides: Dict[str, object] = {
-        **parse_config_overrides(VARIANTS + extra),
+        **parse_config_overrides([*VARIANTS, *extra]),
         "paths.elmo_options": str(options_file),
         "paths.elmo_weights": str(weight_file),
     }

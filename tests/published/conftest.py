@@ -2,7 +2,8 @@
 
 ``host`` is a threaded HTTP server on 127.0.0.1 that honours ``Range`` and can misbehave on
 demand (drop the connection, answer an HTML page, serve a short file, be slow); it records every
-request. ``registry`` points the registry name ``tiny`` at it (serving the suite's ``bilm_files``) and the cache at a fresh directory.
+request. ``registry`` points the registry name ``tiny`` at it (serving the suite's ``bilm_files``)
+and the cache at a fresh directory.
 """
 
 import socket
@@ -50,7 +51,7 @@ class Handler(BaseHTTPRequestHandler):
 
     server: "HostServer"
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:  # the name BaseHTTPRequestHandler calls for a GET
         host = self.server.host
         fault = host.faults.get(self.path)
         with host.lock:

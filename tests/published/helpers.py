@@ -1,4 +1,5 @@
-"""Registry files and archives for the tests of spacy_elmo.published (tests/published/conftest.py serves what they name)."""
+"""Registry files and archives for the tests of spacy_elmo.published
+(tests/published/conftest.py serves what they name)."""
 
 import io
 import json

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 from spacy_elmo.published import archive as archives
-from spacy_elmo.published import sources
 from spacy_elmo.published import resolve as resolution
+from spacy_elmo.published import sources
 from spacy_elmo.published.cache import CacheIntegrityError, OfflineError
 from spacy_elmo.published.download import DownloadError
 

@@ -14,9 +14,9 @@ import urllib3.util.connection
 
 from spacy_elmo import BiLM
 from spacy_elmo.published import download
+from spacy_elmo.published import resolve as resolution
 from spacy_elmo.published.cache import CacheIntegrityError, OfflineError
 from spacy_elmo.published.download import ATTEMPTS, RETRIES, DownloadError
-from spacy_elmo.published import resolve as resolution
 
 from .helpers import tiny_entry, write_registry
 

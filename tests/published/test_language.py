@@ -1,6 +1,7 @@
 """No silent English biLM under another language (issue 37): the default is the biLM bundled for
 the pipeline's language, an error where none is; a named biLM of another language warns once."""
 
+import functools
 import warnings
 
 import pytest
@@ -55,7 +56,7 @@ def test_no_warning_for_a_biLM_of_unknown_language(bilm_files):
         {"pretrained": str(bilm_files[0].parent)},
     ):
         nlp = spacy.blank("de")
-        no_warning_from(lambda: nlp.add_pipe("elmo", config={"model": model}))
+        no_warning_from(functools.partial(nlp.add_pipe, "elmo", config={"model": model}))
         no_warning_from(nlp.initialize)
 
 
