@@ -13,16 +13,19 @@ GPU_VENV ?= .venv-gpu
 GPU_BIN := $(GPU_VENV)/bin
 TORCH_GPU ?= torch==2.13.0
 # test-floors: the oldest release of each dependency that setup.cfg allows (constraints/floors.txt),
-# on the oldest Python it allows, in an environment of its own.
+# on the oldest Python it allows, in an environment of its own. FLOORS_PYTHON: pyenv's newest 3.10
+# where pyenv has one (its python3.10 shim fails unless a 3.10 is selected), else python3.10 on PATH.
 FLOORS := constraints/floors.txt
-FLOORS_PYTHON ?= python3.10
+FLOORS_PYTHON ?= $(or $(shell root=$$(pyenv root 2>/dev/null) && ls -d "$$root"/versions/3.10*/bin/python 2>/dev/null \
+	| sort -V | tail -n 1),python3.10)
 FLOORS_VENV ?= .venv-floors
 FLOORS_BIN := $(FLOORS_VENV)/bin
 TORCH_FLOOR := $(shell grep '^torch==' $(FLOORS))
 # make test-fast's selection, which test-floors runs too.
 FAST_TESTS := -m "not slow and not gpu" --ignore=tests/project tests
-# What make lint and .pre-commit-config.yaml check with ruff (mypy: spacy_elmo/, pyproject.toml).
-LINT_PATHS := spacy_elmo benchmarks
+# What make lint and .pre-commit-config.yaml check with ruff: the package, its benchmarks, its tests and
+# the project's scripts (mypy: spacy_elmo/ only, pyproject.toml).
+LINT_PATHS := spacy_elmo benchmarks tests project
 
 .PHONY: install lint test test-fast test-avx2 test-floors test-gpu demo parity benchmark
 
@@ -72,7 +75,8 @@ test-avx2: install
 # pip check: the floors must fit each other's requirements.
 $(FLOORS_BIN)/.installed: setup.cfg pyproject.toml $(FLOORS)
 	$(FLOORS_PYTHON) -c "import sys; sys.exit(sys.version_info[:2] != (3, 10))" \
-		|| { echo "test-floors needs Python 3.10, setup.cfg's python_requires floor: FLOORS_PYTHON=/path/to/python3.10"; exit 1; }
+		|| { echo "test-floors needs Python 3.10, setup.cfg's python_requires floor, and $(FLOORS_PYTHON) is not one:" \
+		          "pyenv install 3.10 (found by itself), or FLOORS_PYTHON=/path/to/python3.10"; exit 1; }
 	$(FLOORS_PYTHON) -m venv $(FLOORS_VENV)
 	$(FLOORS_BIN)/pip install --quiet --upgrade pip
 	$(FLOORS_BIN)/pip install --quiet --timeout 10 --retries 0 --index-url $(TORCH_CPU_INDEX) $(TORCH_FLOOR) \

@@ -6,7 +6,7 @@ from elsewhere comes from here (or a directory's helpers.py), never from another
 
 import contextlib
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import h5py
 import numpy
@@ -40,7 +40,10 @@ def tiny_options(**overrides) -> ElmoOptions:
 
 def tiny_model_overrides(prefix: str = "components.elmo.model") -> Dict[str, object]:
     """The tiny sizes as config overrides of ``[components.elmo.model]`` (filters as lists, as configs hold them)."""
-    return {f"{prefix}.{name}": [list(f) for f in value] if name == "filters" else value for name, value in TINY_SIZES.items()}
+    return {
+        f"{prefix}.{name}": [list(f) for f in value] if name == "filters" else value
+        for name, value in TINY_SIZES.items()
+    }
 
 
 def random_bilm(seed: int = 0, **kwargs) -> BiLM:
@@ -184,10 +187,15 @@ def make_examples(nlp: Language, n: int = 8):
         name = list(NAMES)[i % len(NAMES)]
         mood = "great" if i % 2 else "awful"
         doc = nlp.make_doc(f"{name} went home . It was {mood} .")
-        examples.append(Example.from_dict(doc, {
-            "entities": [(0, len(name), NAMES[name])],
-            "cats": {"POS": float(i % 2), "NEG": float(1 - i % 2)},
-        }))
+        examples.append(
+            Example.from_dict(
+                doc,
+                {
+                    "entities": [(0, len(name), NAMES[name])],
+                    "cats": {"POS": float(i % 2), "NEG": float(1 - i % 2)},
+                },
+            )
+        )
     return examples
 
 
@@ -201,20 +209,42 @@ def write_examples_corpus(directory: Path) -> Path:
     return directory
 
 
-def build_ner_textcat(bilm_files, listener: Dict[str, object] = {}, **elmo_model: object) -> Language:
-    """elmo + ner + textcat, both listening to elmo, initialized on :func:`make_examples`."""
+def build_ner_textcat(bilm_files, listener: Optional[Dict[str, object]] = None, **elmo_model: object) -> Language:
+    """elmo + ner + textcat, both listening to elmo (``listener``: :func:`listener_config`'s overrides),
+    initialized on :func:`make_examples`."""
+    listener = listener or {}
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files, **elmo_model))
-    nlp.add_pipe("ner", config={"model": {
-        "@architectures": "spacy.TransitionBasedParser.v2", "state_type": "ner", "extra_state_tokens": False,
-        "hidden_width": 16, "maxout_pieces": 2, "use_upper": True, "nO": None,
-        "tok2vec": listener_config(**listener),
-    }})
-    nlp.add_pipe("textcat", config={"model": {
-        "@architectures": "spacy.TextCatReduce.v1", "exclusive_classes": True, "use_reduce_first": False,
-        "use_reduce_last": False, "use_reduce_max": False, "use_reduce_mean": True, "nO": None,
-        "tok2vec": listener_config(**listener),
-    }})
+    nlp.add_pipe(
+        "ner",
+        config={
+            "model": {
+                "@architectures": "spacy.TransitionBasedParser.v2",
+                "state_type": "ner",
+                "extra_state_tokens": False,
+                "hidden_width": 16,
+                "maxout_pieces": 2,
+                "use_upper": True,
+                "nO": None,
+                "tok2vec": listener_config(**listener),
+            }
+        },
+    )
+    nlp.add_pipe(
+        "textcat",
+        config={
+            "model": {
+                "@architectures": "spacy.TextCatReduce.v1",
+                "exclusive_classes": True,
+                "use_reduce_first": False,
+                "use_reduce_last": False,
+                "use_reduce_max": False,
+                "use_reduce_mean": True,
+                "nO": None,
+                "tok2vec": listener_config(**listener),
+            }
+        },
+    )
     examples = make_examples(nlp)
     nlp.initialize(lambda: examples)
     return nlp

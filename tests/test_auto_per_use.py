@@ -101,9 +101,13 @@ def test_frozen_spacy_train_decides_inference_alone(corpus: Path, bilm_files, tm
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(autotune, "_decided", {})
     monkeypatch.setattr(autotune, "MIN_MEASURED_FLOPS", 0)
-    monkeypatch.setattr(autotune, "measure", lambda passes, precisions, n_tokens, clock: {
-        precision: autotune.Trial(100.0 if precision == "fp32" else 50.0, 1.0) for precision in precisions
-    })
+    monkeypatch.setattr(
+        autotune,
+        "measure",
+        lambda passes, precisions, n_tokens, clock: {
+            precision: autotune.Trial(100.0 if precision == "fp32" else 50.0, 1.0) for precision in precisions
+        },
+    )
     files = {"paths.elmo_options": str(bilm_files[0]), "paths.elmo_weights": str(bilm_files[1])}
     train(CONFIGS / "textcat_elmo.cfg", tmp_path / "out", overrides=overrides_for("textcat_elmo.cfg", corpus, **files))
     entries = json.loads(autotune.decisions_path().read_text()).values()

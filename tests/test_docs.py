@@ -17,9 +17,15 @@ import spacy_elmo.pipeline_component  # noqa: F401  (registers the elmo factory)
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPONENT_DOC = ROOT / "docs" / "component.md"
-LINKED_DOCS = [ROOT / "README.md", ROOT / "RELIABILITY.md", ROOT / "project" / "README.md",
-               ROOT / "project" / "docs" / "lab-notebook.md", ROOT / "benchmarks" / "README.md",
-               ROOT / "benchmarks" / "results" / "history.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINKED_DOCS = [
+    ROOT / "README.md",
+    ROOT / "RELIABILITY.md",
+    ROOT / "project" / "README.md",
+    ROOT / "project" / "docs" / "lab-notebook.md",
+    ROOT / "benchmarks" / "README.md",
+    ROOT / "benchmarks" / "results" / "history.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+]
 # Lines each page may take (issue 46): reference pages a newcomer reads through.
 BUDGETS = {"README.md": 160, "docs/component.md": 250, "docs/bilm.md": 250}
 
@@ -97,8 +103,9 @@ def test_relative_links_reach_a_file_and_heading(page: Path) -> None:
 def test_a_link_to_a_missing_file_or_heading_is_found(tmp_path: Path) -> None:
     (tmp_path / "other.md").write_text("# A heading: `with` code\n", encoding="utf8")
     page = tmp_path / "page.md"
-    page.write_text("[a](other.md#a-heading-with-code) [b](missing.md) [c](other.md#nowhere) [d](https://x.org)\n",
-                    encoding="utf8")
+    page.write_text(
+        "[a](other.md#a-heading-with-code) [b](missing.md) [c](other.md#nowhere) [d](https://x.org)\n", encoding="utf8"
+    )
     assert broken_links(page) == ["missing.md", "other.md#nowhere"]
 
 

@@ -1,5 +1,6 @@
-"""The package's layering: pretrained (files and downloads) | bilm (pure torch) | layers (thinc) | component + architectures (spaCy)
-| pretraining | embed (no component code) | serve (no pretraining, embed or CLI) | cli, with no import cycle. Read from the source, imports inside functions included."""
+"""The package's layering: pretrained (files and downloads) | bilm (pure torch) | layers (thinc)
+| component + architectures (spaCy) | pretraining | embed (no component code) | serve (no pretraining,
+embed or CLI) | cli, with no import cycle. Read from the source, imports inside functions included."""
 
 import ast
 from pathlib import Path
@@ -59,7 +60,7 @@ def find_cycle(edges: Dict[str, Set[str]]) -> List[str]:
             if nxt.startswith(node + "."):
                 continue  # a package's __init__ re-exporting its submodules
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         state[node] = 2  # done
@@ -80,17 +81,42 @@ def test_find_cycle_sees_one() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
-@pytest.mark.parametrize("room,allowed", [
-    ("spacy_elmo.published", {"spacy_elmo.published", "spacy_elmo.fileio"}),
-    ("spacy_elmo.bilm", {"spacy_elmo.bilm", "spacy_elmo.fileio", "spacy_elmo.published"}),
-    ("spacy_elmo.layers", {"spacy_elmo.bilm", "spacy_elmo.fileio", "spacy_elmo.layers", "spacy_elmo.published"}),
-    ("spacy_elmo.pretraining", {"spacy_elmo.bilm", "spacy_elmo.fileio", "spacy_elmo.option_fields", "spacy_elmo.pretraining"}),
-    ("spacy_elmo.embed", {"spacy_elmo.bilm", "spacy_elmo.fileio", "spacy_elmo.option_fields", "spacy_elmo.published",
-                          "spacy_elmo.pretraining", "spacy_elmo.embed"}),
-    # The service runs a pipeline: the component and what it stands on, never pretraining, embed or the CLI.
-    ("spacy_elmo.serve", {"spacy_elmo.serve", "spacy_elmo.pipeline_component", "spacy_elmo.vector_hooks",
-                          "spacy_elmo.layers", "spacy_elmo.published", "spacy_elmo.bilm", "spacy_elmo.fileio"}),
-])
+@pytest.mark.parametrize(
+    "room,allowed",
+    [
+        ("spacy_elmo.published", {"spacy_elmo.published", "spacy_elmo.fileio"}),
+        ("spacy_elmo.bilm", {"spacy_elmo.bilm", "spacy_elmo.fileio", "spacy_elmo.published"}),
+        ("spacy_elmo.layers", {"spacy_elmo.bilm", "spacy_elmo.fileio", "spacy_elmo.layers", "spacy_elmo.published"}),
+        (
+            "spacy_elmo.pretraining",
+            {"spacy_elmo.bilm", "spacy_elmo.fileio", "spacy_elmo.option_fields", "spacy_elmo.pretraining"},
+        ),
+        (
+            "spacy_elmo.embed",
+            {
+                "spacy_elmo.bilm",
+                "spacy_elmo.fileio",
+                "spacy_elmo.option_fields",
+                "spacy_elmo.published",
+                "spacy_elmo.pretraining",
+                "spacy_elmo.embed",
+            },
+        ),
+        # The service runs a pipeline: the component and what it stands on, never pretraining, embed or the CLI.
+        (
+            "spacy_elmo.serve",
+            {
+                "spacy_elmo.serve",
+                "spacy_elmo.pipeline_component",
+                "spacy_elmo.vector_hooks",
+                "spacy_elmo.layers",
+                "spacy_elmo.published",
+                "spacy_elmo.bilm",
+                "spacy_elmo.fileio",
+            },
+        ),
+    ],
+)
 def test_rooms_import_only_below_them(room: str, allowed: Set[str]) -> None:
     for name, targets in graph().items():
         if name == room or name.startswith(room + "."):
@@ -100,11 +126,20 @@ def test_rooms_import_only_below_them(room: str, allowed: Set[str]) -> None:
 
 # Inside the biLM: kernels and memory serve the model and the tuner, never the reverse.
 BILM_INNER_RULES = [
-    ("spacy_elmo.bilm.kernels", {"spacy_elmo.bilm.model", "spacy_elmo.bilm.precision.autotune",
-                                 "spacy_elmo.bilm.precision.timed_passes", "spacy_elmo.bilm.precision.setting",
-                                 "spacy_elmo.bilm.formats"}),
-    ("spacy_elmo.bilm.memory", {"spacy_elmo.bilm.model", "spacy_elmo.bilm.kernels", "spacy_elmo.bilm.precision",
-                                "spacy_elmo.bilm.formats"}),
+    (
+        "spacy_elmo.bilm.kernels",
+        {
+            "spacy_elmo.bilm.model",
+            "spacy_elmo.bilm.precision.autotune",
+            "spacy_elmo.bilm.precision.timed_passes",
+            "spacy_elmo.bilm.precision.setting",
+            "spacy_elmo.bilm.formats",
+        },
+    ),
+    (
+        "spacy_elmo.bilm.memory",
+        {"spacy_elmo.bilm.model", "spacy_elmo.bilm.kernels", "spacy_elmo.bilm.precision", "spacy_elmo.bilm.formats"},
+    ),
     ("spacy_elmo.bilm.model", {"spacy_elmo.bilm.precision.autotune", "spacy_elmo.bilm.precision.timed_passes"}),
 ]
 
@@ -130,8 +165,10 @@ def test_the_biLM_is_pure_torch() -> None:
 def test_only_the_command_line_imports_the_service() -> None:
     """The library runs without the serve extra: nothing outside spacy_elmo.serve imports it but the CLI."""
     importers = {
-        name for name, targets in graph().items()
-        if any(t.startswith("spacy_elmo.serve") for t in targets) and not name.startswith(("spacy_elmo.serve", "spacy_elmo.cli"))
+        name
+        for name, targets in graph().items()
+        if any(t.startswith("spacy_elmo.serve") for t in targets)
+        and not name.startswith(("spacy_elmo.serve", "spacy_elmo.cli"))
     }
     assert importers == set()
 
@@ -147,16 +184,33 @@ def environment_reads(source: str) -> List[int]:
     name), ``os.getenv``, or either imported from ``os``; not assigning or deleting a variable
     (``os.environ[NAME] = value``: setting it for a child process)."""
     tree = ast.parse(source)
-    os_names = {alias.asname or "os" for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names if alias.name == "os"}
-    written = {id(node.value) for node in ast.walk(tree)
-               if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del))}
+    os_names = {
+        alias.asname or "os"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if alias.name == "os"
+    }
+    written = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del))
+    }
     lines = []
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and node.attr in ENVIRONMENT_NAMES and isinstance(node.value, ast.Name)
-                and node.value.id in os_names and id(node) not in written):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in ENVIRONMENT_NAMES
+            and isinstance(node.value, ast.Name)
+            and node.value.id in os_names
+            and id(node) not in written
+        ):
             lines.append(node.lineno)
-        elif isinstance(node, ast.ImportFrom) and node.module == "os" and {a.name for a in node.names} & ENVIRONMENT_NAMES:
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module == "os"
+            and {a.name for a in node.names} & ENVIRONMENT_NAMES
+        ):
             lines.append(node.lineno)
     return sorted(lines)
 
@@ -164,16 +218,20 @@ def environment_reads(source: str) -> List[int]:
 def test_only_the_settings_modules_read_the_environment() -> None:
     readers = {module_name(path): environment_reads(path.read_text(encoding="utf8")) for path in PACKAGE.rglob("*.py")}
     assert {name for name, lines in readers.items() if lines} == ENVIRONMENT_READERS, {
-        name: lines for name, lines in readers.items() if lines and name not in ENVIRONMENT_READERS}
+        name: lines for name, lines in readers.items() if lines and name not in ENVIRONMENT_READERS
+    }
 
 
-@pytest.mark.parametrize("source, lines", [
-    ("import os\nx = os.environ.get('A')", [2]),
-    ("import os as system\nx = system.getenv('A')", [2]),
-    ("import os\nx = os.environ['A']", [2]),
-    ("from os import environ", [1]),
-    ("import os\nos.environ['A'] = '1'\ndel os.environ['B']", []),
-    ("import os\nx = os.path.join('a', 'b')", []),
-])
+@pytest.mark.parametrize(
+    "source, lines",
+    [
+        ("import os\nx = os.environ.get('A')", [2]),
+        ("import os as system\nx = system.getenv('A')", [2]),
+        ("import os\nx = os.environ['A']", [2]),
+        ("from os import environ", [1]),
+        ("import os\nos.environ['A'] = '1'\ndel os.environ['B']", []),
+        ("import os\nx = os.path.join('a', 'b')", []),
+    ],
+)
 def test_environment_reads_sees_reads_not_writes(source: str, lines: List[int]) -> None:
     assert environment_reads(source) == lines

@@ -40,15 +40,31 @@ def trained_pipeline(directory: Path) -> spacy.Language:
     """elmo + textcat with a listener, a few steps: what `spacy train` leaves in model-best."""
     BiLM(tiny_options()).to_files(directory / "options.json", directory / "weights.hdf5")
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"model": {"options_file": str(directory / "options.json"),
-                                           "weight_file": str(directory / "weights.hdf5")}})
-    nlp.add_pipe("textcat", config={"model": {
-        "@architectures": "spacy.TextCatReduce.v1", "exclusive_classes": True, "use_reduce_first": False,
-        "use_reduce_last": False, "use_reduce_max": False, "use_reduce_mean": True, "nO": None,
-        "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v2", "width": None, "n_layers": None},
-    }})
-    examples = [Example.from_dict(nlp.make_doc(t), {"cats": {"A": float(i % 2), "B": float(1 - i % 2)}})
-                for i, t in enumerate(TEXTS * 4)]
+    nlp.add_pipe(
+        "elmo",
+        config={
+            "model": {"options_file": str(directory / "options.json"), "weight_file": str(directory / "weights.hdf5")}
+        },
+    )
+    nlp.add_pipe(
+        "textcat",
+        config={
+            "model": {
+                "@architectures": "spacy.TextCatReduce.v1",
+                "exclusive_classes": True,
+                "use_reduce_first": False,
+                "use_reduce_last": False,
+                "use_reduce_max": False,
+                "use_reduce_mean": True,
+                "nO": None,
+                "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v2", "width": None, "n_layers": None},
+            }
+        },
+    )
+    examples = [
+        Example.from_dict(nlp.make_doc(t), {"cats": {"A": float(i % 2), "B": float(1 - i % 2)}})
+        for i, t in enumerate(TEXTS * 4)
+    ]
     nlp.initialize(lambda: examples)
     optimizer = nlp.create_optimizer()
     for _ in range(3):
@@ -72,8 +88,16 @@ def test_release_files_and_a_packaged_pipeline_install_in_a_fresh_environment(tm
     for path in (tmp_path / "options.json", tmp_path / "weights.hdf5"):
         path.unlink()  # the package must not need the original weight files
     (tmp_path / "packages").mkdir()
-    run(sys.executable, "-m", "spacy", "package", str(tmp_path / "pipeline"), str(tmp_path / "packages"),
-        "--build", "wheel")  # the README's command
+    run(
+        sys.executable,
+        "-m",
+        "spacy",
+        "package",
+        str(tmp_path / "pipeline"),
+        str(tmp_path / "packages"),
+        "--build",
+        "wheel",
+    )  # the README's command
     pipeline_wheel = next((tmp_path / "packages").glob("*/dist/*.whl"))
 
     venv.create(tmp_path / "venv", with_pip=True)

@@ -35,7 +35,9 @@ def test_static_vectors_score_chance_and_separated_senses_score_one(senses) -> N
     occurrences = [senses.Occurrence(w, s, "") for w in ("a", "b") for s in ("x", "y") for _ in range(3)]
     static = numpy.array([[1.0, 0.0] if o.word == "a" else [0.0, 1.0] for o in occurrences])
     assert senses.nearest_neighbour_accuracy(occurrences, static) == pytest.approx(2 / 5)  # (n - 1) / (2n - 1)
-    by_sense = numpy.array([[1.0, 0.1 * i] if o.sense == "x" else [0.0, 1.0 + 0.1 * i] for i, o in enumerate(occurrences)])
+    by_sense = numpy.array(
+        [[1.0, 0.1 * i] if o.sense == "x" else [0.0, 1.0 + 0.1 * i] for i, o in enumerate(occurrences)]
+    )
     assert senses.nearest_neighbour_accuracy(occurrences, by_sense) == 1.0
 
 

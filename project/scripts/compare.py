@@ -78,15 +78,19 @@ def load_runs(name: str, directories: List[Path]) -> Runs:
     first = runs[0]
     for directory, other in zip(directories, runs):
         if other.unit != "fold":
-            raise ValueError(f"{directory}: several directories are seeds of a cross-validation; this one has seed files")
+            raise ValueError(
+                f"{directory}: several directories are seeds of a cross-validation; this one has seed files"
+            )
         if other.docs != first.docs:
             raise ValueError(f"{directory}: folds {other.docs} differ from {directories[0]}'s {first.docs}")
     dev = {n: statistics.fmean(run.dev[n] for run in runs) for n in first.docs} if all(run.dev for run in runs) else {}
     numerators = sum(run.numerators for run in runs)
     denominators = sum(run.denominators for run in runs)
     bounds = numpy.cumsum([0] + [first.docs[n] for n in sorted(first.docs)])
-    scores = {n: ratio(numerators[start:end].sum(), denominators[start:end].sum())
-              for n, start, end in zip(sorted(first.docs), bounds[:-1], bounds[1:])}
+    scores = {
+        n: ratio(numerators[start:end].sum(), denominators[start:end].sum())
+        for n, start, end in zip(sorted(first.docs), bounds[:-1], bounds[1:])
+    }
     return Runs(name, "fold", scores, dict(first.docs), numerators, denominators, dev)  # type: ignore[arg-type]
 
 
@@ -106,7 +110,7 @@ def load_directory(name: str, directory: Path) -> Runs:
         data = srsly.read_json(path)
         if "items" not in data:
             raise ValueError(f"{path} has no per-document items: evaluate it again with scripts/evaluate.py")
-        number = int(path.stem[len(unit):])
+        number = int(path.stem[len(unit) :])
         unit_items = numpy.asarray(data["items"], dtype=numpy.float64).reshape(-1, 2)
         items[number], docs[number] = unit_items, len(unit_items)
         scores[number] = ratio(unit_items[:, 0].sum(), unit_items[:, 1].sum())
@@ -217,8 +221,11 @@ def markdown(title: str, unit: str, results: Dict[str, Dict[str, object]], basel
             cells.append(text)
         lines.append("| " + " | ".join(cells) + " |")
     note = f"Scores in percent; {counted(first['units'], unit)}, {first['docs']} test documents"  # type: ignore[index]
-    note += ". CI: paired bootstrap over documents." if single else (
-        " pooled. CI: paired bootstrap over documents; wins: folds or seeds where the system scores higher.")
+    note += (
+        ". CI: paired bootstrap over documents."
+        if single
+        else (" pooled. CI: paired bootstrap over documents; wins: folds or seeds where the system scores higher.")
+    )
     if single and unit == "seed":
         note += " One seed cannot show how far another seed would move a score: the CI covers the test documents only."
     if with_dev:
@@ -229,7 +236,9 @@ def markdown(title: str, unit: str, results: Dict[str, Dict[str, object]], basel
 def main(
     output: Path = typer.Argument(..., help="Writes OUTPUT.md and OUTPUT.json (OUTPUT without suffix)"),
     system: List[str] = typer.Option(
-        ..., help="NAME=METRICS_DIR, or NAME=DIR1,DIR2 for a cross-validation run with several seeds; repeatable; in table order"
+        ...,
+        help="NAME=METRICS_DIR, or NAME=DIR1,DIR2 for a cross-validation run with several seeds; "
+        "repeatable; in table order",
     ),
     baseline: List[str] = typer.Option(..., help="NAME of a --system to compare every other system with, repeatable"),
     title: str = typer.Option("Paired comparison", help="Table title"),
@@ -249,7 +258,9 @@ def main(
     table = markdown(title, unit, results, baseline)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.with_suffix(".md").write_text(table, encoding="utf8")
-    srsly.write_json(output.with_suffix(".json"), {"title": title, "unit": unit, "n_boot": n_boot, "seed": seed, "systems": results})
+    srsly.write_json(
+        output.with_suffix(".json"), {"title": title, "unit": unit, "n_boot": n_boot, "seed": seed, "systems": results}
+    )
     typer.echo(table)
 
 

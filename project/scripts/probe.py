@@ -37,7 +37,9 @@ def load_split(corpus: Path, split: str) -> Tuple[List[Doc], numpy.ndarray]:
 def elmo_features(bilm: BiLM, docs: Sequence[Doc]) -> numpy.ndarray:
     """Mean of each layer over a doc's tokens: (n_docs, n_layers + 1, width); zeros for an empty doc."""
     layers = bilm.embed_sentences([[token.text for token in doc] for doc in docs])
-    return numpy.stack([doc_layers.mean(axis=1) if doc_layers.shape[1] else doc_layers.sum(axis=1) for doc_layers in layers])
+    return numpy.stack(
+        [doc_layers.mean(axis=1) if doc_layers.shape[1] else doc_layers.sum(axis=1) for doc_layers in layers]
+    )
 
 
 def vector_features(vectors: Path, docs: Sequence[Doc]) -> numpy.ndarray:
@@ -72,7 +74,10 @@ def probe_rows(
 
     (y, y_dev), rows = labels, {}
     n_layers = elmo[0].shape[1]
-    for name, layer_ids in [*((f"ELMo layer {i}", [i]) for i in range(n_layers)), ("ELMo, all layers", list(range(n_layers)))]:
+    for name, layer_ids in [
+        *((f"ELMo layer {i}", [i]) for i in range(n_layers)),
+        ("ELMo, all layers", list(range(n_layers))),
+    ]:
         X, X_dev = standardise(*(features[:, layer_ids].reshape(len(features), -1) for features in elmo))
         rows[name] = accuracy((X, y), (X_dev, y_dev))
     all_layers = standardise(*(features.reshape(len(features), -1) for features in elmo))
@@ -80,7 +85,8 @@ def probe_rows(
         static = standardise(*vectors)
         rows["static vectors"] = accuracy((static[0], y), (static[1], y_dev))
         rows["static vectors + ELMo"] = accuracy(
-            (numpy.hstack([static[0], weight * all_layers[0]]), y), (numpy.hstack([static[1], weight * all_layers[1]]), y_dev)
+            (numpy.hstack([static[0], weight * all_layers[0]]), y),
+            (numpy.hstack([static[1], weight * all_layers[1]]), y_dev),
         )
     bag = CountVectorizer(lowercase=True, token_pattern=r"\S+", binary=True).fit(texts[0])
     words = bag.transform(texts[0]), bag.transform(texts[1])
@@ -93,10 +99,18 @@ def probe_rows(
 
 
 def main(
-    corpus: Path = typer.Argument(..., exists=True, file_okay=False, help="Task directory with train.spacy and dev.spacy"),
-    elmo_options: Optional[Path] = typer.Option(None, exists=True, help="options.json of the biLM [default: the bundled one]"),
-    elmo_weights: Optional[Path] = typer.Option(None, exists=True, help="weights.hdf5 of the biLM [default: the bundled one]"),
-    vectors: Optional[Path] = typer.Option(None, exists=True, help="A spaCy pipeline or vectors directory with static vectors"),
+    corpus: Path = typer.Argument(
+        ..., exists=True, file_okay=False, help="Task directory with train.spacy and dev.spacy"
+    ),
+    elmo_options: Optional[Path] = typer.Option(
+        None, exists=True, help="options.json of the biLM [default: the bundled one]"
+    ),
+    elmo_weights: Optional[Path] = typer.Option(
+        None, exists=True, help="weights.hdf5 of the biLM [default: the bundled one]"
+    ),
+    vectors: Optional[Path] = typer.Option(
+        None, exists=True, help="A spaCy pipeline or vectors directory with static vectors"
+    ),
     weight: float = typer.Option(0.1, help="Scale of the standardised ELMo features beside other features"),
 ) -> None:
     """Print the dev accuracy of a linear probe per feature set."""

@@ -148,8 +148,13 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def training_steps(metrics_dir: Path) -> List[int]:
     """The distinct ``max_steps`` the runs of METRICS_DIR were trained with (files that record it)."""
-    return sorted({int(srsly.read_json(p)["max_steps"]) for p in metrics_dir.rglob("seed*.json")
-                   if "max_steps" in srsly.read_json(p)})
+    return sorted(
+        {
+            int(srsly.read_json(p)["max_steps"])
+            for p in metrics_dir.rglob("seed*.json")
+            if "max_steps" in srsly.read_json(p)
+        }
+    )
 
 
 def caption(scores: Scores, steps: Sequence[int]) -> str:
@@ -162,8 +167,10 @@ def caption(scores: Scores, steps: Sequence[int]) -> str:
         text += f"; at most {', '.join(map(str, steps))} training steps per run"
     text += "."
     if one_seed(scores):
-        text += (" One seed cannot show the seed-to-seed spread, and differences of a few points can be"
-                 " noise: `compare` gives confidence intervals over the test documents; `all` runs 5 seeds.")
+        text += (
+            " One seed cannot show the seed-to-seed spread, and differences of a few points can be"
+            " noise: `compare` gives confidence intervals over the test documents; `all` runs 5 seeds."
+        )
     return text
 
 
@@ -182,8 +189,10 @@ def results_markdown(scores: Scores, ner_labels: Scores, steps: Sequence[int] = 
         ner_systems = [s for s in systems if any((s, "ner", label) in ner_labels for label in labels)]
         per_label = markdown_table(
             ["NER F1 by label"] + [SYSTEMS.get(s, s) for s in ner_systems],
-            [[label] + [cell(ner_labels.get((s, "ner", label)), count=not one_seed(ner_labels)) for s in ner_systems]
-             for label in labels],
+            [
+                [label] + [cell(ner_labels.get((s, "ner", label)), count=not one_seed(ner_labels)) for s in ner_systems]
+                for label in labels
+            ],
         )
         text += "\n" + per_label + "\n"
     return text
@@ -218,8 +227,15 @@ def bars_figure(scores: Scores) -> Any:
         stats = [mean_sd(values) if values else (math.nan, None) for values, _ in found]
         xs = [j + (i - (len(systems) - 1) / 2) * width for j in range(len(columns))]
         errors = [100 * sd if sd is not None else math.nan for _, sd in stats]
-        bars = ax.bar(xs, [100 * m for m, _ in stats], width, yerr=errors, capsize=2,
-                      color=colour(system), label=SYSTEMS.get(system, system))
+        bars = ax.bar(
+            xs,
+            [100 * m for m, _ in stats],
+            width,
+            yerr=errors,
+            capsize=2,
+            color=colour(system),
+            label=SYSTEMS.get(system, system),
+        )
         borrowed_bars += [bar for bar, (_, borrowed) in zip(bars, found) if borrowed]
     ax.set_xticks(range(len(columns)), [title for _, _, title in columns], rotation=15)
     ax.set_ylabel("test score (%)")
@@ -258,8 +274,12 @@ def curves_figure(curves: Dict[Tuple[str, str], Dict[int, List[float]]]) -> Any:
     for ax, task in zip(axes[0], tasks):
         for system in ordered_systems([s for s, t in curves if t == task]):
             points = sorted(curves[(system, task)].items())
-            ax.plot([step for step, _ in points], [100 * statistics.fmean(v) for _, v in points],
-                    color=colour(system), label=SYSTEMS.get(system, system))
+            ax.plot(
+                [step for step, _ in points],
+                [100 * statistics.fmean(v) for _, v in points],
+                color=colour(system),
+                label=SYSTEMS.get(system, system),
+            )
         ax.set_title(task)
         ax.set_xlabel("training step")
         ax.set_ylabel("dev score (%)")
@@ -270,9 +290,13 @@ def curves_figure(curves: Dict[Tuple[str, str], Dict[int, List[float]]]) -> Any:
 
 
 def main(
-    metrics_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="Metrics JSON files (searched recursively)"),
+    metrics_dir: Path = typer.Argument(
+        ..., exists=True, file_okay=False, help="Metrics JSON files (searched recursively)"
+    ),
     output_dir: Path = typer.Argument(..., help="Writes results.md, results.png, learning_curves.png"),
-    runs_dir: Optional[Path] = typer.Option(None, exists=True, file_okay=False, help="Training runs, for learning curves"),
+    runs_dir: Optional[Path] = typer.Option(
+        None, exists=True, file_okay=False, help="Training runs, for learning curves"
+    ),
 ) -> None:
     """Table and plots of every system x task x seed in METRICS_DIR."""
     try:

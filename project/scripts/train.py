@@ -30,12 +30,19 @@ def parse_seeds(text: str) -> List[int]:
     return seeds
 
 
-CODE_HELP = "A Python file with registered functions the config names, as `spacy train --code` (e.g. code/elmo_variants.py)"
+CODE_HELP = (
+    "A Python file with registered functions the config names, as `spacy train --code` (e.g. code/elmo_variants.py)"
+)
 
 
 def run_overrides(
-    corpus: Path, seed: int, log: Optional[Path], max_steps: int, eval_frequency: int,
-    vectors: Optional[Path], init_tok2vec: Optional[Path],
+    corpus: Path,
+    seed: int,
+    log: Optional[Path],
+    max_steps: int,
+    eval_frequency: int,
+    vectors: Optional[Path],
+    init_tok2vec: Optional[Path],
 ) -> Dict[str, object]:
     """Config overrides of one run; ``log`` only for configs whose logger writes ``paths.log``."""
     overrides: Dict[str, object] = {
@@ -69,7 +76,9 @@ def main(
     max_steps: int = typer.Option(0, help="Override training.max_steps (0: the config's)"),
     eval_frequency: int = typer.Option(0, help="Override training.eval_frequency (0: the config's)"),
     vectors: Optional[Path] = typer.Option(None, exists=True, help="A spaCy vectors directory (spacy init vectors)"),
-    init_tok2vec: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, help="spacy pretrain weights (.bin)"),
+    init_tok2vec: Optional[Path] = typer.Option(
+        None, exists=True, dir_okay=False, help="spacy pretrain weights (.bin)"
+    ),
     gpu_id: int = typer.Option(-1, help="GPU id, -1 for CPU"),
     code: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, help=CODE_HELP),
 ) -> None:
@@ -83,7 +92,10 @@ def main(
         run_dir = output_dir / f"seed{seed}"
         log = run_dir / "log.jsonl"
         log.unlink(missing_ok=True)
-        overrides = {**run_overrides(corpus, seed, log if logs else None, max_steps, eval_frequency, vectors, init_tok2vec), **extra}
+        overrides = {
+            **run_overrides(corpus, seed, log if logs else None, max_steps, eval_frequency, vectors, init_tok2vec),
+            **extra,
+        }
         typer.echo(f"== {config.name} seed {seed} -> {run_dir}")
         spacy_train(config, run_dir, use_gpu=gpu_id, overrides=overrides)
 

@@ -44,8 +44,15 @@ def main(
         tokenized = Path(tmp) / "tokens.txt"
         write_tokenized(text, tokenized, lang)
         model = Word2Vec(
-            corpus_file=str(tokenized), vector_size=dim, window=window, min_count=min_count, sg=1,
-            negative=5, epochs=epochs, workers=workers, seed=seed,
+            corpus_file=str(tokenized),
+            vector_size=dim,
+            window=window,
+            min_count=min_count,
+            sg=1,
+            negative=5,
+            epochs=epochs,
+            workers=workers,
+            seed=seed,
         )
     output.parent.mkdir(parents=True, exist_ok=True)
     model.wv.save_word2vec_format(str(output), binary=False)

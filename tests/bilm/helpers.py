@@ -27,8 +27,13 @@ NETWORKS: Dict[str, Dict[str, Any]] = {
     "full": {
         "encoder": {"name": "elmo", "projection_dim": 6, "cell_clip": 0.5, "proj_clip": 0.5, "dim": 10, "n_layers": 2},
         "token_embedder": {
-            "name": "cnn", "activation": "relu", "filters": [[1, 4], [2, 4], [3, 8]], "n_highway": 2,
-            "word_dim": 5, "char_dim": 4, "max_characters_per_token": 10,
+            "name": "cnn",
+            "activation": "relu",
+            "filters": [[1, 4], [2, 4], [3, 8]],
+            "n_highway": 2,
+            "word_dim": 5,
+            "char_dim": 4,
+            "max_characters_per_token": 10,
         },
         "classifier": {"name": "sampled_softmax", "n_samples": 10},
         "dropout": 0.1,
@@ -36,8 +41,13 @@ NETWORKS: Dict[str, Dict[str, Any]] = {
     "plain": {
         "encoder": {"name": "elmo", "projection_dim": 4, "cell_clip": 0, "proj_clip": 0, "dim": 8, "n_layers": 3},
         "token_embedder": {
-            "name": "cnn", "activation": "tanh", "filters": [[1, 3], [4, 5]], "n_highway": 1,
-            "word_dim": 0, "char_dim": 3, "max_characters_per_token": 8,
+            "name": "cnn",
+            "activation": "tanh",
+            "filters": [[1, 3], [4, 5]],
+            "n_highway": 1,
+            "word_dim": 0,
+            "char_dim": 3,
+            "max_characters_per_token": 8,
         },
         "classifier": {"name": "sampled_softmax", "n_samples": 10},
         "dropout": 0.1,
@@ -66,8 +76,9 @@ def network(name: str) -> Dict[str, Any]:
     return copy.deepcopy(NETWORKS[name])
 
 
-def write_directory(directory: Path, config: Dict[str, Any], chars: Sequence[str] = CHARS, words: Sequence[str] = WORDS,
-                    seed: int = 0) -> Dict[str, Dict[str, int]]:
+def write_directory(
+    directory: Path, config: Dict[str, Any], chars: Sequence[str] = CHARS, words: Sequence[str] = WORDS, seed: int = 0
+) -> Dict[str, Dict[str, int]]:
     """config.json (naming net.json), net.json and the dictionaries, char ids shuffled so that a
     reader must take them from the file; returns the dictionaries as the reference reads them."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -46,11 +46,14 @@ def test_torchrun_sets_the_launch() -> None:
     assert launch == TorchrunLaunch(world=4, rank=3, local_rank=1)
 
 
-@pytest.mark.parametrize("environ, message", [
-    ({"WORLD_SIZE": "2"}, "WORLD_SIZE=2 but RANK is not set: start each process with torchrun"),
-    ({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' must be a whole number"),
-    ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": ""}, "LOCAL_RANK='' must be a whole number"),
-])
+@pytest.mark.parametrize(
+    "environ, message",
+    [
+        ({"WORLD_SIZE": "2"}, "WORLD_SIZE=2 but RANK is not set: start each process with torchrun"),
+        ({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' must be a whole number"),
+        ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": ""}, "LOCAL_RANK='' must be a whole number"),
+    ],
+)
 def test_a_broken_launch_says_what_to_fix(environ, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         torchrun_launch(environ)

@@ -26,9 +26,7 @@ def whitespace_tokens(lines: List[str]) -> List[List[str]]:
 STORE_TEXTS = ["The bank raised its rates .", "I sat by the river bank .", "Hello there", ""]
 
 
-def store_pipeline(
-    bilm_files: Tuple[Path, Path], features: Optional[Path] = None, precision: str = "auto"
-) -> Language:
+def store_pipeline(bilm_files: Tuple[Path, Path], features: Optional[Path] = None, precision: str = "auto") -> Language:
     """An initialized elmo pipeline of the tiny biLM, one thread, reading the feature store ``features``."""
     nlp = spacy.blank("en")
     model = {"options_file": str(bilm_files[0]), "weight_file": str(bilm_files[1]), "precision": precision}

@@ -14,9 +14,25 @@ from .helpers import SENTENCES
 def test_command_line_writes_allennlps_file(bilm_files, corpus, tmp_path):
     """The issue's first 'done when': python -m spacy_elmo embed in.txt out.hdf5 --whitespace ..."""
     result = subprocess.run(
-        [sys.executable, "-m", "spacy_elmo", "embed", str(corpus), str(tmp_path / "out.hdf5"), "--whitespace",
-         "--options-file", str(bilm_files[0]), "--weight-file", str(bilm_files[1]), "--threads", "1", "--no-progress"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "spacy_elmo",
+            "embed",
+            str(corpus),
+            str(tmp_path / "out.hdf5"),
+            "--whitespace",
+            "--options-file",
+            str(bilm_files[0]),
+            "--weight-file",
+            str(bilm_files[1]),
+            "--threads",
+            "1",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert f"{len(SENTENCES)} sentences" in result.stdout and "tokens/s" in result.stdout
@@ -35,7 +51,9 @@ def test_command_line_reports_bad_input_clearly(tmp_path):
     ):
         result = subprocess.run(
             [sys.executable, "-m", "spacy_elmo", "embed", str(path), str(tmp_path / "out"), "--no-progress"],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert result.returncode == 1 and "Error:" in result.stderr and message in result.stderr
     assert not (tmp_path / "out").exists()
@@ -50,7 +68,10 @@ def test_device_options_reach_run_embed_with_the_command_lines_gpu_preference(mo
 
     calls = []
     monkeypatch.setattr(spacy_elmo.embed, "run_embed", lambda *args, **kwargs: calls.append(kwargs) or "done")
-    for options, expected in (([], ("auto", 0.0)), (["--device", "cuda:1", "--gpus-per-worker", "0.5"], ("cuda:1", 0.5))):
+    for options, expected in (
+        ([], ("auto", 0.0)),
+        (["--device", "cuda:1", "--gpus-per-worker", "0.5"], ("cuda:1", 0.5)),
+    ):
         result = CliRunner().invoke(app, ["embed", str(tmp_path / "in.txt"), str(tmp_path / "out"), *options])
         assert result.exit_code == 0, result.output
         assert (calls[-1]["device"], calls[-1]["gpus_per_worker"], calls[-1]["prefer_gpu"]) == (*expected, True)
@@ -60,8 +81,20 @@ def test_device_options_reach_run_embed_with_the_command_lines_gpu_preference(mo
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
 def test_command_line_asked_for_a_gpu_it_lacks_says_which_option_to_change(corpus, tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "spacy_elmo", "embed", str(corpus), str(tmp_path / "out"), "--device", "cuda", "--no-progress"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "spacy_elmo",
+            "embed",
+            str(corpus),
+            str(tmp_path / "out"),
+            "--device",
+            "cuda",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 1 and "Error: --device cuda: torch sees no CUDA GPU" in result.stderr
     assert "--device cpu or auto" in result.stderr and not (tmp_path / "out").exists()
@@ -100,10 +133,36 @@ def test_embed_options_reach_run_embed_as_settings(monkeypatch, tmp_path):
     result = CliRunner().invoke(app, ["embed", *paths])
     assert result.exit_code == 0, result.output
     assert calls[-1] == EmbedSettings()
-    result = CliRunner().invoke(app, ["embed", *paths, "--layers", "mix:0.2,0.3,0.5", "--state", "warm", "--lang", "de",
-                                      "--whitespace", "--shard-size", "5", "--batch-tokens", "64", "--precision", "fp32"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "embed",
+            *paths,
+            "--layers",
+            "mix:0.2,0.3,0.5",
+            "--state",
+            "warm",
+            "--lang",
+            "de",
+            "--whitespace",
+            "--shard-size",
+            "5",
+            "--batch-tokens",
+            "64",
+            "--precision",
+            "fp32",
+        ],
+    )
     assert result.exit_code == 0, result.output
-    assert calls[-1] == EmbedSettings(state="warm", layers="mix", mix=(0.2, 0.3, 0.5), lang="de", whitespace=True,
-                                      shard_size=5, batch_tokens=64, precision="fp32")
+    assert calls[-1] == EmbedSettings(
+        state="warm",
+        layers="mix",
+        mix=(0.2, 0.3, 0.5),
+        lang="de",
+        whitespace=True,
+        shard_size=5,
+        batch_tokens=64,
+        precision="fp32",
+    )
     result = CliRunner().invoke(app, ["embed", *paths, "--layers", "mix:a"])
     assert result.exit_code == 1 and "--layers mix needs numbers" in result.output

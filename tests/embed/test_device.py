@@ -59,7 +59,10 @@ def test_a_malformed_device_is_an_error_that_lists_the_choices(spec):
 
 def test_parse_device():
     assert [parse_device(s) for s in ("auto", "cpu", "cuda", "cuda:3")] == [
-        ("auto", None), ("cpu", None), ("cuda", None), ("cuda", 3)
+        ("auto", None),
+        ("cpu", None),
+        ("cuda", None),
+        ("cuda", 3),
     ]
 
 
@@ -118,7 +121,9 @@ def test_worker_precision_is_decided_once_on_the_driver():
 def test_a_local_ray_cannot_place_more_gpu_workers_than_it_has_gpus():
     check_local_gpus(4, 0.25, 1.0)
     check_local_gpus(2, 0.0, 0.0)
-    with pytest.raises(ValueError, match="needs 4 GPUs, and the Ray started on this machine has 1: lower --workers to 1"):
+    with pytest.raises(
+        ValueError, match="needs 4 GPUs, and the Ray started on this machine has 1: lower --workers to 1"
+    ):
         check_local_gpus(4, 1.0, 1.0)
     with pytest.raises(ValueError, match="has 0: drop --gpus-per-worker"):
         check_local_gpus(1, 0.5, 0.0)
@@ -139,7 +144,9 @@ def test_run_embed_asked_for_cuda_on_a_cpu_machine_fails_before_any_work(bilm_fi
         ({"engine": "ray", "device": "cuda"}, "Add --gpus-per-worker 1"),
     ],
 )
-def test_run_embed_refuses_device_options_that_contradict_before_any_work(bilm_files, corpus, tmp_path, options, message):
+def test_run_embed_refuses_device_options_that_contradict_before_any_work(
+    bilm_files, corpus, tmp_path, options, message
+):
     with pytest.raises(ValueError, match=message):
         run_embed(corpus, tmp_path / "out", SETTINGS, *bilm_files, progress=False, **options)
     assert not (tmp_path / "out").exists()
@@ -161,12 +168,22 @@ def test_a_resumed_run_must_compute_the_products_it_started_with_however_asked(b
     other = "bf16" if auto_here == "fp32" else "fp32"
     started = EmbedSettings(whitespace=True, shard_size=2, precision=auto_here)
     run_embed(corpus, tmp_path / "out", started, *bilm_files, progress=False)
-    summary = run_embed(corpus, tmp_path / "out", EmbedSettings(whitespace=True, shard_size=2), *bilm_files, progress=False)
+    summary = run_embed(
+        corpus, tmp_path / "out", EmbedSettings(whitespace=True, shard_size=2), *bilm_files, progress=False
+    )
     assert summary.shards_skipped == 4  # "auto" computes the same products here: accepted
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["settings"]["precision"] == auto_here
     stored = "float32" if auto_here == "fp32" else "bfloat16"
-    with pytest.raises(OutputError, match=f"computed with {stored} matrix products.*Finish it with --precision {auto_here}"):
-        run_embed(corpus, tmp_path / "out", EmbedSettings(whitespace=True, shard_size=2, precision=other), *bilm_files, progress=False)
+    with pytest.raises(
+        OutputError, match=f"computed with {stored} matrix products.*Finish it with --precision {auto_here}"
+    ):
+        run_embed(
+            corpus,
+            tmp_path / "out",
+            EmbedSettings(whitespace=True, shard_size=2, precision=other),
+            *bilm_files,
+            progress=False,
+        )
 
 
 @pytest.mark.parametrize("prefer_gpu, expected", [(True, CUDA0), (False, CPU)])
@@ -203,7 +220,7 @@ def test_ray_gpu_workers_get_the_precision_the_manifest_records(bilm_files, corp
     monkeypatch.setattr(resolved, "cuda_has_native_bf16", lambda device: True)
     monkeypatch.setattr(ray_engine, "embed_on_ray", lambda *args, **kwargs: calls.append((args[3], kwargs)))
     run_embed(corpus, tmp_path / "out", SETTINGS, *bilm_files, engine="ray", gpus_per_worker=0.5, progress=False)
-    (workers_settings, options), = calls
+    ((workers_settings, options),) = calls
     assert workers_settings.precision == "bf16"
     assert (options["device"], options["gpus_per_worker"]) == ("cuda", 0.5)
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())

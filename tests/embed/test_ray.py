@@ -27,7 +27,16 @@ def test_more_gpu_workers_than_the_local_ray_has_gpus_are_refused_not_left_waiti
         pytest.skip("needs a Ray that the run starts itself")
     settings = EmbedSettings(whitespace=True, shard_size=2, precision="fp32")
     with pytest.raises(ValueError, match="--workers 64 x --gpus-per-worker 1 needs 64 GPUs"):
-        run_embed(corpus, tmp_path / "ray", settings, *bilm_files, engine="ray", workers=64, gpus_per_worker=1.0, progress=False)
+        run_embed(
+            corpus,
+            tmp_path / "ray",
+            settings,
+            *bilm_files,
+            engine="ray",
+            workers=64,
+            gpus_per_worker=1.0,
+            progress=False,
+        )
     assert not ray.is_initialized()
 
 

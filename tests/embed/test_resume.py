@@ -60,7 +60,13 @@ def test_another_model_or_settings_on_resume_is_an_error(bilm_files, other_bilm_
     with pytest.raises(OutputError, match="another model .*fingerprint.*same model and options"):
         run_embed(corpus, tmp_path / name, SETTINGS, *other_bilm_files, progress=False)
     with pytest.raises(OutputError, match='another settings .*state: "zero" -> "warm"'):
-        run_embed(corpus, tmp_path / name, EmbedSettings(state="warm", whitespace=True, shard_size=2), *bilm_files, progress=False)
+        run_embed(
+            corpus,
+            tmp_path / name,
+            EmbedSettings(state="warm", whitespace=True, shard_size=2),
+            *bilm_files,
+            progress=False,
+        )
     corpus.write_text("Other text .\n", encoding="utf8")
     with pytest.raises(OutputError, match="another input"):
         run_embed(corpus, tmp_path / name, SETTINGS, *bilm_files, progress=False)
@@ -74,4 +80,6 @@ def test_an_output_path_with_other_content_is_refused(bilm_files, corpus, tmp_pa
     (tmp_path / "taken.hdf5").write_text("not hdf5")
     with pytest.raises(OutputError, match="not an output of spacy-elmo embed"):
         run_embed(corpus, tmp_path / "taken.hdf5", SETTINGS, *bilm_files, progress=False)
-    assert (tmp_path / "taken" / "notes.txt").read_text() == "mine" and (tmp_path / "taken.hdf5").read_text() == "not hdf5"
+    assert (tmp_path / "taken" / "notes.txt").read_text() == "mine" and (
+        tmp_path / "taken.hdf5"
+    ).read_text() == "not hdf5"

@@ -89,10 +89,22 @@ def test_a_store_of_spacy_files_serves_the_docs_spacy_train_makes_of_them(bilm_f
     nlp = spacy.blank("en")
     DocBin(docs=annotated_docs(nlp, 4)).to_disk(tmp_path / "train.spacy")
     options = ["--gold-tokens"] if gold_preproc else []
-    result = CliRunner().invoke(app, [
-        "embed", str(tmp_path / "train.spacy"), str(tmp_path / "store"), "--options-file", str(bilm_files[0]),
-        "--weight-file", str(bilm_files[1]), "--threads", "1", "--no-progress", *options,
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "embed",
+            str(tmp_path / "train.spacy"),
+            str(tmp_path / "store"),
+            "--options-file",
+            str(bilm_files[0]),
+            "--weight-file",
+            str(bilm_files[1]),
+            "--threads",
+            "1",
+            "--no-progress",
+            *options,
+        ],
+    )
     assert result.exit_code == 0, result.output
     keys = lookup_keys([eg.predicted for eg in Corpus(tmp_path / "train.spacy", gold_preproc=gold_preproc)(nlp)])
     assert (keys[0] == ("Alice", "ca", "n't", "go", "home", ".", "#", "sad")) != gold_preproc
@@ -145,7 +157,9 @@ def test_spacy_train_reads_its_features_from_the_store(bilm_files, tmp_path, cou
 def store_of(bilm_files, tmp_path, precision: str) -> Path:
     """A store of STORE_TEXTS whose products are ``precision``, as the manifest records them."""
     (tmp_path / "in.txt").write_text("\n".join(STORE_TEXTS) + "\n", encoding="utf8")
-    run_embed(tmp_path / "in.txt", tmp_path / precision, EmbedSettings(precision=precision), *bilm_files, progress=False)
+    run_embed(
+        tmp_path / "in.txt", tmp_path / precision, EmbedSettings(precision=precision), *bilm_files, progress=False
+    )
     products = json.loads((tmp_path / precision / "manifest.json").read_text())["model"]["products"]
     assert products == {"fp32": "float32", "bf16": "bfloat16"}[precision]
     return tmp_path / precision
@@ -161,7 +175,10 @@ def test_a_float32_store_serves_a_pipeline_that_multiplies_in_bf16(bilm_files, t
     assert count_biLM_sentences == []
     for doc, reference in zip(docs, store_pipeline(bilm_files, precision="fp32").pipe(STORE_TEXTS[:3])):
         assert_float32_close(doc.tensor, reference.tensor)
-    assert FeatureStore(store).get_many([("Hello", "there")], BiLM.from_files(*bilm_files, precision="bf16"))[0] is not None
+    assert (
+        FeatureStore(store).get_many([("Hello", "there")], BiLM.from_files(*bilm_files, precision="bf16"))[0]
+        is not None
+    )
 
 
 def test_a_bf16_store_serves_auto_and_bf16_but_a_float32_pipeline_gets_an_error_naming_both_fixes(bilm_files, tmp_path):
@@ -169,14 +186,16 @@ def test_a_bf16_store_serves_auto_and_bf16_but_a_float32_pipeline_gets_an_error_
     for precision in ("bf16", "auto"):  # auto accepts bf16 values, even where it resolves to float32
         assert store.get_many([("Hello", "there")], BiLM.from_files(*bilm_files, precision=precision))[0] is not None
     fixes = r'\[components.elmo.model\] precision = "auto" .* or "bf16".*spacy-elmo embed .*--precision fp32'
-    with pytest.raises(ValueError, match=f"bfloat16 matrix products, and this pipeline's biLM asks for float32 .*{fixes}"):
+    with pytest.raises(
+        ValueError, match=f"bfloat16 matrix products, and this pipeline's biLM asks for float32 .*{fixes}"
+    ):
         store.get_many([("Hello", "there")], BiLM.from_files(*bilm_files, precision="fp32"))
     with pytest.raises(ValueError, match="asks for float32"):
         store_pipeline(bilm_files, store.path, precision="fp32")("Hello there")
 
 
 def test_the_precision_setting_is_checked_again_when_it_changes(bilm_files, tmp_path):
-    """"auto" and "fp32" resolve alike on most CPUs: the check keys on the setting, not only the dtype."""
+    """ "auto" and "fp32" resolve alike on most CPUs: the check keys on the setting, not only the dtype."""
     store = FeatureStore(store_of(bilm_files, tmp_path, "bf16"))
     bilm = BiLM.from_files(*bilm_files, precision="auto")
     assert store.get_many([("Hello", "there")], bilm)[0] is not None

@@ -22,9 +22,7 @@ def is_cupy_float32(array) -> bool:
 
 def predictions(nlp: Language, texts: List[str]) -> List[tuple]:
     """What a user reads of each doc, on the host: the tensor, the categories, the entities."""
-    return [
-        (host(doc.tensor), dict(doc.cats), [(e.text, e.label_) for e in doc.ents]) for doc in nlp.pipe(texts)
-    ]
+    return [(host(doc.tensor), dict(doc.cats), [(e.text, e.label_) for e in doc.ents]) for doc in nlp.pipe(texts)]
 
 
 def assert_same_predictions(got: List[tuple], want: List[tuple], rtol: float = 1e-5, entities: bool = True) -> None:

@@ -26,8 +26,14 @@ def test_a_store_made_on_the_cpu_serves_a_gpu_pipeline(bilm_files, tmp_path, cou
     """float32 layers from a CPU serve the GPU pipeline, also where its "auto" resolves to bf16."""
     texts = [text for text in STORE_TEXTS if text]
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf8")
-    run_embed(tmp_path / "in.txt", tmp_path / "store", EmbedSettings(shard_size=2, precision="fp32"),
-              *bilm_files, progress=False, device="cpu")
+    run_embed(
+        tmp_path / "in.txt",
+        tmp_path / "store",
+        EmbedSettings(shard_size=2, precision="fp32"),
+        *bilm_files,
+        progress=False,
+        device="cpu",
+    )
     with use_ops("numpy"):
         expected = [doc.tensor for doc in store_pipeline(bilm_files, precision="fp32").pipe(texts)]
     assert Manifest.read(tmp_path / "store").model["products"] == "float32"
@@ -44,10 +50,18 @@ def test_a_store_made_on_the_cpu_serves_a_gpu_pipeline(bilm_files, tmp_path, cou
 def test_pretraining_resumed_from_a_checkpoint_ends_where_an_uninterrupted_run_does(tmp_path, deterministic) -> None:
     write_corpus(tmp_path / "corpus.txt", 120)
     preset = get_preset("tiny")
-    config = preset.training.updated(max_steps=40, checkpoint_every=10, eval_every=100, n_negatives=8, dropout=0.2, seed=3)
+    config = preset.training.updated(
+        max_steps=40, checkpoint_every=10, eval_every=100, n_negatives=8, dropout=0.2, seed=3
+    )
     pretrain(tmp_path / "corpus.txt", tmp_path / "whole", preset.options, config, resume=False, progress=False)
-    pretrain(tmp_path / "corpus.txt", tmp_path / "split", preset.options, config.updated(max_steps=20),
-             resume=False, progress=False)
+    pretrain(
+        tmp_path / "corpus.txt",
+        tmp_path / "split",
+        preset.options,
+        config.updated(max_steps=20),
+        resume=False,
+        progress=False,
+    )
     assert load_checkpoint(tmp_path / "split" / "checkpoint.pt")["step"] == 20
     pretrain(tmp_path / "corpus.txt", tmp_path / "split", preset.options, config, resume=True, progress=False)
     whole, resumed = hdf5_arrays(tmp_path / "whole" / "weights.hdf5"), hdf5_arrays(tmp_path / "split" / "weights.hdf5")
@@ -60,8 +74,17 @@ def tiny_trainer(tmp_path, lines: int, **settings) -> Trainer:
     """A pretraining run of the ``tiny`` preset on a repetitive corpus of ``lines`` lines."""
     write_repetitive_corpus(tmp_path / "train.txt", lines)
     preset = get_preset("tiny")
-    return Trainer(init_distributed(), tmp_path / "train.txt", tmp_path / "out", preset.options,
-                   preset.training.updated(**settings), dev_path=None, init_from=None, resume=False, progress=False)
+    return Trainer(
+        init_distributed(),
+        tmp_path / "train.txt",
+        tmp_path / "out",
+        preset.options,
+        preset.training.updated(**settings),
+        dev_path=None,
+        init_from=None,
+        resume=False,
+        progress=False,
+    )
 
 
 def test_bf16_pretraining_on_the_gpu_is_finite(tmp_path) -> None:

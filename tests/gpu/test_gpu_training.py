@@ -65,8 +65,13 @@ def test_predictions_after_fine_tuning_steps_are_not_stale(bilm_files, precision
 def test_mixed_precision_with_the_grad_scaler_gives_the_unscaled_gradients(bilm_files) -> None:
     """Under thinc's autocast and a grad scaler of 1024, the biLM gets the sum of the listeners'
     gradients, scaled and unscaled exactly once (as a direct backward pass computes it)."""
-    nlp = build_ner_textcat(bilm_files, freeze=False, precision="fp32", mixed_precision=True,
-                            grad_scaler_config={"enabled": True, "init_scale": 1024.0})
+    nlp = build_ner_textcat(
+        bilm_files,
+        freeze=False,
+        precision="fp32",
+        mixed_precision=True,
+        grad_scaler_config={"enabled": True, "init_scale": 1024.0},
+    )
     elmo = nlp.get_pipe("elmo")
     shim = elmo.model.shims[0]
     assert shim._mixed_precision and isinstance(shim._grad_scaler, PyTorchGradScaler)
@@ -99,7 +104,9 @@ def test_mixed_precision_with_the_grad_scaler_gives_the_unscaled_gradients(bilm_
 
 
 @pytest.mark.parametrize("freeze", [True, False])
-def test_spacy_train_gpu_id_0_trains_and_model_best_loads(freeze: bool, corpus: Path, bilm_files, tmp_path: Path) -> None:
+def test_spacy_train_gpu_id_0_trains_and_model_best_loads(
+    freeze: bool, corpus: Path, bilm_files, tmp_path: Path
+) -> None:
     config = "ner_elmo.cfg"
     files = {"paths.elmo_options": str(bilm_files[0]), "paths.elmo_weights": str(bilm_files[1])}
     steps = {"training.max_steps": 20, "training.eval_frequency": 10, "components.elmo.model.freeze": freeze}
@@ -107,9 +114,23 @@ def test_spacy_train_gpu_id_0_trains_and_model_best_loads(freeze: bool, corpus: 
     as_text = {key: json.dumps(value) if isinstance(value, bool) else str(value) for key, value in overrides.items()}
     args = [arg for key, value in as_text.items() for arg in (f"--{key}", value)]  # booleans as true / false
     result = subprocess.run(
-        [sys.executable, "-m", "spacy", "train", str(CONFIGS / config), "--gpu-id", "0",
-         "--output", str(tmp_path / "out"), *args],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        [
+            sys.executable,
+            "-m",
+            "spacy",
+            "train",
+            str(CONFIGS / config),
+            "--gpu-id",
+            "0",
+            "--output",
+            str(tmp_path / "out"),
+            *args,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Using GPU: 0" in result.stdout + result.stderr

@@ -18,13 +18,44 @@ from ..helpers import N_LAYERS, WIDTH, assert_float32_close, random_bilm
 
 # Characters (and emoji sequences) that tokenizers, byte encoders and fixed-width char buffers get wrong.
 HOSTILE_CHARS = [
-    "\x00", "\x01", "\x07", "\x1b", "\x7f", "\x85", "\x9f",  # C0/C1 controls, DEL, NEL
-    "\u0301", "\u0308", "\u20dd", "\u0489",  # combining marks (alone, they combine with nothing)
-    "\u05d0", "\u0627", "\u202e", "\u202b", "\u200f", "\u2067",  # Hebrew, Arabic, RTL overrides/marks
-    "\U0001f600", "\U0001f468\u200d\U0001f469\u200d\U0001f467", "\U0001f1fa\U0001f1f8", "\U0001f44d\U0001f3fd",
-    "\u200b", "\u200c", "\u200d", "\u2060", "\ufeff",  # zero-width characters, BOM
-    " ", "\t", "\n", "\r", "\u00a0", "\u2028", "\u2029", "\u3000",  # whitespace
-    "\ufffd", "\uffff", "\U0010ffff", "\ue000",  # replacement, non-characters, private use
+    "\x00",
+    "\x01",
+    "\x07",
+    "\x1b",
+    "\x7f",
+    "\x85",
+    "\x9f",  # C0/C1 controls, DEL, NEL
+    "\u0301",
+    "\u0308",
+    "\u20dd",
+    "\u0489",  # combining marks (alone, they combine with nothing)
+    "\u05d0",
+    "\u0627",
+    "\u202e",
+    "\u202b",
+    "\u200f",
+    "\u2067",  # Hebrew, Arabic, RTL overrides/marks
+    "\U0001f600",
+    "\U0001f468\u200d\U0001f469\u200d\U0001f467",
+    "\U0001f1fa\U0001f1f8",
+    "\U0001f44d\U0001f3fd",
+    "\u200b",
+    "\u200c",
+    "\u200d",
+    "\u2060",
+    "\ufeff",  # zero-width characters, BOM
+    " ",
+    "\t",
+    "\n",
+    "\r",
+    "\u00a0",
+    "\u2028",
+    "\u2029",
+    "\u3000",  # whitespace
+    "\ufffd",
+    "\uffff",
+    "\U0010ffff",
+    "\ue000",  # replacement, non-characters, private use
 ]
 LONG_TOKEN = 10_000
 
@@ -39,7 +70,9 @@ hostile_token = st.one_of(short_token, long_token)
 surrogate_token = st.text(st.characters(categories=["Cs"]), min_size=1, max_size=3)
 sentences = st.lists(st.lists(st.one_of(hostile_token, surrogate_token, st.just("")), max_size=12), max_size=6)
 
-PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 
 
 def assert_layers(layers: numpy.ndarray, n_tokens: int) -> None:
@@ -111,9 +144,12 @@ def test_pipe_docs_from_words_with_random_sentences(nlp_elmo: Language, data: st
     """Pre-tokenized docs, whitespace tokens included, with and without sentence boundaries."""
     words = data.draw(st.lists(hostile_token, min_size=1, max_size=40), label="words")
     spaces = data.draw(st.lists(st.booleans(), min_size=len(words), max_size=len(words)), label="spaces")
-    sent_starts = data.draw(st.one_of(
-        st.none(), st.lists(st.booleans(), min_size=len(words), max_size=len(words)).map(lambda s: [True] + s[1:])
-    ), label="sent_starts")
+    sent_starts = data.draw(
+        st.one_of(
+            st.none(), st.lists(st.booleans(), min_size=len(words), max_size=len(words)).map(lambda s: [True] + s[1:])
+        ),
+        label="sent_starts",
+    )
     doc = Doc(nlp_elmo.vocab, words=words, spaces=spaces, sent_starts=sent_starts)
     (doc,) = nlp_elmo.pipe([doc])
     assert_annotated(doc)

@@ -96,7 +96,9 @@ def test_checkpoint_that_is_a_pickle(tmp_path: Path, with_torch: bool) -> None:
     marker = tmp_path / "PWNED"
     checkpoint = tmp_path / "run" / "checkpoint.pt"
     # Everything a real checkpoint has at the top level, plus the payload.
-    plant(checkpoint, {"format": FORMAT_VERSION, "step": torch.tensor(3), "rng": Payload(marker)}, with_torch=with_torch)
+    plant(
+        checkpoint, {"format": FORMAT_VERSION, "step": torch.tensor(3), "rng": Payload(marker)}, with_torch=with_torch
+    )
     assert_live(checkpoint, marker)
     with pytest.raises(ValueError, match="cannot read checkpoint"):
         load_checkpoint(checkpoint)
@@ -114,11 +116,19 @@ def test_pretraining_resume_refuses_a_pickled_checkpoint(tmp_path: Path, with_to
 
     marker = tmp_path / "PWNED"
     write_corpus(tmp_path / "train.txt", 20)
-    plant(tmp_path / "out" / CHECKPOINT_NAME, {"format": FORMAT_VERSION, "config": Payload(marker)}, with_torch=with_torch)
+    plant(
+        tmp_path / "out" / CHECKPOINT_NAME, {"format": FORMAT_VERSION, "config": Payload(marker)}, with_torch=with_torch
+    )
     assert_live(tmp_path / "out" / CHECKPOINT_NAME, marker)
     preset = get_preset("tiny")
     with pytest.raises(ValueError, match="cannot read checkpoint"):
-        pretrain(tmp_path / "train.txt", tmp_path / "out", preset.options, preset.training.updated(max_steps=1),
-                 resume=True, progress=False)
+        pretrain(
+            tmp_path / "train.txt",
+            tmp_path / "out",
+            preset.options,
+            preset.training.updated(max_steps=1),
+            resume=True,
+            progress=False,
+        )
     assert not marker.exists()
     assert not (tmp_path / "out" / "weights.hdf5").exists()

@@ -59,8 +59,21 @@ def pretrain(
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
 
     return subprocess.run(
-        [sys.executable, "-m", "spacy_elmo", "pretrain", str(corpus), str(output_dir), *ARGS, "--max-steps", str(max_steps)],
-        env=ENV, capture_output=True, text=True, timeout=180,
+        [
+            sys.executable,
+            "-m",
+            "spacy_elmo",
+            "pretrain",
+            str(corpus),
+            str(output_dir),
+            *ARGS,
+            "--max-steps",
+            str(max_steps),
+        ],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=180,
         preexec_fn=limit_file_size if file_size_limit is not None else None,
     )
 
@@ -123,7 +136,10 @@ def test_sigkill_in_the_middle_of_a_checkpoint_write(uninterrupted: Path, tmp_pa
     corpus, run = uninterrupted / "corpus.txt", tmp_path / "run"
     killed = subprocess.run(
         [sys.executable, "-c", KILL_MID_WRITE, "pretrain", str(corpus), str(run), *ARGS, "--max-steps", "40"],
-        env=ENV, capture_output=True, text=True, timeout=180,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert len(temporaries(run)) == 1  # the half-written file, never moved onto checkpoint.pt
@@ -148,14 +164,19 @@ def has_logged_a_step(run: Path) -> bool:
 
 
 @pytest.mark.slow
-def test_ctrl_c_before_the_first_checkpoint_saves_one_and_the_run_resumes_from_it(uninterrupted: Path, tmp_path: Path) -> None:
+def test_ctrl_c_before_the_first_checkpoint_saves_one_and_the_run_resumes_from_it(
+    uninterrupted: Path, tmp_path: Path
+) -> None:
     """SIGINT a few steps in, long before the first checkpoint: the run saves that step, says where
     and how to resume, exits 130 as a shell expects, and the same command continues from that step
     to the weights of a run never stopped. (The distributed test below sends SIGTERM.)"""
     corpus, run = uninterrupted / "corpus.txt", tmp_path / "run"
     process = subprocess.Popen(
         [sys.executable, "-m", "spacy_elmo", "pretrain", str(corpus), str(run), *UNTIL_STOPPED],
-        env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 120
     while not has_logged_a_step(run):  # in the training loop
@@ -205,9 +226,23 @@ def test_a_signal_to_one_process_of_a_distributed_run_stops_all_at_the_same_step
     script.write_text(SIGNAL_RANK_1, encoding="utf8")
     run = tmp_path / "run"
     torchrun = subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
-         "pretrain", str(uninterrupted / "corpus.txt"), str(run), *UNTIL_STOPPED],
-        env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            str(script),
+            "pretrain",
+            str(uninterrupted / "corpus.txt"),
+            str(run),
+            *UNTIL_STOPPED,
+        ],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         _, stderr = torchrun.communicate(timeout=180)

@@ -41,8 +41,12 @@ def test_the_factory_default_and_the_shipped_configs_have_the_same_keys() -> Non
 
 def test_every_setting_of_the_bilm_comes_from_a_key(bilm_files) -> None:
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config=elmo_config(bilm_files, token_cache_size=7, max_batch_tokens=99, dropout=0.25,
-                                            state="warm", precision="bf16"))
+    nlp.add_pipe(
+        "elmo",
+        config=elmo_config(
+            bilm_files, token_cache_size=7, max_batch_tokens=99, dropout=0.25, state="warm", precision="bf16"
+        ),
+    )
     nlp.initialize()
     expected = BiLMSettings(state="warm", cache_size=7, max_batch_tokens=99, dropout=0.25, precision="bf16")
     assert get_bilm(nlp.get_pipe("elmo").model).settings == expected
@@ -59,7 +63,10 @@ def test_the_config_is_validated_against_the_fields(bilm_files, key: str, value:
     "settings, message",
     [
         ({"options_file": Path("options.json")}, "give both options_file and weight_file, or neither"),
-        ({"learn_rate_scale": 0.0}, "learn_rate_scale must be above 0, got 0.0; to keep the biLM fixed, set freeze = true"),
+        (
+            {"learn_rate_scale": 0.0},
+            "learn_rate_scale must be above 0, got 0.0; to keep the biLM fixed, set freeze = true",
+        ),
         ({"feature_cache_mb": -1.0}, "feature_cache_mb must be 0 or more"),
         ({"window": 8, "overlap": 8}, r"overlap must be in \[0, window=8\)"),
         ({"precision": "fp16"}, "precision must be one of"),

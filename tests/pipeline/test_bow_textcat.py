@@ -31,8 +31,13 @@ def _pipeline(bilm_files, model, exclusive: bool = True):
 
 
 def _elmo_bow(exclusive: bool = True):
-    return {"@architectures": "spacy_elmo.ElmoBOWTextCat.v1", "exclusive_classes": exclusive, "ngram_size": 1,
-            "dropout": 0.0, "tok2vec": listener_config()}
+    return {
+        "@architectures": "spacy_elmo.ElmoBOWTextCat.v1",
+        "exclusive_classes": exclusive,
+        "ngram_size": 1,
+        "dropout": 0.0,
+        "tok2vec": listener_config(),
+    }
 
 
 @pytest.mark.parametrize("exclusive", [True, False])

@@ -35,7 +35,9 @@ def test_default_config_loads_the_bundled_english_bilm() -> None:
         nlp.initialize()
     doc = nlp("The bank raised its rates .")
     bundled = BiLM.from_files(*pretrained_files("en"))
-    numpy.testing.assert_allclose(doc.tensor, bundled.embed_sentences([[t.text for t in doc]])[0].mean(axis=0), atol=1e-5)
+    numpy.testing.assert_allclose(
+        doc.tensor, bundled.embed_sentences([[t.text for t in doc]])[0].mean(axis=0), atol=1e-5
+    )
     assert doc.tensor.shape == (6, 256)
 
 
@@ -47,7 +49,9 @@ def test_the_package_ships_en_alone() -> None:
 
 def test_no_pretrained_and_no_files_builds_an_untrained_bilm_and_says_so() -> None:
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"model": {"pretrained": None, "lstm_dim": 8, "projection_dim": 3, "filters": [[1, 2]]}})
+    nlp.add_pipe(
+        "elmo", config={"model": {"pretrained": None, "lstm_dim": 8, "projection_dim": 3, "filters": [[1, 2]]}}
+    )
     with pytest.warns(UserWarning, match="untrained"):
         nlp.initialize()
     assert nlp("Untrained but working .").tensor.shape == (4, 6)
@@ -129,7 +133,9 @@ def test_vectors_and_similarity_come_from_elmo(nlp_elmo, static_vectors: bool) -
     # The same word in another context gets another vector: contextual, not static.
     assert doc[2].similarity(doc[6]) < 0.9999
     assert doc[0:3].similarity(doc[4:7]) == pytest.approx(
-        float(doc[0:3].vector @ doc[4:7].vector / numpy.linalg.norm(doc[0:3].vector) / numpy.linalg.norm(doc[4:7].vector)),
+        float(
+            doc[0:3].vector @ doc[4:7].vector / numpy.linalg.norm(doc[0:3].vector) / numpy.linalg.norm(doc[4:7].vector)
+        ),
         rel=1e-5,
     )
     assert doc[3].similarity(doc[1]) == 0.0  # whitespace token: zero vector
@@ -187,14 +193,22 @@ def test_initialize_never_overwrites_loaded_weights(nlp_elmo) -> None:
 
 def test_real_allennlp_files_load(fixture_dir) -> None:
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"model": {
-        "options_file": str(fixture_dir / "options.json"),
-        "weight_file": str(fixture_dir / "lm_weights.hdf5"),
-    }, "store_layers": True})
+    nlp.add_pipe(
+        "elmo",
+        config={
+            "model": {
+                "options_file": str(fixture_dir / "options.json"),
+                "weight_file": str(fixture_dir / "lm_weights.hdf5"),
+            },
+            "store_layers": True,
+        },
+    )
     nlp.initialize()
     doc = nlp("The quick brown fox .")
     assert doc._.elmo_layers.shape == (3, 5, 32)
-    expected = BiLM.from_files(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5").embed_sentences([words_of(doc)])[0]
+    expected = BiLM.from_files(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5").embed_sentences(
+        [words_of(doc)]
+    )[0]
     assert_float32_close(doc._.elmo_layers, expected)
 
 
@@ -212,8 +226,10 @@ def test_disk_round_trip_is_self_contained(tmp_path, bilm_files) -> None:
     loaded = spacy.load(tmp_path / "pipeline")
     for doc, tensor in zip(loaded.pipe(TEXTS), expected):
         numpy.testing.assert_array_equal(doc.tensor, tensor)
-    standard = BiLM.from_files(tmp_path / "pipeline" / "elmo" / "bilm" / "options.json",
-                               tmp_path / "pipeline" / "elmo" / "bilm" / "weights.hdf5")
+    standard = BiLM.from_files(
+        tmp_path / "pipeline" / "elmo" / "bilm" / "options.json",
+        tmp_path / "pipeline" / "elmo" / "bilm" / "weights.hdf5",
+    )
     assert standard.options == get_bilm(loaded.get_pipe("elmo").model).options
 
 
@@ -221,7 +237,9 @@ def test_bytes_round_trip(nlp_elmo, bilm_files) -> None:
     expected = [doc.tensor for doc in nlp_elmo.pipe(TEXTS)]
     data = nlp_elmo.to_bytes()
     fresh = spacy.blank("en")
-    fresh.add_pipe("elmo", config={"model": {"pretrained": None, "lstm_dim": 4, "projection_dim": 3, "filters": [[1, 2]]}})
+    fresh.add_pipe(
+        "elmo", config={"model": {"pretrained": None, "lstm_dim": 4, "projection_dim": 3, "filters": [[1, 2]]}}
+    )
     fresh.get_pipe("elmo").from_bytes(nlp_elmo.get_pipe("elmo").to_bytes())
     for doc, tensor in zip(fresh.pipe(TEXTS), expected):
         numpy.testing.assert_array_equal(doc.tensor, tensor)
@@ -258,13 +276,16 @@ def same_bilm(a, b) -> bool:
     return all(torch.equal(x, y) for x, y in zip(get_bilm(a.model).parameters(), get_bilm(b.model).parameters()))
 
 
-@pytest.mark.parametrize("excluded, written", [
-    ([], {"cfg", "bilm"}),
-    (["cfg"], {"bilm"}),
-    (["model"], {"cfg"}),  # spaCy's name for a pipe's weights
-    (["bilm"], {"cfg"}),
-    (["cfg", "model", "vocab"], set()),
-])
+@pytest.mark.parametrize(
+    "excluded, written",
+    [
+        ([], {"cfg", "bilm"}),
+        (["cfg"], {"bilm"}),
+        (["model"], {"cfg"}),  # spaCy's name for a pipe's weights
+        (["bilm"], {"cfg"}),
+        (["cfg", "model", "vocab"], set()),
+    ],
+)
 def test_to_disk_writes_only_what_exclude_leaves(nlp_elmo, tmp_path, excluded, written) -> None:
     nlp_elmo.get_pipe("elmo").to_disk(tmp_path / "elmo", exclude=excluded)
     assert {path.name for path in (tmp_path / "elmo").iterdir()} == written
@@ -311,7 +332,9 @@ def test_bad_weight_configs_are_clear_errors(bilm_files, tmp_path) -> None:
     nlp = spacy.blank("en")
     with pytest.raises(ValueError, match="both options_file and weight_file"):
         nlp.add_pipe("elmo", config={"model": {"options_file": str(bilm_files[0])}})
-    nlp.add_pipe("elmo", config={"model": {"options_file": str(bilm_files[0]), "weight_file": str(tmp_path / "nope.hdf5")}})
+    nlp.add_pipe(
+        "elmo", config={"model": {"options_file": str(bilm_files[0]), "weight_file": str(tmp_path / "nope.hdf5")}}
+    )
     with pytest.raises(ElmoFileError, match="does not exist"):
         nlp.initialize()
 

@@ -148,7 +148,11 @@ class CpuGradScaler:
         self.scale_factor = scale
 
     def scale(self, tensors, inplace=False):
-        return [t.mul_(self.scale_factor) for t in tensors] if isinstance(tensors, list) else tensors.mul_(self.scale_factor)
+        return (
+            [t.mul_(self.scale_factor) for t in tensors]
+            if isinstance(tensors, list)
+            else tensors.mul_(self.scale_factor)
+        )
 
     def unscale(self, tensors) -> bool:
         for tensor in tensors:
@@ -228,8 +232,10 @@ def test_listeners_drop_the_batch_after_backprop(bilm_files, freeze: bool) -> No
 
 def test_precision_options_reach_the_shim(bilm_files) -> None:
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config=elmo_config(bilm_files, mixed_precision=True,
-                                            grad_scaler_config={"enabled": True, "init_scale": 256.0}))
+    nlp.add_pipe(
+        "elmo",
+        config=elmo_config(bilm_files, mixed_precision=True, grad_scaler_config={"enabled": True, "init_scale": 256.0}),
+    )
     shim = nlp.get_pipe("elmo").model.shims[0]
     assert shim._mixed_precision is True
     assert shim._grad_scaler._enabled and float(shim._grad_scaler._scale) == 256.0
@@ -241,10 +247,21 @@ def test_missing_or_disabled_upstream_is_a_clear_error(bilm_files) -> None:
         with pytest.raises(ValueError, match="found no ELMo features"):
             nlp("Alice went home .")
     alone = spacy.blank("en")
-    alone.add_pipe("ner", config={"model": {
-        "@architectures": "spacy.TransitionBasedParser.v2", "state_type": "ner", "extra_state_tokens": False,
-        "hidden_width": 16, "maxout_pieces": 2, "use_upper": True, "nO": None, "tok2vec": listener_config(),
-    }})
+    alone.add_pipe(
+        "ner",
+        config={
+            "model": {
+                "@architectures": "spacy.TransitionBasedParser.v2",
+                "state_type": "ner",
+                "extra_state_tokens": False,
+                "hidden_width": 16,
+                "maxout_pieces": 2,
+                "use_upper": True,
+                "nO": None,
+                "tok2vec": listener_config(),
+            }
+        },
+    )
     alone.initialize(lambda: make_examples(alone))  # shape inference at initialization is fine
     with pytest.raises(ValueError, match="found no ELMo features"):
         alone("Alice went home .")
@@ -267,8 +284,13 @@ def test_listener_with_wrong_sizes_names_them(bilm_files) -> None:
 
 
 def test_layer_norm_l2_and_embed_options_train(bilm_files) -> None:
-    embed = {"@architectures": "spacy.MultiHashEmbed.v2", "width": 8, "attrs": ["NORM", "SHAPE"],
-             "rows": [100, 50], "include_static_vectors": False}
+    embed = {
+        "@architectures": "spacy.MultiHashEmbed.v2",
+        "width": 8,
+        "attrs": ["NORM", "SHAPE"],
+        "rows": [100, 50],
+        "include_static_vectors": False,
+    }
     mix = mix_config(layer_norm=True, l2=0.01, dropout=0.2)
     nlp = build_ner_textcat(bilm_files, listener={"mix": mix, "embed": embed})
     losses = train(nlp, make_examples(nlp), steps=2)
@@ -276,21 +298,34 @@ def test_layer_norm_l2_and_embed_options_train(bilm_files) -> None:
     assert nlp.get_pipe("textcat").model.get_ref("tok2vec").get_dim("nO") == WIDTH + 8
 
 
-ENCODE = {"@architectures": "spacy.MaxoutWindowEncoder.v2", "width": 12, "depth": 2, "window_size": 1, "maxout_pieces": 3}
+ENCODE = {
+    "@architectures": "spacy.MaxoutWindowEncoder.v2",
+    "width": 12,
+    "depth": 2,
+    "window_size": 1,
+    "maxout_pieces": 3,
+}
 
 
 def test_encode_option_gives_the_encoder_width_and_learns(bilm_files) -> None:
     """ELMo (+ embed) -> maxout to the encoder's width -> encoder, as in spacy.Tok2Vec.v2."""
-    embed = {"@architectures": "spacy.MultiHashEmbed.v2", "width": 8, "attrs": ["NORM"],
-             "rows": [100], "include_static_vectors": False}
+    embed = {
+        "@architectures": "spacy.MultiHashEmbed.v2",
+        "width": 8,
+        "attrs": ["NORM"],
+        "rows": [100],
+        "include_static_vectors": False,
+    }
     nlp = build_ner_textcat(bilm_files, listener={"embed": embed, "encode": ENCODE})
     assert nlp.get_pipe("textcat").model.get_ref("tok2vec").get_dim("nO") == 12
     examples = make_examples(nlp)
     optimizer = nlp.create_optimizer()
     losses = [nlp.update(examples, sgd=optimizer, losses={})["textcat"] for _ in range(60)]
     assert losses[-1] < losses[0] / 3  # 0.25 -> 0.03 here; the mix alone, no encoder: 0.25 -> 0.21
-    assert all(max(doc.cats, key=doc.cats.get) == max(eg.reference.cats, key=eg.reference.cats.get)
-               for doc, eg in zip(nlp.pipe([eg.text for eg in examples]), examples))
+    assert all(
+        max(doc.cats, key=doc.cats.get) == max(eg.reference.cats, key=eg.reference.cats.get)
+        for doc, eg in zip(nlp.pipe([eg.text for eg in examples]), examples)
+    )
 
 
 def test_select_layers_keeps_values_and_passes_gradients_back() -> None:
@@ -398,17 +433,32 @@ def test_trained_pipeline_round_trips_to_disk(bilm_files, tmp_path) -> None:
 def test_textcat_listener_with_static_vectors_initializes(bilm_files) -> None:
     """TextCatReduce hands its labels to a tok2vec of unknown width; the embedding must not take
     the number of labels for its width ("Attempt to change dimension 'nO' ... from 8 to 2")."""
-    embed = {"@architectures": "spacy.MultiHashEmbed.v2", "width": 8, "attrs": ["NORM"],
-             "rows": [100], "include_static_vectors": True}
+    embed = {
+        "@architectures": "spacy.MultiHashEmbed.v2",
+        "width": 8,
+        "attrs": ["NORM"],
+        "rows": [100],
+        "include_static_vectors": True,
+    }
     nlp = spacy.blank("en")
     for i, word in enumerate(["went", "home", "It", "was", "great", "awful", "."]):
         nlp.vocab.set_vector(word, numpy.full(4, i, dtype="f"))
     nlp.add_pipe("elmo", config=elmo_config(bilm_files))
-    nlp.add_pipe("textcat", config={"model": {
-        "@architectures": "spacy.TextCatReduce.v1", "exclusive_classes": True, "use_reduce_first": False,
-        "use_reduce_last": False, "use_reduce_max": False, "use_reduce_mean": True, "nO": None,
-        "tok2vec": listener_config(embed=embed),
-    }})
+    nlp.add_pipe(
+        "textcat",
+        config={
+            "model": {
+                "@architectures": "spacy.TextCatReduce.v1",
+                "exclusive_classes": True,
+                "use_reduce_first": False,
+                "use_reduce_last": False,
+                "use_reduce_max": False,
+                "use_reduce_mean": True,
+                "nO": None,
+                "tok2vec": listener_config(embed=embed),
+            }
+        },
+    )
     nlp.initialize(lambda: make_examples(nlp))
     assert nlp.get_pipe("textcat").model.get_ref("tok2vec").get_dim("nO") == WIDTH + 8
     assert train(nlp, make_examples(nlp), steps=1)["textcat"] > 0

@@ -35,15 +35,18 @@ TRAINING_STEPS = 10  # enough for the tiny NER to find entities in TEXTS
 
 def shipped_ner(bilm_files: Tuple[Path, Path], **overrides: object) -> Language:
     """ner_elmo.cfg as shipped, on the tiny biLM in fp32 and one torch thread; not initialized."""
-    config = spacy.util.load_config(CONFIGS / "ner_elmo.cfg", overrides={
-        **tiny_model_overrides(),
-        "paths.elmo_options": str(bilm_files[0]),
-        "paths.elmo_weights": str(bilm_files[1]),
-        "components.elmo.model.precision": "fp32",
-        "components.elmo.threads": 1,
-        "components.ner.model.tok2vec.width": WIDTH,
-        **overrides,
-    })
+    config = spacy.util.load_config(
+        CONFIGS / "ner_elmo.cfg",
+        overrides={
+            **tiny_model_overrides(),
+            "paths.elmo_options": str(bilm_files[0]),
+            "paths.elmo_weights": str(bilm_files[1]),
+            "components.elmo.model.precision": "fp32",
+            "components.elmo.threads": 1,
+            "components.ner.model.tok2vec.width": WIDTH,
+            **overrides,
+        },
+    )
     return spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
 
 
@@ -108,8 +111,12 @@ def pickled_types(obj: object) -> Set[type]:
 
 def product_copies(bilm: BiLM) -> int:
     """How many weight copies and int8 packs for its products ``bilm`` holds."""
-    return sum(len(cache) for m in bilm.modules() for cache in vars(m).values()
-               if isinstance(cache, (LowPrecisionWeights, Int8Weights)))
+    return sum(
+        len(cache)
+        for m in bilm.modules()
+        for cache in vars(m).values()
+        if isinstance(cache, (LowPrecisionWeights, Int8Weights))
+    )
 
 
 # ---------------------------------------------------------------------- pickle round trips
@@ -134,8 +141,15 @@ def test_an_uninitialized_pipeline_pickles_and_initializes_as_the_original(bilm_
     assert_same_docs(list(copy.pipe(TEXTS)), list(initialized(nlp).pipe(TEXTS)))
 
 
-PRECISIONS = ["fp32", "bf16", pytest.param("int8", marks=pytest.mark.skipif(
-    not int8_available(), reason="this torch build has no int8 kernels for this CPU")), "auto"]
+PRECISIONS = [
+    "fp32",
+    "bf16",
+    pytest.param(
+        "int8",
+        marks=pytest.mark.skipif(not int8_available(), reason="this torch build has no int8 kernels for this CPU"),
+    ),
+    "auto",
+]
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)

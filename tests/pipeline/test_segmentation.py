@@ -41,8 +41,18 @@ def test_long_text_without_sentences_is_windowed() -> None:
     assert plan.sentences == [[f"w{i}" for i in range(a, a + 4)] for a in (0, 2, 4, 6)]
     # Tokens 0-2 from window 0, 3-4 from window 1, 5-6 from window 2, 7-9 from window 3.
     starts = numpy.array([0, 4, 8, 12])
-    expected = [starts[0] + 0, starts[0] + 1, starts[0] + 2, starts[1] + 1, starts[1] + 2,
-                starts[2] + 1, starts[2] + 2, starts[3] + 1, starts[3] + 2, starts[3] + 3]
+    expected = [
+        starts[0] + 0,
+        starts[0] + 1,
+        starts[0] + 2,
+        starts[1] + 1,
+        starts[1] + 2,
+        starts[2] + 1,
+        starts[2] + 2,
+        starts[3] + 1,
+        starts[3] + 2,
+        starts[3] + 3,
+    ]
     assert plan.sources[0].tolist() == expected
 
 

@@ -115,10 +115,16 @@ def test_a_fresh_biLM_sizes_its_listeners_when_they_are_added() -> None:
     """A biLM built from sizes (no files) knows its sizes before initialization."""
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"model": {"pretrained": None, "lstm_dim": 24, "projection_dim": 6, "n_layers": 1}})
-    nlp.add_pipe("textcat", config={"model": {
-        "@architectures": "spacy_elmo.ElmoBOWTextCat.v1", "exclusive_classes": True,
-        "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v2"},
-    }})
+    nlp.add_pipe(
+        "textcat",
+        config={
+            "model": {
+                "@architectures": "spacy_elmo.ElmoBOWTextCat.v1",
+                "exclusive_classes": True,
+                "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v2"},
+            }
+        },
+    )
     (listener,) = nlp.get_pipe("elmo").listeners
     assert (listener.get_dim("nL"), listener.get_dim("nO")) == (2, 12)
 
@@ -133,10 +139,16 @@ def test_chosen_layers_are_checked_against_the_biLM_at_initialization(bilm_files
 
 def test_a_listener_without_sizes_or_upstream_says_what_to_add() -> None:
     nlp = spacy.blank("en")
-    nlp.add_pipe("textcat", config={"model": {
-        "@architectures": "spacy_elmo.ElmoBOWTextCat.v1", "exclusive_classes": True,
-        "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v2"},
-    }})
+    nlp.add_pipe(
+        "textcat",
+        config={
+            "model": {
+                "@architectures": "spacy_elmo.ElmoBOWTextCat.v1",
+                "exclusive_classes": True,
+                "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v2"},
+            }
+        },
+    )
     with pytest.raises(ValueError, match="An ELMo listener has no width and n_layers, .* add the 'elmo' component"):
         nlp.initialize(lambda: make_examples(nlp))
 
@@ -144,11 +156,19 @@ def test_a_listener_without_sizes_or_upstream_says_what_to_add() -> None:
 def test_a_listener_whose_upstream_has_not_initialized_says_so(bilm_files) -> None:
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files))
-    textcat = nlp.add_pipe("textcat", config={"model": {
-        "@architectures": "spacy_elmo.ElmoBOWTextCat.v1", "exclusive_classes": True,
-        "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v2"},
-    }})
-    with pytest.raises(ValueError, match="The ELMo listener in 'textcat' has no width .* Initialize 'elmo' before 'textcat'"):
+    textcat = nlp.add_pipe(
+        "textcat",
+        config={
+            "model": {
+                "@architectures": "spacy_elmo.ElmoBOWTextCat.v1",
+                "exclusive_classes": True,
+                "tok2vec": {"@architectures": "spacy_elmo.ElmoListener.v2"},
+            }
+        },
+    )
+    with pytest.raises(
+        ValueError, match="The ELMo listener in 'textcat' has no width .* Initialize 'elmo' before 'textcat'"
+    ):
         textcat.initialize(lambda: make_examples(nlp), nlp=nlp)
 
 

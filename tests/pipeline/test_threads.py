@@ -69,9 +69,7 @@ def test_a_spinning_process_counts_as_busy() -> None:
 
 
 @pytest.mark.parametrize("setting", [1, 2])
-def test_the_component_runs_the_bilm_with_its_threads_and_restores_the_count(
-    bilm_files, monkeypatch, setting
-) -> None:
+def test_the_component_runs_the_bilm_with_its_threads_and_restores_the_count(bilm_files, monkeypatch, setting) -> None:
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={**elmo_config(bilm_files), "threads": setting})
     nlp.initialize()

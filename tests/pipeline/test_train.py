@@ -47,7 +47,11 @@ def test_spacy_train_command_finds_everything_through_entry_points(corpus: Path,
     args = [arg for key, value in overrides_for(config, corpus, **files).items() for arg in (f"--{key}", str(value))]
     result = subprocess.run(
         [sys.executable, "-m", "spacy", "train", str(CONFIGS / config), "--output", str(tmp_path / "out"), *args],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert result.returncode == 0, result.stdout + result.stderr
     check_trained(tmp_path / "out" / "model-last", config)

@@ -90,32 +90,65 @@ def test_pretrain_starts_from_the_vectors_once_and_logs_the_fit(vectors_pipeline
     write_corpus(tmp_path / "train.txt", 60)
     preset = get_preset("tiny")
     config = preset.training.updated(max_steps=4, checkpoint_every=2, init_tokens_epochs=5)
-    pretrain(tmp_path / "train.txt", tmp_path / "out", preset.options, config, progress=False, init_tokens_from=vectors_pipeline)
+    pretrain(
+        tmp_path / "train.txt",
+        tmp_path / "out",
+        preset.options,
+        config,
+        progress=False,
+        init_tokens_from=vectors_pipeline,
+    )
     records = [json.loads(line) for line in (tmp_path / "out" / "log.jsonl").read_text().splitlines()]
     fits = [r["init_tokens"] for r in records if "init_tokens" in r]
     assert len(fits) == 1 and len(fits[0]["cosine"]) == 5 and fits[0]["cosine"][-1] > fits[0]["cosine"][0]
     # resuming from the checkpoint does not fit again
-    pretrain(tmp_path / "train.txt", tmp_path / "out", preset.options, config.updated(max_steps=6), progress=False, init_tokens_from=vectors_pipeline)
+    pretrain(
+        tmp_path / "train.txt",
+        tmp_path / "out",
+        preset.options,
+        config.updated(max_steps=6),
+        progress=False,
+        init_tokens_from=vectors_pipeline,
+    )
     records = [json.loads(line) for line in (tmp_path / "out" / "log.jsonl").read_text().splitlines()]
     assert sum("init_tokens" in r for r in records) == 1
 
 
 def test_cli_refuses_init_tokens_with_init_from(vectors_pipeline, tmp_path):
     write_corpus(tmp_path / "train.txt", 10)
-    result = CliRunner().invoke(app, [
-        "pretrain", str(tmp_path / "train.txt"), str(tmp_path / "out"), "--preset", "tiny", "--max-steps", "1",
-        "--init-tokens-from", str(vectors_pipeline), "--init-from", "a.json", "b.hdf5",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "pretrain",
+            str(tmp_path / "train.txt"),
+            str(tmp_path / "out"),
+            "--preset",
+            "tiny",
+            "--max-steps",
+            "1",
+            "--init-tokens-from",
+            str(vectors_pipeline),
+            "--init-from",
+            "a.json",
+            "b.hdf5",
+        ],
+    )
     assert result.exit_code == 1 and "give one of them" in result.output
 
 
 def _weights_after(tmp_path, name, vectors_pipeline, weight, steps):
     preset = get_preset("tiny")
-    config = preset.training.updated(max_steps=steps[0], checkpoint_every=2, init_tokens_epochs=30, init_tokens_weight=weight)
+    config = preset.training.updated(
+        max_steps=steps[0], checkpoint_every=2, init_tokens_epochs=30, init_tokens_weight=weight
+    )
     for max_steps in steps:
         pretrain(
-            tmp_path / "train.txt", tmp_path / name, preset.options, config.updated(max_steps=max_steps),
-            progress=False, init_tokens_from=vectors_pipeline,
+            tmp_path / "train.txt",
+            tmp_path / name,
+            preset.options,
+            config.updated(max_steps=max_steps),
+            progress=False,
+            init_tokens_from=vectors_pipeline,
         )
     return BiLM.from_files(tmp_path / name / "options.json", tmp_path / name / "weights.hdf5")
 
@@ -141,7 +174,10 @@ def test_a_kept_distance_holds_layer_0_near_the_vectors_and_resumes_exactly(vect
     records = [json.loads(line) for line in (tmp_path / "kept" / "log.jsonl").read_text().splitlines()]
     assert [r["init_tokens"]["weight"] for r in records if "init_tokens" in r] == [5.0]
     assert all(0.0 < r["vectors_cosine"] <= 1.0 for r in records if "ppl" in r)
-    assert not any("vectors_cosine" in r for r in (json.loads(line) for line in (tmp_path / "free" / "log.jsonl").read_text().splitlines()))
+    assert not any(
+        "vectors_cosine" in r
+        for r in (json.loads(line) for line in (tmp_path / "free" / "log.jsonl").read_text().splitlines())
+    )
     # stopped at step 20 and resumed: the same weights as the run in one go (the head and sampled words included)
     resumed = _weights_after(tmp_path, "resumed", vectors_pipeline, 5.0, [20, 40])
     for name, value in kept.state_dict().items():
@@ -155,7 +191,14 @@ def test_a_kept_distance_needs_the_vectors_also_to_resume(vectors_pipeline, tmp_
     config = preset.training.updated(max_steps=2, checkpoint_every=2, init_tokens_epochs=1, init_tokens_weight=1.0)
     with pytest.raises(ValueError, match="--init-tokens-from"):
         pretrain(tmp_path / "train.txt", tmp_path / "none", preset.options, config, progress=False)
-    pretrain(tmp_path / "train.txt", tmp_path / "out", preset.options, config, progress=False, init_tokens_from=vectors_pipeline)
+    pretrain(
+        tmp_path / "train.txt",
+        tmp_path / "out",
+        preset.options,
+        config,
+        progress=False,
+        init_tokens_from=vectors_pipeline,
+    )
     with pytest.raises(ValueError, match="also to resume"):
         pretrain(tmp_path / "train.txt", tmp_path / "out", preset.options, config.updated(max_steps=4), progress=False)
     with pytest.raises(ValueError, match="init_tokens_weight must be >= 0"):
@@ -172,7 +215,14 @@ def test_a_kept_run_continues_from_its_export_with_its_vectors_and_head(vectors_
     write_corpus(tmp_path / "train.txt", 20)
     preset = get_preset("tiny")
     config = preset.training.updated(max_steps=6, checkpoint_every=2, init_tokens_epochs=2, init_tokens_weight=1.0)
-    pretrain(tmp_path / "train.txt", tmp_path / "kept", preset.options, config, progress=False, init_tokens_from=vectors_pipeline)
+    pretrain(
+        tmp_path / "train.txt",
+        tmp_path / "kept",
+        preset.options,
+        config,
+        progress=False,
+        init_tokens_from=vectors_pipeline,
+    )
     end = _kept_file(tmp_path / "kept")
     words, vectors = load_static_vectors(vectors_pipeline)
     assert [w.decode() for w in end["words"]] == words
@@ -185,7 +235,11 @@ def test_a_kept_run_continues_from_its_export_with_its_vectors_and_head(vectors_
     snapshot = tmp_path / "snapshot"
     continued = config.updated(max_steps=1, learning_rate=1e-12)
     pretrain(
-        tmp_path / "train.txt", tmp_path / "continued", preset.options, continued, progress=False,
+        tmp_path / "train.txt",
+        tmp_path / "continued",
+        preset.options,
+        continued,
+        progress=False,
         init_from=(snapshot / "options.json", snapshot / "weights.hdf5"),
     )
     again = _kept_file(tmp_path / "continued")
@@ -205,8 +259,12 @@ def test_continuing_a_kept_distance_needs_the_exported_vectors(vectors_pipeline,
     free = tmp_path / "free"
     with pytest.raises(ValueError, match="no kept_vectors.hdf5 beside"):
         pretrain(
-            tmp_path / "train.txt", tmp_path / "continued", preset.options, config.updated(init_tokens_weight=1.0),
-            progress=False, init_from=(free / "options.json", free / "weights.hdf5"),
+            tmp_path / "train.txt",
+            tmp_path / "continued",
+            preset.options,
+            config.updated(init_tokens_weight=1.0),
+            progress=False,
+            init_from=(free / "options.json", free / "weights.hdf5"),
         )
 
 
@@ -216,8 +274,16 @@ def _kept_trainer(tmp_path, vectors_pipeline) -> Trainer:
     preset = get_preset("tiny")
     config = preset.training.updated(max_steps=3, init_tokens_epochs=2, init_tokens_weight=1.0)
     return Trainer(
-        env=Distributed(), input_path=tmp_path / "train.txt", output_dir=tmp_path / "out", options=preset.options,
-        config=config, dev_path=None, init_from=None, resume=False, progress=False, init_tokens_from=vectors_pipeline,
+        env=Distributed(),
+        input_path=tmp_path / "train.txt",
+        output_dir=tmp_path / "out",
+        options=preset.options,
+        config=config,
+        dev_path=None,
+        init_from=None,
+        resume=False,
+        progress=False,
+        init_tokens_from=vectors_pipeline,
     )
 
 

@@ -38,7 +38,9 @@ def test_pretrain_with_bf16_products_keeps_everything_else_float32(tmp_path):
     assert numpy.isfinite(records[-1]["final"]["eval"]["zero"]["average"])
     checkpoint = load_checkpoint(out / "checkpoint.pt")
     assert checkpoint["config"]["precision"] == "bf16"
-    optimizer_state = [t for s in checkpoint["optimizer"]["state"].values() for t in s.values() if t.is_floating_point()]
+    optimizer_state = [
+        t for s in checkpoint["optimizer"]["state"].values() for t in s.values() if t.is_floating_point()
+    ]
     assert optimizer_state and all(t.dtype == torch.float32 for t in optimizer_state)
     assert all(t.dtype == torch.float32 for t in checkpoint["bilm"].values())
     with h5py.File(out / "weights.hdf5", "r") as f:
@@ -54,8 +56,18 @@ def test_an_unknown_precision_is_a_clear_error(tmp_path):
         TrainingConfig(precision="half")
     write_repetitive_corpus(tmp_path / "train.txt", 6)
     result = CliRunner().invoke(
-        app, ["pretrain", str(tmp_path / "train.txt"), str(tmp_path / "out"), "--preset", "tiny",
-              "--max-steps", "1", "--precision", "fp16"],
+        app,
+        [
+            "pretrain",
+            str(tmp_path / "train.txt"),
+            str(tmp_path / "out"),
+            "--preset",
+            "tiny",
+            "--max-steps",
+            "1",
+            "--precision",
+            "fp16",
+        ],
     )
     assert result.exit_code == 1
     assert "precision must be one of fp32, bf16, int8, auto, got 'fp16'" in result.output
@@ -65,8 +77,21 @@ def test_an_unknown_precision_is_a_clear_error(tmp_path):
 def test_the_cli_passes_the_precision_on(tmp_path):
     write_repetitive_corpus(tmp_path / "train.txt", 6)
     result = CliRunner().invoke(
-        app, ["pretrain", str(tmp_path / "train.txt"), str(tmp_path / "out"), "--preset", "tiny",
-              "--max-steps", "1", "--precision", "bf16", "--no-progress", "--warm-documents", "0"],
+        app,
+        [
+            "pretrain",
+            str(tmp_path / "train.txt"),
+            str(tmp_path / "out"),
+            "--preset",
+            "tiny",
+            "--max-steps",
+            "1",
+            "--precision",
+            "bf16",
+            "--no-progress",
+            "--warm-documents",
+            "0",
+        ],
     )
     assert result.exit_code == 0, result.output
     assert load_checkpoint(tmp_path / "out" / "checkpoint.pt")["config"]["precision"] == "bf16"
@@ -79,7 +104,9 @@ def test_bf16_softmax_is_close_to_float32(n_negatives):
     hidden, targets = torch.randn(50, 16), torch.randint(0, 200, (50,))
     if n_negatives:
         negatives = sample_log_uniform(200, n_negatives, torch.device("cpu"))
-        fp32, bf16 = (softmax.sampled_nll(hidden, targets, negatives, dtype) for dtype in (torch.float32, torch.bfloat16))
+        fp32, bf16 = (
+            softmax.sampled_nll(hidden, targets, negatives, dtype) for dtype in (torch.float32, torch.bfloat16)
+        )
     else:
         fp32, bf16 = (softmax.full_nll(hidden, targets, dtype) for dtype in (torch.float32, torch.bfloat16))
     assert bf16.dtype == torch.float32
@@ -99,8 +126,17 @@ def test_auto_pretrains_in_the_training_decision_measured_for_the_bilm(tmp_path,
     write_repetitive_corpus(tmp_path / "train.txt", 30)
     preset = get_preset("tiny")
     config = preset.training.updated(max_steps=1, precision="auto", warm_documents=0)
-    trainer = train.Trainer(Distributed(), tmp_path / "train.txt", tmp_path / "out", preset.options, config, dev_path=None,
-                            init_from=None, resume=False, progress=True)
+    trainer = train.Trainer(
+        Distributed(),
+        tmp_path / "train.txt",
+        tmp_path / "out",
+        preset.options,
+        config,
+        dev_path=None,
+        init_from=None,
+        resume=False,
+        progress=True,
+    )
     assert trainer.bilm.precision == "bf16" and trainer.bilm.resolved_precision.dtype == torch.bfloat16
     assert asked == [(preset.options.lstm_dim, True)]
     assert "precision auto: the matrix products run in bf16 here" in capsys.readouterr().out

@@ -116,8 +116,14 @@ def test_init_from_an_export_continues_with_its_softmax_exactly(trained, tmp_pat
     # one step of a vanishing learning rate: the model must score the held-out text as the export did
     config = preset.training.updated(max_steps=1, eval_every=1, learning_rate=1e-12)
     continued = pretrain(
-        root / "train.txt", tmp_path / "continued", preset.options, config, dev_path=root / "dev.txt",
-        resume=False, progress=False, init_from=(out / "options.json", out / "weights.hdf5"),
+        root / "train.txt",
+        tmp_path / "continued",
+        preset.options,
+        config,
+        dev_path=root / "dev.txt",
+        resume=False,
+        progress=False,
+        init_from=(out / "options.json", out / "weights.hdf5"),
     )
     exported, again = metrics["eval"]["zero"], continued["eval"]["zero"]
     assert again["forward"] == pytest.approx(exported["forward"], rel=1e-5)
@@ -145,8 +151,14 @@ def test_export_of_a_checkpoint_continues_exactly_and_matches_the_end(trained, t
     preset = get_preset("tiny")
     config = preset.training.updated(max_steps=1, eval_every=1, learning_rate=1e-12)
     continued = pretrain(
-        root / "train.txt", tmp_path / "continued", preset.options, config, dev_path=root / "dev.txt",
-        resume=False, progress=False, init_from=(snapshot / "options.json", snapshot / "weights.hdf5"),
+        root / "train.txt",
+        tmp_path / "continued",
+        preset.options,
+        config,
+        dev_path=root / "dev.txt",
+        resume=False,
+        progress=False,
+        init_from=(snapshot / "options.json", snapshot / "weights.hdf5"),
     )
     assert continued["eval"]["zero"]["average"] == pytest.approx(metrics["eval"]["zero"]["average"], rel=1e-5)
 
@@ -169,8 +181,13 @@ def test_init_from_refuses_a_softmax_of_another_run(trained, tmp_path):
     preset = get_preset("tiny")
     with pytest.raises(ValueError, match="different runs"):
         pretrain(
-            root / "train.txt", tmp_path / "run", preset.options, preset.training.updated(max_steps=1),
-            resume=False, progress=False, init_from=(mixed / "options.json", mixed / "weights.hdf5"),
+            root / "train.txt",
+            tmp_path / "run",
+            preset.options,
+            preset.training.updated(max_steps=1),
+            resume=False,
+            progress=False,
+            init_from=(mixed / "options.json", mixed / "weights.hdf5"),
         )
 
 
@@ -220,6 +237,11 @@ def test_help_shows_every_default() -> None:
     assert result.exit_code == 0
     text = " ".join(result.output.split())  # the help wraps at 80 columns whatever the terminal
     small = get_preset("small").training
-    for shown in (f"[default: the preset's; small: {small.batch_size}]", f"small: {small.learning_rate}]",
-                  "[default: small]", "[default: no limit]", "[default: lines]"):
+    for shown in (
+        f"[default: the preset's; small: {small.batch_size}]",
+        f"small: {small.learning_rate}]",
+        "[default: small]",
+        "[default: no limit]",
+        "[default: lines]",
+    ):
         assert shown in text

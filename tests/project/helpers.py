@@ -16,7 +16,9 @@ def crossval_app() -> typer.Typer:
     crossval = load_script("crossval")
     application = typer.Typer()
     application.command("split")(crossval.split)
-    application.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(crossval.run)
+    application.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
+        crossval.run
+    )
     return application
 
 
@@ -35,7 +37,9 @@ def ner_docs(texts: List[str]) -> List[Doc]:
 
 def write_ner_corpus(tmp_path: Path) -> Path:
     """train/dev/test .spacy files of 13 one-entity documents in ``tmp_path / "corpus"``."""
-    texts = [f"{name} went to the market on day {i} of the long and dusty summer holidays" for i, name in enumerate(NAMES)]
+    texts = [
+        f"{name} went to the market on day {i} of the long and dusty summer holidays" for i, name in enumerate(NAMES)
+    ]
     texts.append(texts[0] + " again")  # a near-duplicate of the first: must share its fold
     corpus = tmp_path / "corpus"
     corpus.mkdir()

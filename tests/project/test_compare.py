@@ -75,8 +75,20 @@ def test_cli_writes_table_and_json(tmp_path: Path) -> None:
     app = typer.Typer()
     app.command()(compare.main)
     out = tmp_path / "results" / "sentiment"
-    result = CliRunner().invoke(app, [str(out), "--system", f"cnn={tmp_path / 'cnn'}", "--system", f"elmo={tmp_path / 'elmo'}",
-                                      "--baseline", "cnn", "--n-boot", "500"])
+    result = CliRunner().invoke(
+        app,
+        [
+            str(out),
+            "--system",
+            f"cnn={tmp_path / 'cnn'}",
+            "--system",
+            f"elmo={tmp_path / 'elmo'}",
+            "--baseline",
+            "cnn",
+            "--n-boot",
+            "500",
+        ],
+    )
     assert result.exit_code == 0, result.output
     table = out.with_suffix(".md").read_text()
     assert "| elmo |" in table and "vs cnn" in table and "3 seeds" in table
@@ -109,8 +121,20 @@ def test_the_cli_takes_comma_separated_seeds_of_a_system(tmp_path: Path) -> None
     seed1 = write_units(tmp_path / "s1", "fold", [[[1, 1], [0, 1]], [[1, 1]]])
     app = typer.Typer()
     app.command()(compare.main)
-    result = CliRunner().invoke(app, [str(tmp_path / "out"), "--system", f"base={base}", "--system", f"two seeds={seed0},{seed1}",
-                                      "--baseline", "base", "--n-boot", "50"])
+    result = CliRunner().invoke(
+        app,
+        [
+            str(tmp_path / "out"),
+            "--system",
+            f"base={base}",
+            "--system",
+            f"two seeds={seed0},{seed1}",
+            "--baseline",
+            "base",
+            "--n-boot",
+            "50",
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = srsly.read_json(tmp_path / "out.json")["systems"]["two seeds"]
     assert data["summary"]["pooled"] == pytest.approx(5 / 6)
@@ -130,13 +154,27 @@ def test_the_dev_scores_that_chose_the_models_sit_beside_the_test_scores(tmp_pat
     no_dev = write_units(tmp_path / "old", "fold", [[[1, 2]], [[1, 2]]])
     app = typer.Typer()
     app.command()(compare.main)
-    result = CliRunner().invoke(app, [str(tmp_path / "out"), "--system", f"old={no_dev}", "--system", f"new={seed0},{seed1}",
-                                      "--baseline", "old", "--n-boot", "20"])
+    result = CliRunner().invoke(
+        app,
+        [
+            str(tmp_path / "out"),
+            "--system",
+            f"old={no_dev}",
+            "--system",
+            f"new={seed0},{seed1}",
+            "--baseline",
+            "old",
+            "--n-boot",
+            "20",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "| dev, mean |" in result.output and "| new | 50.0 | 50.0 ± 0.0 | 45.0 |" in result.output
     assert "| old | 50.0 | 50.0 ± 0.0 |  |" in result.output
     systems = srsly.read_json(tmp_path / "out.json")["systems"]
-    assert systems["new"]["summary"]["dev_mean"] == pytest.approx(0.45) and systems["old"]["summary"]["dev_mean"] is None
+    assert (
+        systems["new"]["summary"]["dev_mean"] == pytest.approx(0.45) and systems["old"]["summary"]["dev_mean"] is None
+    )
 
 
 def test_one_seed_is_printed_as_one_seed(tmp_path: Path) -> None:
@@ -146,8 +184,20 @@ def test_one_seed_is_printed_as_one_seed(tmp_path: Path) -> None:
     write_units(tmp_path / "elmo", "seed", [accuracy_items(rng, 200, 0.9)])
     app = typer.Typer()
     app.command()(compare.main)
-    result = CliRunner().invoke(app, [str(tmp_path / "quick"), "--system", f"(s) spaCy={tmp_path / 'spacy'}",
-                                      "--system", f"(d) ELMo={tmp_path / 'elmo'}", "--baseline", "(s) spaCy", "--n-boot", "200"])
+    result = CliRunner().invoke(
+        app,
+        [
+            str(tmp_path / "quick"),
+            "--system",
+            f"(s) spaCy={tmp_path / 'spacy'}",
+            "--system",
+            f"(d) ELMo={tmp_path / 'elmo'}",
+            "--baseline",
+            "(s) spaCy",
+            "--n-boot",
+            "200",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "| system | score, one seed | vs (s) spaCy: diff [95% CI] |" in result.output
     assert "one seed, 200 test documents" in result.output

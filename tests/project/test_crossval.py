@@ -14,6 +14,7 @@ from .scripts import PROJECT_DIR, load_script
 
 crossval = load_script("crossval")
 
+
 def test_deal_folds_keeps_groups_and_balances() -> None:
     groups = [[0, 5], [1], [2], [3, 4, 6], [7], [8], [9]]
     folds = crossval.deal_folds(groups, k=3, seed=0)
@@ -40,8 +41,13 @@ def test_split_tests_every_document_once(tmp_path: Path) -> None:
     nlp = spacy.blank("en")
     tested = []
     for fold in range(3):
-        parts = {role: [d.text for d in DocBin().from_disk(tmp_path / "cv" / f"fold{fold}" / f"{role}.spacy").get_docs(nlp.vocab)]
-                 for role in ("train", "dev", "test")}
+        parts = {
+            role: [
+                d.text
+                for d in DocBin().from_disk(tmp_path / "cv" / f"fold{fold}" / f"{role}.spacy").get_docs(nlp.vocab)
+            ]
+            for role in ("train", "dev", "test")
+        }
         assert len(set(parts["train"]) | set(parts["dev"]) | set(parts["test"])) == 13
         assert not set(parts["train"]) & set(parts["test"]) and not set(parts["dev"]) & set(parts["test"])
         tested += parts["test"]
@@ -55,9 +61,25 @@ def test_split_tests_every_document_once(tmp_path: Path) -> None:
 def test_run_trains_scores_and_resumes(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path)
     assert CliRunner().invoke(app(), ["split", str(corpus), str(tmp_path / "cv"), "--k", "3"]).exit_code == 0
-    args = ["run", str(PROJECT_DIR / "configs" / "ner_cnn.cfg"), str(tmp_path / "cv"), str(tmp_path / "runs"),
-            str(tmp_path / "metrics"), "--system", "cnn", "--task", "ner", "--folds", "1",
-            "--max-steps", "4", "--eval-frequency", "2", "--training.patience", "0"]
+    args = [
+        "run",
+        str(PROJECT_DIR / "configs" / "ner_cnn.cfg"),
+        str(tmp_path / "cv"),
+        str(tmp_path / "runs"),
+        str(tmp_path / "metrics"),
+        "--system",
+        "cnn",
+        "--task",
+        "ner",
+        "--folds",
+        "1",
+        "--max-steps",
+        "4",
+        "--eval-frequency",
+        "2",
+        "--training.patience",
+        "0",
+    ]
     result = CliRunner().invoke(app(), args)
     assert result.exit_code == 0, result.output
     data = srsly.read_json(tmp_path / "metrics" / "fold1.json")
@@ -65,7 +87,9 @@ def test_run_trains_scores_and_resumes(tmp_path: Path) -> None:
     assert len(data["items"]) == data["n_docs"] and 0.0 <= data["dev_score"] <= 1.0
     assert [step for step, _ in data["dev_curve"]] == [0, 2, 4]
     assert max(score for _, score in data["dev_curve"]) == pytest.approx(data["dev_score"])
-    assert (tmp_path / "runs" / "fold1" / "model-best").is_dir() and not (tmp_path / "runs" / "fold1" / "model-last").exists()
+    assert (tmp_path / "runs" / "fold1" / "model-best").is_dir() and not (
+        tmp_path / "runs" / "fold1" / "model-last"
+    ).exists()
     again = CliRunner().invoke(app(), args)
     assert again.exit_code == 0 and "done" in again.output
     wrong = CliRunner().invoke(app(), [arg if arg != "1" else "3" for arg in args])
@@ -82,13 +106,32 @@ def test_finetune_gives_each_fold_its_own_biLM_and_run_uses_it(tmp_path: Path) -
     assert (tuned / "features" / "manifest.json").exists() and not (tmp_path / "tuned" / "fold0").exists()
     assert (tuned / "weights.hdf5").read_bytes() != (start / "weights.hdf5").read_bytes()
     width = str(WIDTH)
-    args = ["run", str(PROJECT_DIR.parent / "spacy_elmo" / "configs" / "ner_elmo.cfg"), str(tmp_path / "cv"),
-            str(tmp_path / "runs"), str(tmp_path / "metrics"), "--system", "tuned", "--task", "ner", "--max-steps", "2",
-            "--eval-frequency", "1", "--training.patience", "0", "--components.ner.model.tok2vec.width", width,
-            "--bilm-per-fold", str(tmp_path / "tuned")]
+    args = [
+        "run",
+        str(PROJECT_DIR.parent / "spacy_elmo" / "configs" / "ner_elmo.cfg"),
+        str(tmp_path / "cv"),
+        str(tmp_path / "runs"),
+        str(tmp_path / "metrics"),
+        "--system",
+        "tuned",
+        "--task",
+        "ner",
+        "--max-steps",
+        "2",
+        "--eval-frequency",
+        "1",
+        "--training.patience",
+        "0",
+        "--components.ner.model.tok2vec.width",
+        width,
+        "--bilm-per-fold",
+        str(tmp_path / "tuned"),
+    ]
     result = CliRunner().invoke(app(), [*args, "--folds", "1"])
     assert result.exit_code == 0, result.output
     trained = spacy.util.load_config(tmp_path / "runs" / "fold1" / "model-best" / "config.cfg")
     assert trained["components"]["elmo"]["features"] == str(tuned / "features")
-    with pytest.raises(typer.BadParameter, match="lacks options.json, weights.hdf5, features/manifest.json: run `crossval.py finetune`"):
+    with pytest.raises(
+        typer.BadParameter, match="lacks options.json, weights.hdf5, features/manifest.json: run `crossval.py finetune`"
+    ):
         crossval.fold_bilm_overrides(tmp_path / "tuned" / "fold0")

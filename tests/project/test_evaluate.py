@@ -13,8 +13,14 @@ from .scripts import load_script
 
 evaluate = load_script("evaluate")
 
-TEXTS = [("great fun film", "fresh"), ("dull and long", "rotten"), ("a joy", "fresh"), ("tedious mess", "rotten"),
-         ("warm and funny", "fresh"), ("boring", "rotten")]
+TEXTS = [
+    ("great fun film", "fresh"),
+    ("dull and long", "rotten"),
+    ("a joy", "fresh"),
+    ("tedious mess", "rotten"),
+    ("warm and funny", "fresh"),
+    ("boring", "rotten"),
+]
 
 
 def app() -> typer.Typer:
@@ -29,7 +35,9 @@ def textcat_setup(tmp_path: Path) -> Path:
     examples = []
     for text, label in TEXTS:
         doc = nlp.make_doc(text)
-        examples.append(Example.from_dict(doc, {"cats": {"fresh": float(label == "fresh"), "rotten": float(label == "rotten")}}))
+        examples.append(
+            Example.from_dict(doc, {"cats": {"fresh": float(label == "fresh"), "rotten": float(label == "rotten")}})
+        )
     nlp.initialize(lambda: examples)
     (tmp_path / "runs" / "seed0").mkdir(parents=True)
     nlp.to_disk(tmp_path / "runs" / "seed0" / "model-last")  # no model-best: evaluation falls back
@@ -42,7 +50,9 @@ def test_textcat_metrics_and_accuracy_from_predictions(tmp_path: Path) -> None:
     out = tmp_path / "metrics"
     out.mkdir()
     srsly.write_json(out / "seed7.json", {"stale": True})
-    result = CliRunner().invoke(app(), [str(runs), str(tmp_path / "test.spacy"), str(out), "--system", "cnn", "--task", "sentiment"])
+    result = CliRunner().invoke(
+        app(), [str(runs), str(tmp_path / "test.spacy"), str(out), "--system", "cnn", "--task", "sentiment"]
+    )
     assert result.exit_code == 0, result.output
     assert not (out / "seed7.json").exists()
     data = srsly.read_json(out / "seed0.json")
@@ -65,8 +75,20 @@ def test_ner_metrics(tmp_path: Path) -> None:
     (tmp_path / "runs" / "seed1").mkdir(parents=True)
     nlp.to_disk(tmp_path / "runs" / "seed1" / "model-best")
     DocBin(docs=[examples[0].reference]).to_disk(tmp_path / "test.spacy")
-    result = CliRunner().invoke(app(), [str(tmp_path / "runs"), str(tmp_path / "test.spacy"), str(tmp_path / "m"),
-                                        "--system", "cnn", "--task", "ner", "--seeds", "1"])
+    result = CliRunner().invoke(
+        app(),
+        [
+            str(tmp_path / "runs"),
+            str(tmp_path / "test.spacy"),
+            str(tmp_path / "m"),
+            "--system",
+            "cnn",
+            "--task",
+            "ner",
+            "--seeds",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = srsly.read_json(tmp_path / "m" / "seed1.json")
     assert set(data["metrics"]) == {"f1", "precision", "recall"}
@@ -93,7 +115,11 @@ def test_entity_items_sum_to_spacys_micro_f1() -> None:
     nlp = spacy.blank("en")
     nlp.add_pipe("ner")
     cases = [  # (text, gold, predicted) entity offsets
-        ("Bob met Ann in Paris", [(0, 3, "person"), (8, 11, "person"), (15, 20, "geo-loc")], [(0, 3, "person"), (15, 20, "person")]),
+        (
+            "Bob met Ann in Paris",
+            [(0, 3, "person"), (8, 11, "person"), (15, 20, "geo-loc")],
+            [(0, 3, "person"), (15, 20, "person")],
+        ),
         ("nothing here", [], [(0, 7, "product")]),
         ("Ann again", [(0, 3, "person")], []),
         ("no entities", [], []),

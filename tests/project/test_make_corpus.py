@@ -15,8 +15,10 @@ from .scripts import load_script
 
 corpus = load_script("make_corpus")
 
-WORDS = ("river bank money market play theatre game team city people vote law court phone music film "
-         "price share growth profit striker goal minister party election album singer network software").split()
+WORDS = (
+    "river bank money market play theatre game team city people vote law court phone music film "
+    "price share growth profit striker goal minister party election album singer network software"
+).split()
 CLASSES = ["business", "entertainment", "politics", "sport", "tech"]
 
 
@@ -81,7 +83,9 @@ def test_deduplicate_keeps_one_copy_and_drops_conflicts() -> None:
     def ex(text: str, label: str) -> "corpus.Example":
         return corpus.Example(text, text, text, label=label)
 
-    kept, stats = corpus.deduplicate([ex("a", "fresh"), ex("a", "fresh"), ex("b", "fresh"), ex("b", "rotten"), ex("c", "rotten")])
+    kept, stats = corpus.deduplicate(
+        [ex("a", "fresh"), ex("a", "fresh"), ex("b", "fresh"), ex("b", "rotten"), ex("c", "rotten")]
+    )
     assert [(e.text, e.label) for e in kept] == [("a", "fresh"), ("c", "rotten")]
     assert stats == {"read": 5, "duplicates_dropped": 1, "conflicting_dropped": 2, "kept": 2}
 
@@ -99,7 +103,13 @@ def write_assets(root: Path) -> None:
     wnut.mkdir(parents=True)
     lines = []
     for i in range(40):
-        lines += [f"tweet{i}\tO", "@user\tO", f"Paris{i}\tB-geo-loc", f"Hilton{i}\tI-geo-loc" if i % 2 else f"Bob{i}\tI-person", "\t"]
+        lines += [
+            f"tweet{i}\tO",
+            "@user\tO",
+            f"Paris{i}\tB-geo-loc",
+            f"Hilton{i}\tI-geo-loc" if i % 2 else f"Bob{i}\tI-person",
+            "\t",
+        ]
     (wnut / "ner.txt").write_text("\n".join(lines) + "\n", encoding="utf8")
 
     rt = root / "rotten_tomatoes" / "data"
@@ -129,7 +139,9 @@ def write_assets(root: Path) -> None:
         (moby / f"chapter_{n}.txt").write_text(f"CHAPTER {n}. Title.\n\n" + sentence(rng, 30) + "\n", encoding="utf8")
     brown = root / "brown"
     brown.mkdir()
-    (brown / "ca01").write_text("\n\n\tThe/at jury/nn said/vbd ``/`` no/at ''/'' ./.\n\n\tIt/pps ran/vbd ./.\n", encoding="utf8")
+    (brown / "ca01").write_text(
+        "\n\n\tThe/at jury/nn said/vbd ``/`` no/at ''/'' ./.\n\n\tIt/pps ran/vbd ./.\n", encoding="utf8"
+    )
     (brown / "cb02").write_text("\n\tA/at 1/2/cd cup/nn ./.\n", encoding="utf8")
 
 
@@ -159,13 +171,15 @@ def test_tasks_are_converted(built: Dict[str, Path]) -> None:
     ner = [doc for s in ("train", "dev", "test") for doc in read_docs(built["corpus"] / "ner" / f"{s}.spacy")]
     assert len(ner) == 40
     for doc in ner:
-        i = int(doc[0].text[len("tweet"):])
+        i = int(doc[0].text[len("tweet") :])
         if i % 2:  # Paris<i>/B-geo-loc Hilton<i>/I-geo-loc: one entity
             assert [(e.text, e.label_) for e in doc.ents] == [(f"Paris{i} Hilton{i}", "geo-loc")]
         else:  # Paris<i>/B-geo-loc Bob<i>/I-person: the I- tag starts an entity of its own type
             assert [(e.text, e.label_) for e in doc.ents] == [(f"Paris{i}", "geo-loc"), (f"Bob{i}", "person")]
     assert srsly.read_json(built["corpus"] / "ner" / "stats.json")["bio_repairs"] == 20
-    sentiment = [doc for s in ("train", "dev", "test") for doc in read_docs(built["corpus"] / "sentiment" / f"{s}.spacy")]
+    sentiment = [
+        doc for s in ("train", "dev", "test") for doc in read_docs(built["corpus"] / "sentiment" / f"{s}.spacy")
+    ]
     assert len(sentiment) == 40  # the 20 plot rows are gone
     assert all(sorted(doc.cats) == ["fresh", "rotten"] and sum(doc.cats.values()) == 1.0 for doc in sentiment)
     topics = read_docs(built["corpus"] / "topics" / "train.spacy")
@@ -176,12 +190,16 @@ def test_tasks_are_converted(built: Dict[str, Path]) -> None:
 
 def test_splits_are_stable(built: Dict[str, Path]) -> None:
     for task in ("ner", "sentiment", "topics"):
-        assert (built["corpus"] / task / "splits.json").read_text() == (built["again"] / task / "splits.json").read_text()
+        assert (built["corpus"] / task / "splits.json").read_text() == (
+            built["again"] / task / "splits.json"
+        ).read_text()
     assert (built["corpus"] / "lm" / "train.txt").read_text() == (built["again"] / "lm" / "train.txt").read_text()
 
 
 def test_lm_corpus_holds_train_documents_and_no_dev_or_test_document(built: Dict[str, Path]) -> None:
-    lm = (built["corpus"] / "lm" / "train.txt").read_text(encoding="utf8") + (built["corpus"] / "lm" / "dev.txt").read_text(encoding="utf8")
+    lm = (built["corpus"] / "lm" / "train.txt").read_text(encoding="utf8") + (
+        built["corpus"] / "lm" / "dev.txt"
+    ).read_text(encoding="utf8")
     splits = {s: read_docs(built["corpus"] / "topics" / f"{s}.spacy") for s in ("train", "dev", "test")}
     paragraphs = {s: [p for doc in docs for p in doc.text.split("\n\n")[1:]] for s, docs in splits.items()}
     assert paragraphs["train"] and all(p.split(". ")[0] in lm for p in paragraphs["train"])  # positive control
@@ -210,7 +228,9 @@ def test_leakage_check_finds_a_leaked_document(tmp_path: Path) -> None:
 
 def test_topics_truncation_changes_only_the_topics_docs(built: Dict[str, Path]) -> None:
     out = built["root"] / "corpus_truncated"
-    result = CliRunner().invoke(corpus_app(), [str(built["root"] / "assets"), str(out), "--seed", "3", "--topics-max-tokens", "5"])
+    result = CliRunner().invoke(
+        corpus_app(), [str(built["root"] / "assets"), str(out), "--seed", "3", "--topics-max-tokens", "5"]
+    )
     assert result.exit_code == 0, result.output
     for split in ("train", "dev", "test"):
         whole = read_docs(built["corpus"] / "topics" / f"{split}.spacy")

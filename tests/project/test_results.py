@@ -21,16 +21,29 @@ def write_json(path: Path, data: object) -> None:
 def write_metrics(root: Path) -> None:
     for system in ("cnn", "elmo"):
         for seed in range(3):
-            write_json(root / system / "ner" / f"seed{seed}.json", {
-                "system": system, "task": "ner", "seed": seed,
-                "metrics": {"f1": NER_F1[system][seed], "precision": 0.5, "recall": 0.5},
-                "per_label": {"person": {"p": 0.6, "r": 0.6, "f": 0.6 + seed / 100}, "geo-loc": {"p": 0.3, "r": 0.3, "f": 0.3}},
-            })
-            write_json(root / system / "topics" / f"seed{seed}.json", {
-                "system": system, "task": "topics", "seed": seed,
-                "metrics": {"accuracy": TOPIC_ACC[system][seed], "macro_f1": 0.9, "macro_auc": 0.99},
-                "per_label": {"tech": {"p": 0.9, "r": 0.9, "f": 0.9}},
-            })
+            write_json(
+                root / system / "ner" / f"seed{seed}.json",
+                {
+                    "system": system,
+                    "task": "ner",
+                    "seed": seed,
+                    "metrics": {"f1": NER_F1[system][seed], "precision": 0.5, "recall": 0.5},
+                    "per_label": {
+                        "person": {"p": 0.6, "r": 0.6, "f": 0.6 + seed / 100},
+                        "geo-loc": {"p": 0.3, "r": 0.3, "f": 0.3},
+                    },
+                },
+            )
+            write_json(
+                root / system / "topics" / f"seed{seed}.json",
+                {
+                    "system": system,
+                    "task": "topics",
+                    "seed": seed,
+                    "metrics": {"accuracy": TOPIC_ACC[system][seed], "macro_f1": 0.9, "macro_auc": 0.99},
+                    "per_label": {"tech": {"p": 0.9, "r": 0.9, "f": 0.9}},
+                },
+            )
 
 
 def write_logs(root: Path) -> None:
@@ -39,9 +52,13 @@ def write_logs(root: Path) -> None:
             score = 0.9 if seed == 3 else 0.1 * (seed + 1)
             log = root / f"{system}-ner" / f"seed{seed}" / "log.jsonl"
             log.parent.mkdir(parents=True)
-            srsly.write_jsonl(log, [
-                {"epoch": 0, "step": step, "losses": {}, "scores": {}, "score": score * step / 200} for step in (0, 100, 200)
-            ])
+            srsly.write_jsonl(
+                log,
+                [
+                    {"epoch": 0, "step": step, "losses": {}, "scores": {}, "score": score * step / 200}
+                    for step in (0, 100, 200)
+                ],
+            )
 
 
 def expected_cell(values) -> str:
@@ -57,7 +74,10 @@ def test_table_has_mean_and_spread_per_system_and_task(tmp_path: Path) -> None:
     assert header == "| System | NER F1 | Topics acc. | Topics macro-F1 |"
     cnn = next(line for line in lines if line.startswith("| (a) CNN tok2vec"))
     elmo = next(line for line in lines if line.startswith("| (d) ELMo"))
-    assert cnn == f"| (a) CNN tok2vec | {expected_cell(NER_F1['cnn'])} | {expected_cell(TOPIC_ACC['cnn'])} | 90.0 ± 0.0 (3) |"
+    assert (
+        cnn
+        == f"| (a) CNN tok2vec | {expected_cell(NER_F1['cnn'])} | {expected_cell(TOPIC_ACC['cnn'])} | 90.0 ± 0.0 (3) |"
+    )
     assert elmo.split(" | ")[1] == "53.0 ± 3.6 (3)"
     assert lines.index(cnn) < lines.index(elmo)
     assert "| person | 61.0 ± 1.0 (3) | 61.0 ± 1.0 (3) |" in lines
@@ -108,8 +128,14 @@ def typer_app():
 
 
 def test_cross_validation_folds_stay_out_of_the_seed_table(tmp_path: Path) -> None:
-    write_json(tmp_path / "m" / "cnn" / "ner" / "seed0.json", {"system": "cnn", "task": "ner", "seed": 0, "metrics": {"f1": 0.5}, "per_label": {}})
-    write_json(tmp_path / "m" / "cv" / "cnn" / "ner" / "fold0.json", {"system": "cnn", "task": "ner", "seed": 0, "metrics": {"f1": 0.9}})
+    write_json(
+        tmp_path / "m" / "cnn" / "ner" / "seed0.json",
+        {"system": "cnn", "task": "ner", "seed": 0, "metrics": {"f1": 0.5}, "per_label": {}},
+    )
+    write_json(
+        tmp_path / "m" / "cv" / "cnn" / "ner" / "fold0.json",
+        {"system": "cnn", "task": "ner", "seed": 0, "metrics": {"f1": 0.9}},
+    )
     scores, _, runs = results.load_metrics(tmp_path / "m")
     assert scores[("cnn", "ner", "f1")] == [0.5] and runs == {("cnn", "ner", 0)}
 
@@ -123,11 +149,22 @@ def test_caption_says_what_ran_and_warns_about_one_seed() -> None:
 
 def test_one_seed_prints_scores_without_spread_and_s_beside_ner(tmp_path: Path) -> None:
     """The quick workflow's table: one seed each, (s) for text classification only."""
-    for system, task, metric, value in [("spacy", "topics", "accuracy", 0.95), ("cnn", "topics", "accuracy", 0.5),
-                                        ("cnn", "ner", "f1", 0.3), ("elmo", "ner", "f1", 0.35)]:
-        write_json(tmp_path / system / task / "seed0.json", {
-            "system": system, "task": task, "seed": 0, "metrics": {metric: value}, "per_label": {"person": {"f": value}},
-        })
+    for system, task, metric, value in [
+        ("spacy", "topics", "accuracy", 0.95),
+        ("cnn", "topics", "accuracy", 0.5),
+        ("cnn", "ner", "f1", 0.3),
+        ("elmo", "ner", "f1", 0.35),
+    ]:
+        write_json(
+            tmp_path / system / task / "seed0.json",
+            {
+                "system": system,
+                "task": task,
+                "seed": 0,
+                "metrics": {metric: value},
+                "per_label": {"person": {"f": value}},
+            },
+        )
     scores, ner_labels, _ = results.load_metrics(tmp_path)
     lines = results.results_markdown(scores, ner_labels, [300]).splitlines()
     assert "one seed per system" in lines[0]
@@ -143,19 +180,33 @@ def test_a_system_has_one_colour_in_every_panel_and_s_has_an_ner_bar() -> None:
     from matplotlib.colors import to_rgba
     from matplotlib.container import BarContainer
 
-    curves = {("cnn", "ner"): {100: [0.3]}, ("elmo", "ner"): {100: [0.4]},
-              ("spacy", "topics"): {100: [0.9]}, ("cnn", "topics"): {100: [0.5]}, ("elmo", "topics"): {100: [0.6]}}
+    curves = {
+        ("cnn", "ner"): {100: [0.3]},
+        ("elmo", "ner"): {100: [0.4]},
+        ("spacy", "topics"): {100: [0.9]},
+        ("cnn", "topics"): {100: [0.5]},
+        ("elmo", "topics"): {100: [0.6]},
+    }
     figure = results.curves_figure(curves)
-    colours = {(ax.get_title(), line.get_label()): to_rgba(line.get_color()) for ax in figure.axes for line in ax.get_lines()}
+    colours = {
+        (ax.get_title(), line.get_label()): to_rgba(line.get_color()) for ax in figure.axes for line in ax.get_lines()
+    }
     elmo = results.SYSTEMS["elmo"]
     assert colours[("ner", elmo)] == colours[("topics", elmo)]  # matplotlib's cycle gave orange, then green
     assert colours[("ner", elmo)] == to_rgba(results.colour("elmo"))
     assert len({colours[("topics", results.SYSTEMS[s])] for s in ("spacy", "cnn", "elmo")}) == 3
 
-    scores = {("spacy", "topics", "accuracy"): [0.9], ("cnn", "ner", "f1"): [0.3], ("cnn", "topics", "accuracy"): [0.5],
-              ("elmo", "ner", "f1"): [0.4], ("elmo", "topics", "accuracy"): [0.6]}
+    scores = {
+        ("spacy", "topics", "accuracy"): [0.9],
+        ("cnn", "ner", "f1"): [0.3],
+        ("cnn", "topics", "accuracy"): [0.5],
+        ("elmo", "ner", "f1"): [0.4],
+        ("elmo", "topics", "accuracy"): [0.6],
+    }
     ax = results.bars_figure(scores).axes[0]
-    bars = {container.get_label(): list(container) for container in ax.containers if isinstance(container, BarContainer)}
+    bars = {
+        container.get_label(): list(container) for container in ax.containers if isinstance(container, BarContainer)
+    }
     spacy_bars = bars[results.SYSTEMS["spacy"]]
     assert [bar.get_height() for bar in spacy_bars] == pytest.approx([30.0, 90.0])  # NER: (a)'s runs
     assert spacy_bars[0].get_hatch() == "//" and not spacy_bars[1].get_hatch()

@@ -25,8 +25,12 @@ def test_parse_seeds() -> None:
 
 def test_overrides_only_set_what_was_given(tmp_path: Path) -> None:
     base = train.run_overrides(tmp_path, 3, tmp_path / "log.jsonl", 0, 0, None, None)
-    assert base == {"paths.train": str(tmp_path / "train.spacy"), "paths.dev": str(tmp_path / "dev.spacy"),
-                    "paths.log": str(tmp_path / "log.jsonl"), "system.seed": 3}
+    assert base == {
+        "paths.train": str(tmp_path / "train.spacy"),
+        "paths.dev": str(tmp_path / "dev.spacy"),
+        "paths.log": str(tmp_path / "log.jsonl"),
+        "system.seed": 3,
+    }
     assert "paths.log" not in train.run_overrides(tmp_path, 3, None, 0, 0, None, None)  # config without paths.log
     full = train.run_overrides(tmp_path, 3, tmp_path / "log.jsonl", 20, 10, Path("v"), Path("w.bin"))
     assert (full["training.max_steps"], full["training.eval_frequency"]) == (20, 10)
@@ -46,7 +50,9 @@ def test_systems_differ_only_where_they_should() -> None:
     # the pretrained weights fit: spacy pretrain's tok2vec is the one the pretrain configs train
     tok2vec = load_config(CONFIGS / "pretrain_tok2vec.cfg")
     assert tok2vec["components"]["tok2vec"] == load_config(CONFIGS / "ner_pretrain.cfg")["components"]["tok2vec"]
-    assert tok2vec["pretraining"]["component"] == load_config(CONFIGS / "textcat_pretrain.cfg")["pretraining"]["component"]
+    assert (
+        tok2vec["pretraining"]["component"] == load_config(CONFIGS / "textcat_pretrain.cfg")["pretraining"]["component"]
+    )
     textcat = load_config(CONFIGS / "textcat_cnn.cfg")["components"]["textcat"]
     assert textcat["factory"] == "textcat" and textcat["model"]["exclusive_classes"] is True
 
@@ -75,9 +81,23 @@ def test_cnn_config_trains_and_logs(tmp_path: Path, kind: str) -> None:
     out = tmp_path / "runs"
     (out / "seed4").mkdir(parents=True)
     (out / "seed4" / "log.jsonl").write_text("stale\n")
-    result = CliRunner().invoke(train.app, [str(CONFIGS / f"{kind}_cnn.cfg"), str(out), "--corpus", str(tmp_path / "corpus"),
-                                            "--seeds", "4", "--max-steps", "4", "--eval-frequency", "2",
-                                            "--training.batcher.size.start", "2"])
+    result = CliRunner().invoke(
+        train.app,
+        [
+            str(CONFIGS / f"{kind}_cnn.cfg"),
+            str(out),
+            "--corpus",
+            str(tmp_path / "corpus"),
+            "--seeds",
+            "4",
+            "--max-steps",
+            "4",
+            "--eval-frequency",
+            "2",
+            "--training.batcher.size.start",
+            "2",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert (out / "seed4" / "model-best" / "config.cfg").exists()
     log = list(srsly.read_jsonl(out / "seed4" / "log.jsonl"))

@@ -2,7 +2,7 @@
 
 import importlib.util
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Sequence
 
 import numpy
 import pytest
@@ -26,19 +26,24 @@ _spec.loader.exec_module(variants)
 SHIPPED = PROJECT_DIR.parent / "spacy_elmo" / "configs" / "ner_textcat_elmo.cfg"
 # The overrides that project/docs/lab-notebook.md gives for the three variants.
 VARIANTS = [
-    "--components.ner.model.tok2vec.mix.@layers", "elmo_project.ConcatLayers.v1",
-    "--components.ner.model.tok2vec.@architectures", "elmo_project.ElmoListenerSkipEncoder.v1",
-    "--components.textcat.model.@architectures", "elmo_project.ElmoBOWTextCat.v1",
-    "--components.textcat.model.bow_dropout", "0.5",
+    "--components.ner.model.tok2vec.mix.@layers",
+    "elmo_project.ConcatLayers.v1",
+    "--components.ner.model.tok2vec.@architectures",
+    "elmo_project.ElmoListenerSkipEncoder.v1",
+    "--components.textcat.model.@architectures",
+    "elmo_project.ElmoBOWTextCat.v1",
+    "--components.textcat.model.bow_dropout",
+    "0.5",
 ]
 TEXTS = ["Alice went to Paris .", "It was great ."]
 
 
-def variant_pipeline(bilm_files, extra: List[str] = []) -> Language:
+def variant_pipeline(bilm_files, extra: Sequence[str] = ()) -> Language:
     options_file, weight_file = bilm_files
     overrides: Dict[str, object] = {
-        **parse_config_overrides(VARIANTS + extra),
-        "paths.elmo_options": str(options_file), "paths.elmo_weights": str(weight_file),
+        **parse_config_overrides([*VARIANTS, *extra]),
+        "paths.elmo_options": str(options_file),
+        "paths.elmo_weights": str(weight_file),
     }
     nlp = load_model_from_config(load_config(SHIPPED, overrides=overrides), auto_fill=True, validate=True)
     examples = make_examples(nlp)
@@ -100,8 +105,18 @@ def marking_code(tmp_path: Path) -> Path:
 
 def test_scripts_train_loads_the_code(tmp_path: Path) -> None:
     tiny_corpus(tmp_path / "corpus", "textcat")
-    args = [str(PROJECT_DIR / "configs" / "textcat_cnn.cfg"), str(tmp_path / "runs"), "--corpus", str(tmp_path / "corpus"),
-            "--max-steps", "2", "--eval-frequency", "2", "--code", str(marking_code(tmp_path))]
+    args = [
+        str(PROJECT_DIR / "configs" / "textcat_cnn.cfg"),
+        str(tmp_path / "runs"),
+        "--corpus",
+        str(tmp_path / "corpus"),
+        "--max-steps",
+        "2",
+        "--eval-frequency",
+        "2",
+        "--code",
+        str(marking_code(tmp_path)),
+    ]
     result = CliRunner().invoke(load_script("train").app, args)
     assert result.exit_code == 0, result.output
     assert (tmp_path / "imported").read_text() == "yes"
@@ -110,9 +125,25 @@ def test_scripts_train_loads_the_code(tmp_path: Path) -> None:
 def test_scripts_crossval_run_loads_the_code(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path)
     assert CliRunner().invoke(crossval_app(), ["split", str(corpus), str(tmp_path / "cv"), "--k", "3"]).exit_code == 0
-    args = ["run", str(PROJECT_DIR / "configs" / "ner_cnn.cfg"), str(tmp_path / "cv"), str(tmp_path / "runs"),
-            str(tmp_path / "metrics"), "--system", "cnn", "--task", "ner", "--folds", "1", "--max-steps", "2",
-            "--eval-frequency", "2", "--code", str(marking_code(tmp_path))]
+    args = [
+        "run",
+        str(PROJECT_DIR / "configs" / "ner_cnn.cfg"),
+        str(tmp_path / "cv"),
+        str(tmp_path / "runs"),
+        str(tmp_path / "metrics"),
+        "--system",
+        "cnn",
+        "--task",
+        "ner",
+        "--folds",
+        "1",
+        "--max-steps",
+        "2",
+        "--eval-frequency",
+        "2",
+        "--code",
+        str(marking_code(tmp_path)),
+    ]
     result = CliRunner().invoke(crossval_app(), args)
     assert result.exit_code == 0, result.output
     assert (tmp_path / "imported").read_text() == "yes"

@@ -2,7 +2,8 @@
 
 ``host`` is a threaded HTTP server on 127.0.0.1 that honours ``Range`` and can misbehave on
 demand (drop the connection, answer an HTML page, serve a short file, be slow); it records every
-request. ``registry`` points the registry name ``tiny`` at it (serving the suite's ``bilm_files``) and the cache at a fresh directory.
+request. ``registry`` points the registry name ``tiny`` at it (serving the suite's ``bilm_files``)
+and the cache at a fresh directory.
 """
 
 import socket
@@ -50,7 +51,7 @@ class Handler(BaseHTTPRequestHandler):
 
     server: "HostServer"
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:  # the name BaseHTTPRequestHandler calls for a GET
         host = self.server.host
         fault = host.faults.get(self.path)
         with host.lock:
@@ -69,7 +70,7 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, HTML, {"Content-Type": "text/html; charset=utf-8"})
             return
         body = HTML if fault == "html_body" else host.files[self.path]
-        start = int(self.headers["Range"][len("bytes="):].rstrip("-")) if self.headers.get("Range") else 0
+        start = int(self.headers["Range"][len("bytes=") :].rstrip("-")) if self.headers.get("Range") else 0
         if start and start >= len(body):  # as real hosts answer a range past the end
             self._send(416, b"", {"Content-Range": f"bytes */{len(body)}"})
             return
@@ -133,7 +134,9 @@ def fast_retries(monkeypatch) -> None:
 @pytest.fixture
 def host(bilm_files) -> Iterator[FakeHost]:
     """The server, serving the tiny biLM at /tiny/options.json and /tiny/weights.hdf5."""
-    fake = FakeHost(files={"/tiny/options.json": bilm_files[0].read_bytes(), "/tiny/weights.hdf5": bilm_files[1].read_bytes()})
+    fake = FakeHost(
+        files={"/tiny/options.json": bilm_files[0].read_bytes(), "/tiny/weights.hdf5": bilm_files[1].read_bytes()}
+    )
     server = HostServer(fake)
     fake.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

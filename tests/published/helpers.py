@@ -1,4 +1,5 @@
-"""Registry files and archives for the tests of spacy_elmo.published (tests/published/conftest.py serves what they name)."""
+"""Registry files and archives for the tests of spacy_elmo.published
+(tests/published/conftest.py serves what they name)."""
 
 import io
 import json
@@ -15,8 +16,13 @@ Members = Iterable[Tuple[str, bytes]]
 
 def tiny_entry(host, **fields: object) -> Dict[str, object]:
     """A registry entry for ``tiny`` on ``host`` (a ``FakeHost`` of conftest.py), with ``fields``."""
-    return {"options_url": f"{host.url}/tiny/options.json", "weights_url": f"{host.url}/tiny/weights.hdf5",
-            "width": WIDTH, "language": "en", **fields}
+    return {
+        "options_url": f"{host.url}/tiny/options.json",
+        "weights_url": f"{host.url}/tiny/weights.hdf5",
+        "width": WIDTH,
+        "language": "en",
+        **fields,
+    }
 
 
 def write_registry(path: Path, **entries: Dict[str, object]) -> None:
@@ -30,7 +36,11 @@ def archive_entry(host, path: str, **fields: object) -> Dict[str, object]:
 
 def directory_members(directory: Path, prefix: str = "") -> Members:
     """The files of ``directory`` as archive members under ``prefix`` (e.g. ``"model/"``)."""
-    return [(prefix + p.relative_to(directory).as_posix(), p.read_bytes()) for p in sorted(directory.rglob("*")) if p.is_file()]
+    return [
+        (prefix + p.relative_to(directory).as_posix(), p.read_bytes())
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    ]
 
 
 def zip_bytes(members: Members) -> bytes:
@@ -66,7 +76,7 @@ def zip_with_symlink(members: Members, link: str, target: str) -> bytes:
             zf.writestr(name, data)
         info = zipfile.ZipInfo(link)
         info.create_system = 3
-        info.external_attr = (0o120777 << 16)
+        info.external_attr = 0o120777 << 16
         zf.writestr(info, target)
     return buffer.getvalue()
 

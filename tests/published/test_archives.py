@@ -66,7 +66,9 @@ def assert_nothing_cached(cache: Path, name: str) -> None:
     assert left in ([], [".lock"]), left
 
 
-def test_a_zip_of_the_standard_layout_in_a_subdirectory_loads_by_name(registry, host, cache, bilm_files, standard_members):
+def test_a_zip_of_the_standard_layout_in_a_subdirectory_loads_by_name(
+    registry, host, cache, bilm_files, standard_members
+):
     serve(host, "/sl.zip", zip_bytes(standard_members))
     register(registry, host, sl=archive_entry(host, "/sl.zip", language="sl"))
     bilm = BiLM.from_pretrained("sl")
@@ -76,20 +78,28 @@ def test_a_zip_of_the_standard_layout_in_a_subdirectory_loads_by_name(registry, 
     record = json.loads((cache / "sl" / "source.json").read_text())
     assert record["model"] == "model/slovenian" and record["format"] == "standard"
     assert record["archive"]["bytes"] == len(host.files["/sl.zip"]) and len(record["archive"]["sha256"]) == 64
-    assert set(record["files"]) == {"model/slovenian/options.json", "model/slovenian/slovenian-elmo-weights.hdf5",
-                                    "model/README.txt"}
+    assert set(record["files"]) == {
+        "model/slovenian/options.json",
+        "model/slovenian/slovenian-elmo-weights.hdf5",
+        "model/README.txt",
+    }
     assert not (cache / "sl" / ".archive.part").exists()  # the archive is not kept once extracted
     # Cached: no request, no extraction, the same files.
     requests = len(host.requests)
     assert_same_weights(BiLM.from_pretrained("sl"), bilm)
     assert len(host.requests) == requests
     assert resolution.resolve_pretrained("sl", check=BiLM.from_files) == (
-        model_dir / "options.json", model_dir / "slovenian-elmo-weights.hdf5"
+        model_dir / "options.json",
+        model_dir / "slovenian-elmo-weights.hdf5",
     )
 
 
 def test_a_tar_gz_at_the_top_level_loads_by_name(registry, host, cache, bilm_files):
-    serve(host, "/m.tar.gz", tar_bytes([("options.json", bilm_files[0].read_bytes()), ("model.hdf5", bilm_files[1].read_bytes())]))
+    serve(
+        host,
+        "/m.tar.gz",
+        tar_bytes([("options.json", bilm_files[0].read_bytes()), ("model.hdf5", bilm_files[1].read_bytes())]),
+    )
     register(registry, host, norsk=archive_entry(host, "/m.tar.gz", language="no"))
     assert_same_weights(BiLM.from_pretrained("norsk"), BiLM.from_files(*bilm_files))
     assert json.loads((cache / "norsk" / "source.json").read_text())["model"] == "model"
@@ -122,7 +132,9 @@ def test_spacy_elmo_download_fetches_an_archive_and_names_the_model_directory(re
     assert CliRunner().invoke(app, ["download", "zhs", "--verify"]).exit_code == 0
     assert len(host.gets("/zhs.zip")) == 1
     assert CliRunner().invoke(app, ["download", "zhs", "--force"]).exit_code == 0
-    assert len(host.gets("/zhs.zip")) == 2 and not [p for p in (cache / "zhs").iterdir() if p.name.startswith(".replaced-")]
+    assert len(host.gets("/zhs.zip")) == 2 and not [
+        p for p in (cache / "zhs").iterdir() if p.name.startswith(".replaced-")
+    ]
 
 
 def test_an_elmoformanylangs_archive_is_a_clear_error_where_two_files_are_needed(registry, host, cache, manylangs_dir):
@@ -150,7 +162,9 @@ def test_a_dropped_connection_resumes_the_archive(registry, host, cache, bilm_fi
     assert host.sent["/sl.zip"] == size  # each byte once: continued, not restarted
 
 
-def test_an_archive_download_that_gives_up_continues_in_a_later_run(registry, host, cache, bilm_files, standard_members):
+def test_an_archive_download_that_gives_up_continues_in_a_later_run(
+    registry, host, cache, bilm_files, standard_members
+):
     serve(host, "/sl.zip", zip_bytes(standard_members))
     register(registry, host, sl=archive_entry(host, "/sl.zip"))
     host.faults["/sl.zip"] = "drop_always"
@@ -163,7 +177,9 @@ def test_an_archive_download_that_gives_up_continues_in_a_later_run(registry, ho
     assert host.gets("/sl.zip")[-1].range == f"bytes={size // 2}-"
 
 
-def test_an_interrupted_extraction_leaves_nothing_half_made(registry, host, cache, bilm_files, standard_members, monkeypatch):
+def test_an_interrupted_extraction_leaves_nothing_half_made(
+    registry, host, cache, bilm_files, standard_members, monkeypatch
+):
     serve(host, "/sl.zip", zip_bytes(standard_members))
     register(registry, host, sl=archive_entry(host, "/sl.zip"))
     real_write = archives._write
@@ -213,10 +229,19 @@ def malicious(bilm_files, kind):
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind", [
-    "traversal-zip", "traversal-tar", "absolute-zip", "absolute-tar", "symlink-tar", "hardlink-tar", "symlink-zip",
-    "duplicate-zip",
-])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "traversal-zip",
+        "traversal-tar",
+        "absolute-zip",
+        "absolute-tar",
+        "symlink-tar",
+        "hardlink-tar",
+        "symlink-zip",
+        "duplicate-zip",
+    ],
+)
 def test_a_malicious_archive_is_refused_and_nothing_is_cached(registry, host, cache, bilm_files, tmp_path, kind):
     data, message = malicious(bilm_files, kind)
     serve(host, "/bad.archive", data)
@@ -227,10 +252,13 @@ def test_a_malicious_archive_is_refused_and_nothing_is_cached(registry, host, ca
     assert not (cache.parent / "x").exists() and not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize("limit, message", [
-    ("MAX_MEMBER_BYTES", "more than the 1000 bytes allowed per file"),
-    ("MAX_TOTAL_BYTES", "more than 1000 bytes in all"),
-])
+@pytest.mark.parametrize(
+    "limit, message",
+    [
+        ("MAX_MEMBER_BYTES", "more than the 1000 bytes allowed per file"),
+        ("MAX_TOTAL_BYTES", "more than 1000 bytes in all"),
+    ],
+)
 def test_an_oversize_archive_is_refused(registry, host, cache, bilm_files, monkeypatch, limit, message):
     monkeypatch.setattr(archives, limit, 1000)
     big = [("m/options.json", bilm_files[0].read_bytes()), ("m/weights.hdf5", bilm_files[1].read_bytes())]
@@ -241,10 +269,13 @@ def test_an_oversize_archive_is_refused(registry, host, cache, bilm_files, monke
     assert_nothing_cached(cache, "big")
 
 
-@pytest.mark.parametrize("members, message", [
-    ([("README", b"hello")], r"holds no ELMo model.*it holds: README"),
-    ("two", r"holds several ELMo models.*a \(standard\), b \(standard\)"),
-])
+@pytest.mark.parametrize(
+    "members, message",
+    [
+        ([("README", b"hello")], r"holds no ELMo model.*it holds: README"),
+        ("two", r"holds several ELMo models.*a \(standard\), b \(standard\)"),
+    ],
+)
 def test_an_archive_without_exactly_one_model_is_refused(registry, host, cache, bilm_files, members, message):
     if members == "two":
         members = [(f"{d}/{p.name}", p.read_bytes()) for d in "ab" for p in bilm_files]
@@ -274,7 +305,9 @@ def test_an_extracted_file_altered_later_is_an_error_naming_it(registry, host, c
     BiLM.from_pretrained("sl")
     path = cache / "sl" / "model" / "slovenian" / "options.json"
     path.write_bytes(path.read_bytes() + b" ")
-    with pytest.raises(CacheIntegrityError, match=rf"{path} changed after it was downloaded.*spacy-elmo download sl --force"):
+    with pytest.raises(
+        CacheIntegrityError, match=rf"{path} changed after it was downloaded.*spacy-elmo download sl --force"
+    ):
         BiLM.from_pretrained("sl")
 
 
@@ -320,8 +353,9 @@ def test_a_manylangs_check_is_required_for_such_an_archive(registry, host, cache
     assert sources.MODEL_DIRNAME == "model"
 
 
-def test_a_full_disk_during_extraction_keeps_the_archive_for_the_next_run(registry, host, cache, bilm_files,
-                                                                          standard_members, monkeypatch):
+def test_a_full_disk_during_extraction_keeps_the_archive_for_the_next_run(
+    registry, host, cache, bilm_files, standard_members, monkeypatch
+):
     serve(host, "/sl.zip", zip_bytes(standard_members))
     register(registry, host, sl=archive_entry(host, "/sl.zip"))
     real_write = archives._write
@@ -330,7 +364,9 @@ def test_a_full_disk_during_extraction_keeps_the_archive_for_the_next_run(regist
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(archives, "_write", full)
-    with pytest.raises(DownloadError, match="could not be extracted into .*No space left on device.*run the same command again"):
+    with pytest.raises(
+        DownloadError, match="could not be extracted into .*No space left on device.*run the same command again"
+    ):
         BiLM.from_pretrained("sl")
     assert sorted(p.name for p in (cache / "sl").iterdir()) == [".archive.part", ".lock"]
     monkeypatch.setattr(archives, "_write", real_write)

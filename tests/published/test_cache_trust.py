@@ -109,8 +109,11 @@ def test_a_changed_file_is_hashed_and_refused_naming_it_and_the_fix(registry, ho
     data[len(data) // 2] ^= 1  # the same size, written now: another time
     path.write_bytes(bytes(data))
     reads.reset()
-    with pytest.raises(CacheIntegrityError, match=rf"{path} changed after it was downloaded \(sha256 [0-9a-f]{{64}}; "
-                                                  r"recorded: sha256 .*spacy-elmo download tiny --force"):
+    with pytest.raises(
+        CacheIntegrityError,
+        match=rf"{path} changed after it was downloaded \(sha256 [0-9a-f]{{64}}; "
+        r"recorded: sha256 .*spacy-elmo download tiny --force",
+    ):
         BiLM.from_pretrained("tiny")
     assert reads.hashed == ["weights.hdf5"] and reads.loaded == []
 
@@ -123,8 +126,11 @@ def test_a_file_of_another_size_is_refused_without_hashing(registry, host, cache
         f.write(b"\0")
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # even with the recorded time
     reads.reset()
-    with pytest.raises(CacheIntegrityError, match=rf"{path} changed after it was downloaded \({stat.st_size + 1} bytes; "
-                                                  rf"recorded: {stat.st_size} bytes\)"):
+    with pytest.raises(
+        CacheIntegrityError,
+        match=rf"{path} changed after it was downloaded \({stat.st_size + 1} bytes; "
+        rf"recorded: {stat.st_size} bytes\)",
+    ):
         BiLM.from_pretrained("tiny")
     assert reads.hashed == []
 
@@ -164,7 +170,10 @@ def test_recorded_times_are_settled_in_the_past_so_a_write_in_the_same_tick_show
     BiLM.from_pretrained("tiny")
     for entry in record(cache)["files"].values():
         assert entry["mtime_ns"] % 2_000_000_000 == 0
-        assert entry["mtime_ns"] <= (os.path.getmtime(cache / "tiny" / "source.json") - records_module.SETTLE_SECONDS) * 1e9
+        assert (
+            entry["mtime_ns"]
+            <= (os.path.getmtime(cache / "tiny" / "source.json") - records_module.SETTLE_SECONDS) * 1e9
+        )
 
 
 def test_bad_settings_are_refused_before_anything_is_downloaded(registry, host, cache):

@@ -30,8 +30,16 @@ def test_models_lists_the_published_biLMs_and_what_is_cached(registry, host, cac
 
 def test_the_builtin_registry_names_no_unverified_checksum():
     assert all(model.weights_sha256 is None and model.archive_sha256 is None for model in BUILTIN.values())
-    for name, model in BUILTIN.items():  # each entry: two files, an archive, or a page and a note saying what is missing
-        assert name == "en" or (model.options_url and model.weights_url) or model.archive_url or (model.page and model.note)
+    for (
+        name,
+        model,
+    ) in BUILTIN.items():  # each entry: two files, an archive, or a page and a note saying what is missing
+        assert (
+            name == "en"
+            or (model.options_url and model.weights_url)
+            or model.archive_url
+            or (model.page and model.note)
+        )
 
 
 def test_download_fetches_ahead_and_force_fetches_again(registry, host, cache):
@@ -61,10 +69,22 @@ def test_a_bad_registry_file_is_a_clear_error(registry, host, cache):
 
 def test_embed_takes_the_biLM_by_name(registry, host, cache, tmp_path, bilm_files):
     (tmp_path / "in.txt").write_text("The bank raised its rates .\nHello\n", encoding="utf8")
-    result = CliRunner().invoke(app, [
-        "embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--model", "tiny", "--whitespace",
-        "--threads", "1", "--no-progress", "--precision", "fp32",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "embed",
+            str(tmp_path / "in.txt"),
+            str(tmp_path / "out.hdf5"),
+            "--model",
+            "tiny",
+            "--whitespace",
+            "--threads",
+            "1",
+            "--no-progress",
+            "--precision",
+            "fp32",
+        ],
+    )
     assert result.exit_code == 0, result.output
     expected = BiLM.from_files(*bilm_files).embed_sentences([["Hello"]])[0]
     with h5py.File(tmp_path / "out.hdf5", "r") as f:
@@ -74,17 +94,34 @@ def test_embed_takes_the_biLM_by_name(registry, host, cache, tmp_path, bilm_file
 @pytest.mark.slow  # a pretraining run
 def test_pretrain_continues_from_a_biLM_named_as_everywhere_else(registry, host, cache, tmp_path, bilm_files):
     write_corpus(tmp_path / "train.txt", 20)
-    result = CliRunner().invoke(app, [
-        "pretrain", str(tmp_path / "train.txt"), str(tmp_path / "out"), "--preset", "tiny", "--max-steps", "1",
-        "--init-from-model", "tiny", "--no-progress",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "pretrain",
+            str(tmp_path / "train.txt"),
+            str(tmp_path / "out"),
+            "--preset",
+            "tiny",
+            "--max-steps",
+            "1",
+            "--init-from-model",
+            "tiny",
+            "--no-progress",
+        ],
+    )
     assert result.exit_code == 0, result.output
-    assert BiLM.from_files(tmp_path / "out" / "options.json", tmp_path / "out" / "weights.hdf5").options == BiLM.from_files(*bilm_files).options
+    assert (
+        BiLM.from_files(tmp_path / "out" / "options.json", tmp_path / "out" / "weights.hdf5").options
+        == BiLM.from_files(*bilm_files).options
+    )
     assert len(host.gets("/tiny/weights.hdf5")) == 1
 
 
 def test_an_override_keeps_the_fields_it_does_not_set(registry, host, cache):
-    write_registry(registry, original={"options_url": f"{host.url}/tiny/options.json", "weights_url": f"{host.url}/tiny/weights.hdf5"})
+    write_registry(
+        registry,
+        original={"options_url": f"{host.url}/tiny/options.json", "weights_url": f"{host.url}/tiny/weights.hdf5"},
+    )
     assert table(CliRunner().invoke(app, ["models"]).output)["original"] == ["en", "374", "1024", "no"]
     result = CliRunner().invoke(app, ["download", "original"])  # the mirror serves another file than the registry's
     assert result.exit_code == 1 and "but the registry expects 374434792" in result.output

@@ -90,7 +90,9 @@ def test_a_refused_connection_fails_at_once_naming_the_url(cache, tmp_path, monk
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}/tiny/weights.hdf5"
     start = time.monotonic()
-    with pytest.raises(DownloadError, match=rf"downloading {url} failed \(the connection was refused: .*nothing listens"):
+    with pytest.raises(
+        DownloadError, match=rf"downloading {url} failed \(the connection was refused: .*nothing listens"
+    ):
         download.download(url, tmp_path / "weights.part", progress=False)
     assert time.monotonic() - start < 2.0
     assert not (tmp_path / "weights.part").exists()
@@ -136,7 +138,9 @@ def test_a_host_that_answers_503_twice_then_the_file_is_retried_by_the_transport
 def test_a_host_that_keeps_answering_503_gives_up_after_the_transports_retries(host, tmp_path):
     host.faults[WEIGHTS] = "unavailable_always"
     url = f"{host.url}{WEIGHTS}"
-    with pytest.raises(DownloadError, match=rf"downloading {url} failed \(HTTP 503 Service Unavailable, {RETRIES + 1} times\)"):
+    with pytest.raises(
+        DownloadError, match=rf"downloading {url} failed \(HTTP 503 Service Unavailable, {RETRIES + 1} times\)"
+    ):
         download.download(url, tmp_path / "weights.part", progress=False)
     assert len(host.gets(WEIGHTS)) == RETRIES + 1  # the transport's retries only: no second loop around them
 
@@ -150,7 +154,9 @@ def test_a_dropped_connection_continues_with_a_range_request_on_the_same_session
     assert part.read_bytes() == bilm_files[1].read_bytes() and host.sent[WEIGHTS] == size
 
 
-def test_a_host_that_keeps_dropping_gives_up_keeps_the_bytes_and_a_later_run_continues(registry, host, cache, bilm_files):
+def test_a_host_that_keeps_dropping_gives_up_keeps_the_bytes_and_a_later_run_continues(
+    registry, host, cache, bilm_files
+):
     host.faults[WEIGHTS] = "drop_always"
     size = len(host.files[WEIGHTS])
     with pytest.raises(DownloadError, match=f"failed {ATTEMPTS} times in a row.*run the same command again"):
@@ -218,7 +224,9 @@ def test_the_registry_sha256_is_checked_before_the_weights_are_kept(registry, ho
     assert_nothing_cached(cache)
     import hashlib
 
-    write_registry(registry, tiny=tiny_entry(host, weights_sha256=hashlib.sha256(bilm_files[1].read_bytes()).hexdigest()))
+    write_registry(
+        registry, tiny=tiny_entry(host, weights_sha256=hashlib.sha256(bilm_files[1].read_bytes()).hexdigest())
+    )
     resolve_pretrained("tiny", progress=False)
 
 
@@ -229,7 +237,9 @@ def test_a_cached_file_altered_later_is_an_error_naming_it_and_the_fix(registry,
     data = bytearray(path.read_bytes())
     data[-1] ^= 1
     path.write_bytes(bytes(data))
-    with pytest.raises(CacheIntegrityError, match=rf"{path} changed after it was downloaded.*spacy-elmo download tiny --force"):
+    with pytest.raises(
+        CacheIntegrityError, match=rf"{path} changed after it was downloaded.*spacy-elmo download tiny --force"
+    ):
         resolve_pretrained("tiny")
     download_pretrained("tiny", force=True, progress=False)
     assert resolve_pretrained("tiny")[0].parent == cache / "tiny"
@@ -240,7 +250,12 @@ def test_offline_without_the_biLM_names_the_urls_and_where_the_files_go(registry
     monkeypatch.setenv("SPACY_ELMO_OFFLINE", "1")
     with pytest.raises(OfflineError) as err:
         resolve_pretrained("tiny")
-    for text in (f"{host.url}{OPTIONS}", f"{host.url}{WEIGHTS}", str(cache / "tiny" / "options.json"), str(cache / "tiny" / "weights.hdf5")):
+    for text in (
+        f"{host.url}{OPTIONS}",
+        f"{host.url}{WEIGHTS}",
+        str(cache / "tiny" / "options.json"),
+        str(cache / "tiny" / "weights.hdf5"),
+    ):
         assert text in str(err.value)
     assert not host.requests
     # Placed there by hand, as the message says: checked, recorded and used, still offline.
@@ -282,7 +297,9 @@ def test_two_processes_asking_at_once_make_one_transfer(registry, host, cache, t
     barrier.mkdir()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     workers = [
-        subprocess.Popen([sys.executable, "-c", script, str(barrier), str(i)], env=env, stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(barrier), str(i)], env=env, stdout=subprocess.PIPE, text=True
+        )
         for i in range(2)
     ]
     outputs = [worker.communicate(timeout=120)[0].split() for worker in workers]

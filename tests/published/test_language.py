@@ -1,6 +1,7 @@
 """No silent English biLM under another language (issue 37): the default is the biLM bundled for
 the pipeline's language, an error where none is; a named biLM of another language warns once."""
 
+import functools
 import warnings
 
 import pytest
@@ -50,10 +51,12 @@ def test_the_english_biLM_named_in_a_german_pipeline_warns_once():
 
 
 def test_no_warning_for_a_biLM_of_unknown_language(bilm_files):
-    for model in ({"options_file": str(bilm_files[0]), "weight_file": str(bilm_files[1])},
-                  {"pretrained": str(bilm_files[0].parent)}):
+    for model in (
+        {"options_file": str(bilm_files[0]), "weight_file": str(bilm_files[1])},
+        {"pretrained": str(bilm_files[0].parent)},
+    ):
         nlp = spacy.blank("de")
-        no_warning_from(lambda: nlp.add_pipe("elmo", config={"model": model}))
+        no_warning_from(functools.partial(nlp.add_pipe, "elmo", config={"model": model}))
         no_warning_from(nlp.initialize)
 
 
@@ -62,7 +65,9 @@ def test_a_registry_entry_of_the_pipelines_language_does_not_warn_and_another_do
     no_warning_from(lambda: spacy.blank("nb").add_pipe("elmo", config={"model": {"pretrained": "tiny"}}))
     write_registry(registry, tiny=tiny_entry(host, language="no"))  # Norwegian fits Bokmål
     no_warning_from(lambda: spacy.blank("nb").add_pipe("elmo", config={"model": {"pretrained": "tiny"}}))
-    with pytest.warns(UserWarning, match=r"'yo' pipeline uses the biLM 'tiny', which is Norwegian \('no'\).*none is published"):
+    with pytest.warns(
+        UserWarning, match=r"'yo' pipeline uses the biLM 'tiny', which is Norwegian \('no'\).*none is published"
+    ):
         spacy.blank("yo").add_pipe("elmo", config={"model": {"pretrained": "tiny"}})
 
 

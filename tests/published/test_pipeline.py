@@ -21,7 +21,9 @@ def test_add_pipe_with_a_name_needs_no_other_step(registry, host, cache, bilm_fi
     numpy.testing.assert_allclose(doc.tensor, expected, atol=1e-5)
 
 
-def test_a_saved_pipeline_loads_with_the_server_stopped_and_the_cache_gone(registry, host, cache, tmp_path, monkeypatch):
+def test_a_saved_pipeline_loads_with_the_server_stopped_and_the_cache_gone(
+    registry, host, cache, tmp_path, monkeypatch
+):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"model": {"pretrained": "tiny"}})
     nlp.initialize()

@@ -48,7 +48,14 @@ def test_elmoformanylangs_44_languages_and_simplified_chinese():
     by_id = {int(url.rsplit("/", 1)[1][:-4]): m.language for url, m in manylangs.items() if url in ids}
     # The README's table, where its order is not the ids' (Dutch 164 sits after Bokmål 165).
     assert (by_id[136], by_id[140], by_id[153], by_id[164], by_id[165], by_id[166], by_id[179]) == (
-        "ar", "cu", "grc", "nl", "nb", "nn", "zh")
+        "ar",
+        "cu",
+        "grc",
+        "nl",
+        "nb",
+        "nn",
+        "zh",
+    )
     assert len(set(by_id.values())) == 44
     simplified = BUILTIN["manylangs-zh-simplified"]
     assert simplified.archive_url == "http://39.96.43.154/zhs.model.tar.bz2" and "Gigaword" in simplified.training_text
@@ -70,23 +77,40 @@ def test_corrections_from_the_publishers_pages():
     for name in ALLENNLP:
         model = BUILTIN[name]
         assert model.alternate_weights_url == model.weights_url.replace(
-            "https://allennlp.s3.amazonaws.com/", "https://s3-us-west-2.amazonaws.com/allennlp/")
+            "https://allennlp.s3.amazonaws.com/", "https://s3-us-west-2.amazonaws.com/allennlp/"
+        )
         assert model.alternate_options_url.startswith("https://s3-us-west-2.amazonaws.com/allennlp/models/elmo/")
     german = BUILTIN["de"]
     assert (german.options_md5, german.weights_md5, german.weights_sha1) == (
-        "da99676f2fe2838ff2663a6d9bad97dd", "f3ab3a68caae6d42bac47c230b3a65bf", "9084adab3eefaed4f07da7331217fcb873417add")
+        "da99676f2fe2838ff2663a6d9bad97dd",
+        "f3ab3a68caae6d42bac47c230b3a65bf",
+        "9084adab3eefaed4f07da7331217fcb873417add",
+    )
     assert "Japanese Wikipedia" in BUILTIN["ja"].training_text
 
 
 def test_the_alternate_url_serves_when_the_first_does_not(registry, host, cache, bilm_files):
-    write_registry(registry, tiny=tiny_entry(
-        host, weights_url=f"{host.url}/gone/weights.hdf5", alternate_weights_url=f"{host.url}/tiny/weights.hdf5",
-        options_url=f"{host.url}/gone/options.json", alternate_options_url=f"{host.url}/tiny/options.json"))
+    write_registry(
+        registry,
+        tiny=tiny_entry(
+            host,
+            weights_url=f"{host.url}/gone/weights.hdf5",
+            alternate_weights_url=f"{host.url}/tiny/weights.hdf5",
+            options_url=f"{host.url}/gone/options.json",
+            alternate_options_url=f"{host.url}/tiny/options.json",
+        ),
+    )
     BiLM.from_pretrained("tiny")
-    assert [r.path for r in host.requests] == ["/gone/options.json", "/tiny/options.json", "/gone/weights.hdf5",
-                                               "/tiny/weights.hdf5"]
+    assert [r.path for r in host.requests] == [
+        "/gone/options.json",
+        "/tiny/options.json",
+        "/gone/weights.hdf5",
+        "/tiny/weights.hdf5",
+    ]
     del host.files["/tiny/weights.hdf5"]
-    with pytest.raises(DownloadError, match="no URL of the file served it; .*/gone/weights.hdf5: .*404.*/tiny/weights.hdf5: .*404"):
+    with pytest.raises(
+        DownloadError, match="no URL of the file served it; .*/gone/weights.hdf5: .*404.*/tiny/weights.hdf5: .*404"
+    ):
         resolution.download_pretrained("tiny", check=BiLM.from_files, force=True, progress=False)
 
 
@@ -109,11 +133,14 @@ def test_published_md5_and_sha1_sums_are_checked(registry, host, cache, bilm_fil
     resolution.resolve_pretrained("tiny", check=BiLM.from_files, progress=False)
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"weights_md5": "abc"}, "tiny.weights_md5 = 'abc', expected 32 lowercase hex digits"),
-    ({"weights_sha1": "A" * 40}, "expected 40 lowercase hex digits"),
-    ({"format": "tfhub"}, "tiny.format = 'tfhub', expected 'standard' or 'elmoformanylangs'"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"weights_md5": "abc"}, "tiny.weights_md5 = 'abc', expected 32 lowercase hex digits"),
+        ({"weights_sha1": "A" * 40}, "expected 40 lowercase hex digits"),
+        ({"format": "tfhub"}, "tiny.format = 'tfhub', expected 'standard' or 'elmoformanylangs'"),
+    ],
+)
 def test_a_bad_checksum_or_format_in_a_registry_file_is_a_clear_error(registry, host, fields, message):
     write_registry(registry, tiny=tiny_entry(host, **fields))
     with pytest.raises(ValueError, match=message):
@@ -133,8 +160,12 @@ def test_an_entry_to_be_confirmed_says_where_it_is_and_how_to_add_it(registry, h
     write_registry(registry, tiny=tiny_entry(host))
     result = CliRunner().invoke(app, ["download", "embeddia-hr"])
     assert result.exit_code == 1
-    for text in ("not the URL of its files", "to be confirmed", "http://hdl.handle.net/11356/1277",
-                 'SPACY_ELMO_MODELS=FILE.json holding {"embeddia-hr": {"archive_url": "https://..."}}'):
+    for text in (
+        "not the URL of its files",
+        "to be confirmed",
+        "http://hdl.handle.net/11356/1277",
+        'SPACY_ELMO_MODELS=FILE.json holding {"embeddia-hr": {"archive_url": "https://..."}}',
+    ):
         assert text in " ".join(result.output.split()), text
     with pytest.raises(UnconfirmedError):
         BiLM.from_pretrained("embeddia-hr")
@@ -151,9 +182,16 @@ def test_models_lang_filters_by_the_pipelines_language(registry, host, cache):
     assert {"de", "manylangs-de"} <= set(rows) and {row[0] for row in rows.values()} == {"de"}
     rows = table(CliRunner().invoke(app, ["models", "--lang", "nb"]).output)
     assert {"manylangs-nb", "norelmo30", "norelmo100"} <= set(rows) and "manylangs-nn" not in rows
-    assert set(table(CliRunner().invoke(app, ["models", "--lang", "zh"]).output)) == {"manylangs-zh", "manylangs-zh-simplified"}
+    assert set(table(CliRunner().invoke(app, ["models", "--lang", "zh"]).output)) == {
+        "manylangs-zh",
+        "manylangs-zh-simplified",
+    }
     result = CliRunner().invoke(app, ["models", "--lang", "yo"])
-    assert result.exit_code == 0 and "No published biLM for 'yo'" in result.output and "spacy-elmo pretrain" in result.output
+    assert (
+        result.exit_code == 0
+        and "No published biLM for 'yo'" in result.output
+        and "spacy-elmo pretrain" in result.output
+    )
 
 
 def test_models_json_prints_the_registry(registry, host, cache):
@@ -185,5 +223,8 @@ def test_docs_models_md_names_every_entry():
 
 def test_a_download_error_repeats_what_is_not_established_about_the_entry(registry, host, cache):
     write_registry(registry, norelmo30={"archive_url": f"{host.url}/repository/20/217.zip"})
-    with pytest.raises(DownloadError, match=r"HTTP 404.*Note on 'norelmo30': NLPL repository id 217; the /repository/20/ path is inferred"):
+    with pytest.raises(
+        DownloadError,
+        match=r"HTTP 404.*Note on 'norelmo30': NLPL repository id 217; the /repository/20/ path is inferred",
+    ):
         BiLM.from_pretrained("norelmo30")

@@ -17,12 +17,13 @@ def test_each_variable_sets_its_field() -> None:
     assert settings == DownloadSettings(cache_dir=Path.home() / "elmo", offline=True, models_file=Path("mirror.json"))
 
 
-@pytest.mark.parametrize("value, offline", [("1", True), (" True ", True), ("yes", True), ("ON", True),
-                                            ("0", False), ("", False), ("no", False)])
+@pytest.mark.parametrize(
+    "value, offline",
+    [("1", True), (" True ", True), ("yes", True), ("ON", True), ("0", False), ("", False), ("no", False)],
+)
 def test_offline_takes_the_usual_words_for_yes(value: str, offline: bool) -> None:
     assert download_settings({"SPACY_ELMO_OFFLINE": value}).offline is offline
 
 
 def test_empty_paths_count_as_unset() -> None:
     assert download_settings({"SPACY_ELMO_CACHE": "", "SPACY_ELMO_MODELS": ""}) == DownloadSettings()
-

@@ -56,8 +56,12 @@ def server(pipeline_dir: Path, tmp_path_factory) -> Iterator[Server]:
 def expected_docs(pipeline_dir: Path, texts: List[str]) -> List[Dict[str, Any]]:
     nlp = spacy.load(pipeline_dir)
     return [
-        {"tokens": [t.text for t in doc], "ents": [[e.start_char, e.end_char, e.label_] for e in doc.ents],
-         "cats": doc.cats, "vectors": doc._.elmo_vectors}
+        {
+            "tokens": [t.text for t in doc],
+            "ents": [[e.start_char, e.end_char, e.label_] for e in doc.ents],
+            "cats": doc.cats,
+            "vectors": doc._.elmo_vectors,
+        }
         for doc in nlp.pipe(texts)
     ]
 
@@ -72,8 +76,9 @@ def assert_same_docs(docs: List[Dict[str, Any]], expected: List[Dict[str, Any]])
         assert all(abs(doc["cats"][label] - score) < 1e-4 for label, score in e["cats"].items())
         if "vectors" in doc:
             scale = max(1.0, float(numpy.abs(e["vectors"]).max(initial=0.0)))
-            numpy.testing.assert_allclose(numpy.array(doc["vectors"]).reshape(e["vectors"].shape), e["vectors"],
-                                          rtol=0, atol=1e-4 * scale)
+            numpy.testing.assert_allclose(
+                numpy.array(doc["vectors"]).reshape(e["vectors"].shape), e["vectors"], rtol=0, atol=1e-4 * scale
+            )
 
 
 def test_concurrent_callers_each_get_their_own_docs_as_nlp_pipe_gives_them(server: Server, pipeline_dir) -> None:
@@ -87,7 +92,9 @@ def test_concurrent_callers_each_get_their_own_docs_as_nlp_pipe_gives_them(serve
     without = server.post({"texts": TEXTS[:2]}).json()["docs"]
     assert all("vectors" not in doc for doc in without)
     log = server.output()
-    assert "loaded the pipeline directory" in log and "elmo: precision 'auto' runs fp32" in log and "warm-up took" in log
+    assert (
+        "loaded the pipeline directory" in log and "elmo: precision 'auto' runs fp32" in log and "warm-up took" in log
+    )
 
 
 def test_any_text_gets_a_200_with_the_docs_nlp_pipe_gives(server: Server, pipeline_dir) -> None:
@@ -97,28 +104,35 @@ def test_any_text_gets_a_200_with_the_docs_nlp_pipe_gives(server: Server, pipeli
     assert server.post({"texts": []}).json() == {"docs": []}
 
 
-@pytest.mark.parametrize("body,where", [
-    ('{"texts": ["a", ', "json_invalid"),
-    ('{"texts": "abc"}', "list_type"),
-    ('{"texts": [1]}', "string_type"),
-    ('{"texts": ["a"], "vectors": "yes"}', "bool_type"),
-    ('{"text": ["a"]}', "missing"),
-    ('[1, 2]', "model_attributes_type"),
-    ('{"texts": ["a\\ud800b"]}', "unpaired surrogate"),
-])
+@pytest.mark.parametrize(
+    "body,where",
+    [
+        ('{"texts": ["a", ', "json_invalid"),
+        ('{"texts": "abc"}', "list_type"),
+        ('{"texts": [1]}', "string_type"),
+        ('{"texts": ["a"], "vectors": "yes"}', "bool_type"),
+        ('{"text": ["a"]}', "missing"),
+        ("[1, 2]", "model_attributes_type"),
+        ('{"texts": ["a\\ud800b"]}', "unpaired surrogate"),
+    ],
+)
 def test_invalid_json_or_types_get_a_422_that_says_where(server: Server, body: str, where: str) -> None:
-    answer = requests.post(server.url + "/pipe", data=body.encode(), timeout=30,
-                           headers={"content-type": "application/json"})
+    answer = requests.post(
+        server.url + "/pipe", data=body.encode(), timeout=30, headers={"content-type": "application/json"}
+    )
     assert answer.status_code == 422 and where in answer.text, answer.text
     assert answer.json()["detail"][0]["loc"][0] == "body"
 
 
-@pytest.mark.parametrize("texts,flag", [
-    (["a"] * 17, "--max-texts 16"),
-    (["a" * 2001], "--max-text-chars 2000"),
-    (["a" * 2000] * 3, "--max-request-chars 5000"),
-    (["a" * 70_000], "request body is over"),  # refused unread
-])
+@pytest.mark.parametrize(
+    "texts,flag",
+    [
+        (["a"] * 17, "--max-texts 16"),
+        (["a" * 2001], "--max-text-chars 2000"),
+        (["a" * 2000] * 3, "--max-request-chars 5000"),
+        (["a" * 70_000], "request body is over"),  # refused unread
+    ],
+)
 def test_a_request_over_a_limit_gets_a_413_naming_it(server: Server, texts: List[str], flag: str) -> None:
     answer = server.post({"texts": texts})
     assert answer.status_code == 413 and flag in answer.json()["detail"], answer.text

@@ -85,7 +85,10 @@ def test_callers_that_arrive_during_a_batch_form_the_next_one_and_each_gets_its_
     run.release.set()
     assert first.result(TIMEOUT) == [("A", False)]
     assert [f.result(TIMEOUT) for f in waiting] == [
-        [("B", True), ("C", True)], [("D", False)], [("E", True)], [("F", False)]
+        [("B", True), ("C", True)],
+        [("D", False)],
+        [("E", True)],
+        [("F", False)],
     ]
     assert run.batches == [["a"], ["b", "c", "d", "e"], ["f"]]
     assert worker.close(TIMEOUT)

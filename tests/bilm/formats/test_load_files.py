@@ -154,11 +154,19 @@ def test_a_file_that_does_not_fit_is_refused_before_any_dataset_is_read(weight_f
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda f: f.move("CNN_proj/b_proj", "CNN_proj/moved"), r"no dataset 'CNN_proj/b_proj' \(expected shape \(8,\)\)"),
+        (
+            lambda f: f.move("CNN_proj/b_proj", "CNN_proj/moved"),
+            r"no dataset 'CNN_proj/b_proj' \(expected shape \(8,\)\)",
+        ),
         (lambda f: f.move("CNN_proj", "elsewhere"), r"no dataset 'CNN_proj/W_proj'"),
-        (lambda f: (f.__delitem__("CNN_proj/b_proj"), f.create_group("CNN_proj/b_proj")), "no dataset 'CNN_proj/b_proj'"),
-        (lambda f: (f.__delitem__("CNN_proj/b_proj"), f.create_dataset("CNN_proj/b_proj", data=numpy.arange(8))),
-         r"'CNN_proj/b_proj' has dtype int64, expected float32"),
+        (
+            lambda f: (f.__delitem__("CNN_proj/b_proj"), f.create_group("CNN_proj/b_proj")),
+            "no dataset 'CNN_proj/b_proj'",
+        ),
+        (
+            lambda f: (f.__delitem__("CNN_proj/b_proj"), f.create_dataset("CNN_proj/b_proj", data=numpy.arange(8))),
+            r"'CNN_proj/b_proj' has dtype int64, expected float32",
+        ),
     ],
 )
 def test_datasets_missing_or_of_another_kind_are_named(weight_files, edit, message):

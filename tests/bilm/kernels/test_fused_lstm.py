@@ -118,8 +118,13 @@ def test_the_fused_step_leaves_the_callers_states_alone() -> None:
     kept = hidden.clone(), memory.clone()
     with torch.no_grad():
         fused_lstm.fused_layer(
-            torch.randn(4, 2, 3, 8, device=DEVICE), [3, 3, 2, 1], hidden, memory,
-            *fused_inputs(layer, torch.float32), layer.cell_clip, layer.proj_clip,
+            torch.randn(4, 2, 3, 8, device=DEVICE),
+            [3, 3, 2, 1],
+            hidden,
+            memory,
+            *fused_inputs(layer, torch.float32),
+            layer.cell_clip,
+            layer.proj_clip,
         )
     assert torch.equal(hidden, kept[0]) and torch.equal(memory, kept[1])
 

@@ -11,7 +11,9 @@ from spacy_elmo.pretraining.config import TrainingConfig
 
 from ...helpers import MIN_MEAN_COSINE, REAL_TEXT, mean_cosines, random_bilm
 
-pytestmark = pytest.mark.skipif(not int8_packs.int8_available(), reason="this torch build has no int8 kernels for this CPU")
+pytestmark = pytest.mark.skipif(
+    not int8_packs.int8_available(), reason="this torch build has no int8 kernels for this CPU"
+)
 
 
 @pytest.mark.parametrize("native_bf16", [True, False], ids=["bf16-cpu", "fp32-cpu"])
@@ -30,12 +32,12 @@ def test_int8_layers_keep_the_accuracy_contract_on_the_bundled_bilm(monkeypatch,
     assert (cosines >= MIN_MEAN_COSINE).all(), cosines
 
 
-def test_the_token_encoder_runs_int8_in_bf16_only_where_the_cpu_multiplies_bf16(monkeypatch):
-    for native in (True, False):
-        monkeypatch.setattr(resolved, "cpu_has_native_bf16", lambda: native)
-        assert resolved.ResolvedPrecision("int8").token_encoder_dtype == (torch.bfloat16 if native else torch.float32)
-        assert resolved.ResolvedPrecision("fp32").token_encoder_dtype == torch.float32
-        assert resolved.ResolvedPrecision("bf16").token_encoder_dtype == torch.bfloat16
+@pytest.mark.parametrize("native", [True, False])
+def test_the_token_encoder_runs_int8_in_bf16_only_where_the_cpu_multiplies_bf16(monkeypatch, native):
+    monkeypatch.setattr(resolved, "cpu_has_native_bf16", lambda: native)
+    assert resolved.ResolvedPrecision("int8").token_encoder_dtype == (torch.bfloat16 if native else torch.float32)
+    assert resolved.ResolvedPrecision("fp32").token_encoder_dtype == torch.float32
+    assert resolved.ResolvedPrecision("bf16").token_encoder_dtype == torch.bfloat16
 
 
 def test_int8_steps_follow_each_directions_rows_and_state(monkeypatch):
@@ -95,7 +97,9 @@ def test_int8_packs_follow_changed_weights():
     with torch.no_grad():
         for param in [*model.parameters(), *reference.parameters()]:
             param.mul_(0.9)
-    numpy.testing.assert_array_equal(model.embed_sentences(REAL_TEXT[:1])[0], reference.embed_sentences(REAL_TEXT[:1])[0])
+    numpy.testing.assert_array_equal(
+        model.embed_sentences(REAL_TEXT[:1])[0], reference.embed_sentences(REAL_TEXT[:1])[0]
+    )
 
 
 def test_int8_results_are_not_served_as_fp32_ones():
@@ -113,13 +117,21 @@ def test_a_pack_is_made_once_while_the_weights_are_unchanged(monkeypatch):
     model.embed_sentences(REAL_TEXT[:2])
     first = len(made)
     model.embed_sentences(REAL_TEXT[2:4])
-    assert first == 2 * 2 * model.options.n_layers and len(made) == first  # gates and projection x 2 directions per layer
+    assert (
+        first == 2 * 2 * model.options.n_layers and len(made) == first
+    )  # gates and projection x 2 directions per layer
 
 
 @pytest.mark.parametrize(
     "stored, setting, serves",
-    [("qint8", "int8", True), ("qint8", "auto", True), ("qint8", "bf16", False), ("qint8", "fp32", False),
-     ("bfloat16", "int8", False), ("float32", "int8", True)],
+    [
+        ("qint8", "int8", True),
+        ("qint8", "auto", True),
+        ("qint8", "bf16", False),
+        ("qint8", "fp32", False),
+        ("bfloat16", "int8", False),
+        ("float32", "int8", True),
+    ],
 )
 def test_a_feature_store_of_int8_products_serves_int8_and_auto_only(stored, setting, serves):
     assert resolved.ResolvedPrecision.from_recorded(stored).serves(setting) is serves
@@ -136,7 +148,9 @@ def test_copies_and_pickles_of_a_model_leave_the_packs_behind():
         numpy.testing.assert_array_equal(clone.embed_sentences(REAL_TEXT[:1])[0], expected)
 
 
-@pytest.mark.parametrize("features, expected", [({"avx512_vnni": True}, "onednn"), ({"amx_int8": True}, "onednn"), ({}, None)])
+@pytest.mark.parametrize(
+    "features, expected", [({"avx512_vnni": True}, "onednn"), ({"amx_int8": True}, "onednn"), ({}, None)]
+)
 def test_packs_are_made_for_onednn_where_the_cpu_has_int8_dot_products(monkeypatch, features, expected):
     """oneDNN's kernels run the packs where VNNI or AMX int8 is; elsewhere torch's engine. A pack
     runs whatever the current engine, which packing leaves as it was."""

@@ -40,8 +40,16 @@ def test_an_unknown_product_dtype_is_refused():
         kernel_for(torch.float16, torch.device("cpu"), LowPrecisionWeights(), Int8Weights())
 
 
-@pytest.mark.parametrize("precision", ["bf16", pytest.param("int8", marks=pytest.mark.skipif(
-    not int8_available(), reason="this torch build has no int8 kernels for this CPU"))])
+@pytest.mark.parametrize(
+    "precision",
+    [
+        "bf16",
+        pytest.param(
+            "int8",
+            marks=pytest.mark.skipif(not int8_available(), reason="this torch build has no int8 kernels for this CPU"),
+        ),
+    ],
+)
 def test_the_stack_keeps_every_layers_weight_copies_in_one_place(precision):
     model = random_bilm(precision=precision, cache_size=0)
     with torch.no_grad():

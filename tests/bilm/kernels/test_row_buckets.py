@@ -68,6 +68,7 @@ def test_a_bf16_pass_multiplies_only_padded_row_counts(monkeypatch) -> None:
             if x.dtype == torch.bfloat16:
                 rows_seen.add(x.shape[rows_dim] if x.dim() == 3 else x.shape[0])
             return products[name](x, *args, **kwargs)
+
         return product
 
     monkeypatch.setattr(torch, "bmm", recording("bmm", 1))

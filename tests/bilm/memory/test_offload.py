@@ -31,7 +31,9 @@ def every_weight_moves(monkeypatch):
 def made_copies(model):
     """The identities of every low-precision copy and int8 pack the model holds."""
     caches = [c for m in model.modules() for c in vars(m).values() if isinstance(c, (LowPrecisionWeights, Int8Weights))]
-    return [id(made) for cache in caches for _, made in getattr(cache, "_copies", getattr(cache, "_packs", {})).values()]
+    return [
+        id(made) for cache in caches for _, made in getattr(cache, "_copies", getattr(cache, "_packs", {})).values()
+    ]
 
 
 def large_parameters(model):
@@ -149,4 +151,3 @@ def test_a_biLM_with_moved_weights_pickles_with_its_values(every_weight_moves):
     assert not any(on_disk(p) for p in copy.parameters())
     for found, reference in zip(copy.embed_sentences(REAL_TEXT[:2]), expected):
         numpy.testing.assert_array_equal(found, reference)
-

@@ -131,8 +131,11 @@ def test_another_model_of_the_same_shapes_checks_its_own_accuracy_at_the_recorde
 def test_a_record_from_before_decisions_named_their_weights_lends_its_speeds_not_its_accuracy():
     fields = autotune.decision_fields(measured_options(), torch.get_num_threads())
     old_key = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]  # the key format before
-    trials = {"fp32": {"tokens_per_s": 100.0, "cosine": 1.0}, "bf16": {"tokens_per_s": 150.0, "cosine": 1.0},
-              "int8": {"tokens_per_s": 300.0, "cosine": 1.0}}
+    trials = {
+        "fp32": {"tokens_per_s": 100.0, "cosine": 1.0},
+        "bf16": {"tokens_per_s": 150.0, "cosine": 1.0},
+        "int8": {"tokens_per_s": 300.0, "cosine": 1.0},
+    }
     path = autotune.decisions_path()
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({old_key: {"choice": "int8", "trials": trials, "fields": fields, "measured": "then"}}))
@@ -212,8 +215,10 @@ def test_the_environment_decides_auto_without_timing(monkeypatch, value):
     assert not autotune.decisions_path().exists()
 
 
-@pytest.mark.parametrize("value, message", [("fp16", "SPACY_ELMO_PRECISION='fp16': precision must be one of"),
-                                            ("auto", "give fp32, bf16 or int8")])
+@pytest.mark.parametrize(
+    "value, message",
+    [("fp16", "SPACY_ELMO_PRECISION='fp16': precision must be one of"), ("auto", "give fp32, bf16 or int8")],
+)
 def test_a_wrong_environment_value_says_what_to_set(monkeypatch, value, message):
     monkeypatch.setenv(settings.PRECISION_ENV, value)
     with pytest.raises(ValueError, match=message):
@@ -299,7 +304,7 @@ def test_bench_prints_the_rates_and_records_the_choice(tmp_path, monkeypatch):
     assert "| fp32 |" in result.output and "1.00x | 1.00000 |" in result.output
     assert "| training step (forward and backward) | tokens/s | / fp32 |" in result.output
     entries = {entry["fields"]["pass"]: entry for entry in json.loads(autotune.decisions_path().read_text()).values()}
-    chosen = f'{entries["inference"]["choice"]} for inference, {entries["training"]["choice"]} for training'
+    chosen = f"{entries['inference']['choice']} for inference, {entries['training']['choice']} for training"
     assert f'precision "auto" here: {chosen} (recorded in {autotune.decisions_path()})' in result.output
     assert set(entries["training"]["trials"]) == {"fp32"}  # no int8 in training (and bf16 left out by the test)
     assert "SPACY_ELMO_PRECISION=fp32 overrides it in this environment" in result.output

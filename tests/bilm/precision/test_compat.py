@@ -43,7 +43,11 @@ def test_without_torchs_probe_the_features_come_from_cpuinfo(old_torch, monkeypa
     capabilities = compat.cpu_capabilities()
     assert capabilities["cpu_name"] == "Made-up Xeon"
     assert {name: capabilities.get(name, False) for name in ASKED} == {
-        "avx512_bf16": True, "amx_bf16": False, "avx512_vnni": True, "amx_int8": False, "avx_vnni": False
+        "avx512_bf16": True,
+        "amx_bf16": False,
+        "avx512_vnni": True,
+        "amx_int8": False,
+        "avx_vnni": False,
     }
     assert resolved.cpu_has_native_bf16()
 
@@ -77,11 +81,11 @@ def test_a_failing_capability_probe_surfaces_its_own_message(monkeypatch, tmp_pa
     monkeypatch.setattr(autotune, "_decided", {})
     bilm = BiLM(tiny_options(lstm_dim=512, projection_dim=64), precision="auto")  # measured: asks the CPU
     with pytest.raises(RuntimeError, match="BiLM.resolved_precision failed: AttributeError: the probe's own message"):
-        bilm.resolved_precision
+        _ = bilm.resolved_precision
 
 
 def test_other_errors_under_a_property_pass_unchanged(monkeypatch):
     bilm = BiLM(tiny_options(), precision="auto")
     monkeypatch.setattr(BiLM, "_measured_auto", lambda self, training: "fp64")
     with pytest.raises(ValueError, match="fp64"):
-        bilm.resolved_precision
+        _ = bilm.resolved_precision

@@ -94,7 +94,9 @@ def test_products_decide_each_setting_per_device_and_use(monkeypatch, setting, d
 
 @pytest.mark.parametrize("override, expected", [(None, "fp32"), ("fp32", "fp32"), ("bf16", "bf16"), ("int8", "fp32")])
 @pytest.mark.parametrize("training", [False, True])
-def test_auto_on_a_cpu_without_a_model_to_time_is_fp32_or_what_the_environment_names(monkeypatch, training, override, expected):
+def test_auto_on_a_cpu_without_a_model_to_time_is_fp32_or_what_the_environment_names(
+    monkeypatch, training, override, expected
+):
     """What a caller without a model to time gets: no precision is known to be faster than fp32 there."""
     if override is None:
         monkeypatch.delenv(settings.PRECISION_ENV)  # set by tests/conftest.py
@@ -111,7 +113,8 @@ def test_int8_is_decided_on_a_cpu_only(device, training):
 
 
 @pytest.mark.parametrize(
-    "name, recorded, dtype", [("fp32", "float32", torch.float32), ("bf16", "bfloat16", torch.bfloat16), ("int8", "qint8", torch.qint8)]
+    "name, recorded, dtype",
+    [("fp32", "float32", torch.float32), ("bf16", "bfloat16", torch.bfloat16), ("int8", "qint8", torch.qint8)],
 )
 def test_products_are_recorded_by_their_dtypes_name_and_read_back(name, recorded, dtype):
     products = resolved.ResolvedPrecision(name)

@@ -33,7 +33,9 @@ def test_the_flop_count_at_the_original_size_is_the_issues_breakdown():
     parts = [count.char_cnn, count.highway, count.projection, count.lstm]
     assert [round(part / 1e6) for part in parts] == [18, 34, 2, 151]
     assert count.total == 204_263_424
-    assert count.describe().startswith("204.3 MFLOP per token = char CNN 17.6 + highway 33.6 + projection 2.1 + LSTM 151.0")
+    assert count.describe().startswith(
+        "204.3 MFLOP per token = char CNN 17.6 + highway 33.6 + projection 2.1 + LSTM 151.0"
+    )
 
 
 def test_the_count_follows_the_options():
@@ -73,23 +75,38 @@ def test_bench_prints_the_model_its_sizes_and_the_roofline(tmp_path, monkeypatch
     out = result.output
     options = tiny_options()
     assert f"biLM {tmp_path / 'bilm'}" in out
-    assert f"sizes: lstm_dim {options.lstm_dim}, projection_dim {options.projection_dim}, n_layers {options.n_layers}" in out
+    assert (
+        f"sizes: lstm_dim {options.lstm_dim}, projection_dim {options.projection_dim}, n_layers {options.n_layers}"
+        in out
+    )
     rows, words = timed_passes.BATCH_ROWS, timed_passes.BATCH_WORDS
-    assert f"timed on {rows} sentences of {words} made-up words ({rows * words} tokens, {rows * (words + 2)} positions" in out
+    assert (
+        f"timed on {rows} sentences of {words} made-up words ({rows * words} tokens, {rows * (words + 2)} positions"
+        in out
+    )
     # what the figure is, and that nlp.pipe's words/s is another one, timed elsewhere
     assert f"tokens/s: the {rows * words} words of that batch per second of one forward pass of the biLM alone" in out
     assert "no token cache" in out and "boundaries computed, not counted" in out
     assert "nlp.pipe's words/s is another figure: it adds tokenization, segmentation, batching and the layer mix" in out
-    assert "benchmarks/component_speed.py" in out and (Path(__file__).parents[3] / "benchmarks" / "component_speed.py").is_file()
+    assert (
+        "benchmarks/component_speed.py" in out
+        and (Path(__file__).parents[3] / "benchmarks" / "component_speed.py").is_file()
+    )
     assert f"FLOP per token, from the options: {flops_per_token(options).describe()}" in out
     assert "| this machine's product rate, GFLOP/s | " + " | ".join(precisions) + " |" in out
     p, g = options.projection_dim, 4 * options.lstm_dim
-    for row in (f"| LSTM input: 2 x ({rows * (words + 2)} x {p}) @ ({p} x {g}) | ",
-                f"| LSTM recurrent, per step: 2 x ({rows} x {p}) @ ({p} x {g}) | ",
-                f"| large: (64 x {p}) @ ({p} x {g}) | "):
+    for row in (
+        f"| LSTM input: 2 x ({rows * (words + 2)} x {p}) @ ({p} x {g}) | ",
+        f"| LSTM recurrent, per step: 2 x ({rows} x {p}) @ ({p} x {g}) | ",
+        f"| large: (64 x {p}) @ ({p} x {g}) | ",
+    ):
         assert row in out
     assert "| precision | tokens/s | biLM GFLOP/s | best product GFLOP/s | fraction of it |" in out
     for precision in precisions:
-        (line,) = [line for line in out.splitlines() if line.startswith(f"| {precision} | ") and "GFLOP" not in line and "(" in line]
+        (line,) = [
+            line
+            for line in out.splitlines()
+            if line.startswith(f"| {precision} | ") and "GFLOP" not in line and "(" in line
+        ]
         fraction = float(line.rstrip(" |").rsplit("|", 1)[1])
         assert fraction > 0
