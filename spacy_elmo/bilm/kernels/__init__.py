@@ -12,8 +12,7 @@ batch whose rows are sorted longest first; all take the same arguments and give 
   float32 or bf16, replayed from CUDA graphs where they serve.
 
 The weight copies the kernels multiply by (bf16 copies, int8 packs) are kept in one place for
-all layers: the stack's :attr:`~spacy_elmo.bilm.model.lstm.BiLSTMStack.copies` and
-:attr:`~spacy_elmo.bilm.model.lstm.BiLSTMStack.packs`, named by layer index.
+all layers: the stack's :attr:`~spacy_elmo.bilm.model.lstm.BiLSTMStack.copies`, named by layer index.
 """
 
 from typing import Protocol, Sequence, Tuple
@@ -21,13 +20,13 @@ from typing import Protocol, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ..precision.resolved import INT8, LowPrecisionWeights
+from ..memory.weight_copies import WeightCopies
+from ..precision.resolved import INT8
 from .bf16 import Bf16Kernel
 from .eager import Float32Kernel
 from .gpu.fused import FusedKernel
 from .gpu.fused_lstm import use_fused_lstm
 from .int8 import Int8Kernel
-from .int8_packs import Int8Weights
 from .layer import LSTMLayer
 
 
@@ -49,14 +48,11 @@ class LayerKernel(Protocol):
         """
 
 
-def kernel_for(
-    dtype: torch.dtype, device: torch.device, copies: LowPrecisionWeights, packs: Int8Weights
-) -> LayerKernel:
+def kernel_for(dtype: torch.dtype, device: torch.device, copies: WeightCopies) -> LayerKernel:
     """The kernel of a pass with products in ``dtype`` (:attr:`.precision.ResolvedPrecision.dtype`) on
-    ``device``, in the current gradient mode; ``copies`` and ``packs``: where its weight copies
-    are kept."""
+    ``device``, in the current gradient mode; ``copies``: where its weight copies are kept."""
     if dtype == INT8:
-        return Int8Kernel(packs)
+        return Int8Kernel(copies)
     if use_fused_lstm(device, dtype):
         return FusedKernel(copies, dtype)
     if dtype == torch.float32:

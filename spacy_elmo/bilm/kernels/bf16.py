@@ -3,7 +3,7 @@
 Each product multiplies bf16 inputs by a bf16 copy of the weight and accumulates in float32
 inside the kernel; the gates, states, the bias and the cell stay float32 (see
 :mod:`spacy_elmo.bilm.precision.resolved`). Inference multiplies by copies made once and kept while the
-float32 parameters are unchanged (:class:`~..precision.LowPrecisionWeights`, held by the stack);
+float32 parameters are unchanged (:class:`~..memory.weight_copies.WeightCopies`, held by the stack);
 training casts them once per pass, outside autograd, and gathers each weight's gradient in
 float32. On a CPU, the copies are laid out (2, out, in) in memory and used as (in, out) views:
 the layout oneDNN's bf16 kernels read faster at the LSTM's shapes; and the products run on
@@ -16,7 +16,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..precision.resolved import LowPrecisionWeights
+from ..memory.weight_copies import WeightCopies
 from .eager import Float32Kernel, LSTMWeights, Weight
 from .gathered_gradients import GatheredWeight
 from .layer import LSTMLayer
@@ -32,7 +32,7 @@ class Bf16Kernel(Float32Kernel):
     copy laid out (2, out, in) and served as its transposed view (on a CPU).
     """
 
-    def __init__(self, copies: LowPrecisionWeights, out_major: bool) -> None:
+    def __init__(self, copies: WeightCopies, out_major: bool) -> None:
         super().__init__()
         self.copies = copies
         self.out_major = out_major
@@ -75,7 +75,7 @@ class Bf16Kernel(Float32Kernel):
 
 
 def product_copies(
-    copies: LowPrecisionWeights, index: int, layer: LSTMLayer, dtype: torch.dtype, out_major: bool
+    copies: WeightCopies, index: int, layer: LSTMLayer, dtype: torch.dtype, out_major: bool
 ) -> LSTMWeights:
     """Layer ``index``'s three product weights as stored, (2, in, out), in ``dtype``, kept in
     ``copies`` while the parameters are unchanged; ``out_major``: laid out (2, out, in) in memory
@@ -83,8 +83,8 @@ def product_copies(
 
     def copy(name: str, weight: Tensor) -> Tensor:
         if not out_major:
-            return copies.get(f"{index}.{name}", dtype, [weight], lambda: weight)
-        laid_out = copies.get(f"{index}.{name}.T", dtype, [weight], lambda: weight.transpose(1, 2).contiguous())
+            return copies.cast(f"{index}.{name}", dtype, [weight], lambda: weight)
+        laid_out = copies.cast(f"{index}.{name}.T", dtype, [weight], lambda: weight.transpose(1, 2).contiguous())
         return laid_out.transpose(1, 2)
 
     return LSTMWeights(

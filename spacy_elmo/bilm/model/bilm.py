@@ -17,7 +17,8 @@ from ..errors import module_property
 from ..formats.files import load_files, write_files
 from ..kernels.int8_packs import check_no_gradient
 from ..memory.token_cache import TokenCache
-from ..precision.resolved import Precision, ResolvedPrecision, own_precision, tensor_versions
+from ..memory.weight_copies import tensor_versions
+from ..precision.resolved import Precision, ResolvedPrecision, own_precision
 from ..precision.setting import PrecisionSetting
 from .char_cnn import CharCNN
 from .lstm import BiLSTMStack, LSTMState

@@ -12,7 +12,7 @@ elementwise cell math, the skip connections, the outputs, the loss.
 Products are cast explicitly rather than with ``torch.autocast``: autocast would also run the
 elementwise gate math in bf16, cannot cast the ``out=`` products the inference loop reuses
 buffers with, and re-casts every weight at every call. Here a weight is cast once and the copy
-kept (see :class:`LowPrecisionWeights`) until the float32 parameter changes, and the biLM ignores
+kept (see :class:`~..memory.weight_copies.WeightCopies`) until the float32 parameter changes, and the biLM ignores
 any autocast around it (:func:`own_precision`): it sets its precision itself.
 
 ``"fp32"`` on a GPU means IEEE float32 products, not TF32. On Ampere and later GPUs torch runs
@@ -36,12 +36,10 @@ import contextlib
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Tuple
 
 import torch
-from torch import Tensor
 
-from ..memory.offload import MOVING, offload
 from . import compat
 
 Precision = Literal["fp32", "bf16", "int8", "auto"]
@@ -277,56 +275,3 @@ def own_precision(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
         if device.type == "cuda" and dtype == torch.float32:
             stack.enter_context(ieee_float32())
         yield
-
-
-def tensor_versions(tensors: Iterable[Tensor]) -> Tuple:
-    """What tells the values of ``tensors`` apart within a process: storage, device, dtype, version.
-
-    Caches of what a model computed key on it (:class:`LowPrecisionWeights`, and through
-    ``BiLM.fingerprint`` the token and feature caches). torch advances a tensor's version counter
-    at every in-place write it makes (an optimizer step, ``load_state_dict``, ``copy_``); a move or
-    a cast gives new storage. Writes torch cannot see, through a NumPy or DLPack view as thinc's
-    optimizers make them, must be reported with ``torch.autograd.graph.increment_version``
-    (``BiLM.weights_written``), so that this one key covers every change.
-    """
-    return tuple((t.data_ptr(), t.device, t.dtype, t._version) for t in tensors)
-
-
-class LowPrecisionWeights:
-    """Copies of weights in a product dtype, made once and kept while their sources are unchanged.
-
-    Without gradients (inference, held-out evaluation), a copy is keyed on the dtype and on the
-    sources' :func:`tensor_versions`, so a stale copy is never served, and its large float32
-    sources move to disk where they are frozen for inference (:mod:`.offload`). With gradients, every call
-    casts afresh, so that autograd carries the gradient back to the float32 parameters.
-    """
-
-    def __init__(self) -> None:
-        self._copies: Dict[str, Tuple[Tuple, Tensor]] = {}
-
-    def __len__(self) -> int:
-        return len(self._copies)
-
-    def clear(self) -> None:
-        """Forget everything made; the next :meth:`get` makes it again."""
-        self._copies.clear()
-
-    def __reduce__(self) -> Tuple[type, Tuple[()]]:
-        """Copies and pickles start empty: copies are cheap to remake, keyed on this process's storage."""
-        return LowPrecisionWeights, ()
-
-    def get(self, name: str, dtype: torch.dtype, sources: Sequence[Tensor], make: Callable[[], Tensor]) -> Tensor:
-        """``make().to(dtype)``, from the cache when ``sources`` have not changed since."""
-        if torch.is_grad_enabled() and any(source.requires_grad for source in sources):
-            return make().to(dtype)
-        with MOVING:
-            key = (dtype, tensor_versions(sources))
-            cached = self._copies.get(name)
-            if cached is not None and cached[0] == key:
-                return cached[1]
-            copy = make().to(dtype)
-            if copy.dtype != torch.float32:  # the copy does the work now: frozen float32 sources go to disk
-                offload(sources)
-                key = (dtype, tensor_versions(sources))
-            self._copies[name] = (key, copy)
-            return copy

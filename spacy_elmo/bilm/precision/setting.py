@@ -7,11 +7,11 @@ import torch
 from torch import nn
 
 from ..errors import module_property
-from ..kernels.int8_packs import Int8Weights
 from ..memory.offload import evict, freeze_for_inference, return_freed_memory
-from .resolved import LowPrecisionWeights, Precision, ResolvedPrecision, check_precision
+from .resolved import Precision, ResolvedPrecision, check_precision
 
 if TYPE_CHECKING:
+    from ..model.lstm import BiLSTMStack
     from ..model.token_encoder import TokenEncoder
 
 
@@ -24,6 +24,7 @@ class PrecisionSetting(nn.Module):
 
     _precision: Precision
     token_encoder: "TokenEncoder"
+    lstm: "BiLSTMStack"
 
     @module_property
     def precision(self) -> Precision:
@@ -79,9 +80,7 @@ class PrecisionSetting(nn.Module):
         its precision), drop the float32 weights' pages read back from disk (:func:`.offload.evict`)
         and hand the freed memory back to the system. ``auto``'s measurement calls it after each
         candidate's pass, so that memory holds one candidate's weights at a time."""
-        for module in self.modules():
-            for cache in vars(module).values():
-                if isinstance(cache, (LowPrecisionWeights, Int8Weights)):
-                    cache.clear()
+        self.token_encoder.release_copies()
+        self.lstm.release_copies()
         evict(self.parameters())
         return_freed_memory()

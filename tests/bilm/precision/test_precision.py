@@ -208,7 +208,7 @@ def test_bf16_lstm_copies_on_a_cpu_are_laid_out_output_major():
     served as (in, out) views of the same values."""
     stack = random_bilm().lstm
     layer = stack.layers[0]
-    kernel = kernel_for(torch.bfloat16, torch.device("cpu"), stack.copies, stack.packs)
+    kernel = kernel_for(torch.bfloat16, torch.device("cpu"), stack.copies)
     with torch.no_grad():
         weights = kernel.weights(0, layer)
     for weight, parameter in zip(weights, (layer.input_weight, layer.hidden_weight, layer.projection)):

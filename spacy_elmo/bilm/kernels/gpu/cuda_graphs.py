@@ -16,7 +16,7 @@ of the whole loop is launched at once. A graph has fixed shapes and addresses, s
   results are copied out at once, so one graph overwriting another's buffers or temporaries is
   harmless, and the memory of the cache is that of one graph, not one per bucket.
 - **Weights.** A graph reads the weights by address. A graph is keyed on the product weights'
-  identity (address, device, dtype and version: :func:`.precision.tensor_versions`) and holds
+  identity (address, device, dtype and version: :func:`.memory.weight_copies.tensor_versions`) and holds
   them, so that their memory cannot be reused while it lives: a weight written in place (an
   optimizer step) or a new bf16 copy makes a new key, never a stale replay. A layer's graphs of
   older weights are dropped at its next call, and graphs of a layer that was freed at any call.
@@ -43,7 +43,7 @@ from typing import Callable, Dict, Hashable, NamedTuple, Optional, Protocol, Seq
 import torch
 from torch import Tensor
 
-from ...precision.resolved import tensor_versions
+from ...memory.weight_copies import tensor_versions
 from .fused_lstm import GPU_PRECOMPUTED_POSITIONS, LayerBuffers, padded_layer
 
 # Set to "0" to launch the fused loop step by step: to compare, or as a way out should graphs misbehave.
