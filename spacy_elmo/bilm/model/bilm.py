@@ -220,7 +220,7 @@ class BiLM(LSTMStates, PrecisionSetting):
             resolved = self.resolved_precision
         else:
             resolved = self.resolved_precision_for(self._training_now(), precision)
-        if resolved.precision == "int8":
+        if not resolved.kind.trains:
             check_no_gradient(list(self.parameters()))
         sequences = [(SENTENCE_START, *sentence, SENTENCE_END) for sentence in sentences]
         with own_precision(self.device, resolved.dtype):

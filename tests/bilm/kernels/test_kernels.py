@@ -35,7 +35,7 @@ def test_a_pass_takes_the_kernel_of_its_products_device_and_gradient_mode(monkey
 
 
 def test_an_unknown_product_dtype_is_refused():
-    with pytest.raises(ValueError, match="float32, bfloat16 or int8, not torch.float16"):
+    with pytest.raises(ValueError, match="float32, bfloat16 or qint8, not torch.float16"):
         kernel_for(torch.float16, torch.device("cpu"), WeightCopies())
 
 

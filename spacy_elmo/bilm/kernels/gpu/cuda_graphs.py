@@ -44,6 +44,7 @@ import torch
 from torch import Tensor
 
 from ...memory.weight_copies import tensor_versions
+from ...precision.kinds import PRODUCT_PRECISIONS
 from .fused_lstm import GPU_PRECOMPUTED_POSITIONS, LayerBuffers, padded_layer
 
 # Set to "0" to launch the fused loop step by step: to compare, or as a way out should graphs misbehave.
@@ -55,7 +56,7 @@ MAX_SEEN = 256  # shapes remembered for the second-use rule
 # The product dtypes whose loops replay graphs. In float32 a step's products keep the GPU busy
 # longer than its launches take, so graphs save little and the padding of a bucket costs more
 # (benchmarks/gpu.py: slower than the launched loop on an H100; figures in docs/component.md).
-GRAPH_DTYPES = (torch.bfloat16,)
+GRAPH_DTYPES = tuple(kind.dtype for kind in PRODUCT_PRECISIONS.values() if kind.cuda_graphs)
 
 Weights = Tuple[Tensor, Tensor, Tensor]
 Result = Tuple[Tensor, Tensor, Tensor]
