@@ -53,7 +53,7 @@ import typer
 from harness import machine, ner_corpus, steady_train_rate, timed, training_session, zipf_corpus, zipf_sentences
 from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm.model.options import ORIGINAL_SIZES
-from spacy_elmo.bilm.precision.resolved import cpu_has_native_bf16, gpu_has_native_bf16
+from spacy_elmo.bilm.precision.hardware import cpu_has_native_bf16, gpu_has_native_bf16
 from spacy_elmo.pretraining import get_preset
 from spacy_elmo.pretraining.distributed import init_distributed
 from spacy_elmo.pretraining.train import Trainer

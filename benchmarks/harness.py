@@ -348,7 +348,7 @@ def _char_cnn_every_position(model: Any, tokens: Sequence[Any]) -> Any:
         chars = cnn.char_embedding(chunk).transpose(1, 2)
         x = torch.cat([cnn.activation(conv(chars).amax(dim=-1)) for conv in cnn.convolutions], dim=-1)
         for highway in cnn.highways:
-            x = highway(x)
+            x = highway(x, torch.float32, cnn.copies, "highway")
         encoded.append(cnn.projection(x))
     return torch.cat(encoded)
 

@@ -12,8 +12,12 @@ import torch
 from torch import nn
 
 from ..bilm import ElmoOptions
+from ..bilm.precision.kinds import PRODUCT_PRECISIONS, listed, product_precision
 from ..bilm.precision.resolved import Precision, check_precision
 from ..option_fields import setting
+
+# The precisions a biLM can be pretrained in: those whose products have a gradient.
+TRAINABLE = tuple(name for name, kind in PRODUCT_PRECISIONS.items() if kind.trains)
 
 
 @dataclass(frozen=True)
@@ -45,8 +49,8 @@ class TrainingConfig:
     seed: int = setting(0, "Random seed")
     precision: Precision = setting(  # of the matrix products; see spacy_elmo.bilm.precision.resolved
         "auto",
-        "Matrix products in fp32, bf16, or auto: bf16 where the CPU (AMX) or GPU multiplies it faster than "
-        "fp32; weights, optimizer and loss stay fp32",
+        f"Matrix products in {', '.join(TRAINABLE)}, or auto: bf16 where the CPU (AMX) or GPU multiplies it "
+        "faster than fp32; weights, optimizer and loss stay fp32",
     )
     init_tokens_epochs: int = setting(20, "Passes over the static vectors of --init-tokens-from")
     init_tokens_weight: float = setting(
@@ -84,10 +88,10 @@ class TrainingConfig:
         if self.max_time is not None and self.max_time <= 0:
             raise ValueError(f"max_time must be positive, got {self.max_time}")
         check_precision(self.precision)
-        if self.precision == "int8":
+        if self.precision != "auto" and not product_precision(self.precision).trains:
             raise ValueError(
-                "precision int8 is for inference only: its products have no gradient, so a biLM cannot be "
-                "pretrained in it. Use auto, fp32 or bf16 (and int8 to run the exported biLM)"
+                f"precision {self.precision} is for inference only: its products have no gradient, so a biLM cannot "
+                f"be pretrained in it. Use auto, {listed(TRAINABLE)} (and {self.precision} to run the exported biLM)"
             )
 
     def to_dict(self) -> Dict[str, Any]:

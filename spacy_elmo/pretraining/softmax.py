@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ..bilm.precision.resolved import LowPrecisionWeights
+from ..bilm.memory.weight_copies import WeightCopies
 
 LOGITS_PER_CHUNK = 2**24
 
@@ -33,7 +33,7 @@ class SharedSoftmax(nn.Module):
         self.weight = nn.Parameter(torch.empty(vocab_size, dim))
         self.bias = nn.Parameter(torch.zeros(vocab_size))
         nn.init.normal_(self.weight, 0.0, 1.0 / math.sqrt(dim))
-        self.low_precision = LowPrecisionWeights()
+        self.low_precision = WeightCopies()
 
     @property
     def vocab_size(self) -> int:
@@ -49,7 +49,7 @@ class SharedSoftmax(nn.Module):
         rows = max(1, LOGITS_PER_CHUNK // self.vocab_size)
         weight: Tensor = self.weight
         if dtype != torch.float32:
-            weight = self.low_precision.get("weight", dtype, [self.weight], lambda: self.weight)
+            weight = self.low_precision.cast("weight", dtype, [self.weight], lambda: self.weight)
         chunks = zip(hidden.split(rows), targets.split(rows))
         return torch.cat([F.cross_entropy(_logits(h, weight, self.bias), t, reduction="none") for h, t in chunks])
 

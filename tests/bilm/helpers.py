@@ -16,9 +16,9 @@ from spacy_elmo.bilm.formats.manylangs.network import ManyLangsNetwork
 from spacy_elmo.bilm.formats.manylangs.weights import encoder_shapes, token_embedder_shapes
 from spacy_elmo.bilm.kernels import Bf16Kernel, Float32Kernel
 from spacy_elmo.bilm.kernels.gpu.fused import fused_weights
+from spacy_elmo.bilm.memory.weight_copies import WeightCopies
 from spacy_elmo.bilm.model.lstm import ProjectedLSTM, _active_rows
 from spacy_elmo.bilm.model.options import ElmoOptions
-from spacy_elmo.bilm.precision.resolved import LowPrecisionWeights
 
 # Small network configs in the reference's format. "full": word embedding, relu, two highways,
 # clipping that the random weights reach. "plain": no word embedding, tanh, one highway, three
@@ -176,7 +176,7 @@ def eager_kernel(dtype: torch.dtype, device: torch.device) -> Float32Kernel:
     """The eager loop's kernel with products in ``dtype`` (float32 or bf16), copies laid out as on ``device``."""
     if dtype == torch.float32:
         return Float32Kernel()
-    return Bf16Kernel(LowPrecisionWeights(), out_major=device.type == "cpu")
+    return Bf16Kernel(WeightCopies(), out_major=device.type == "cpu")
 
 
 def eager_layer(layer: ProjectedLSTM, batch: LayerBatch, dtype: torch.dtype):
@@ -187,12 +187,12 @@ def eager_layer(layer: ProjectedLSTM, batch: LayerBatch, dtype: torch.dtype):
 
 
 # Each test layer's bf16 copies, kept as a stack keeps its layers': a copy is made once per weights.
-_COPIES: "weakref.WeakKeyDictionary[ProjectedLSTM, LowPrecisionWeights]" = weakref.WeakKeyDictionary()
+_COPIES: "weakref.WeakKeyDictionary[ProjectedLSTM, WeightCopies]" = weakref.WeakKeyDictionary()
 
 
 def fused_inputs(layer: ProjectedLSTM, dtype: torch.dtype):
     """The fused loop's product weights in ``dtype`` and its bias, as :class:`FusedKernel` passes them."""
-    copies = _COPIES.setdefault(layer, LowPrecisionWeights())
+    copies = _COPIES.setdefault(layer, WeightCopies())
     return fused_weights(copies, 0, layer, dtype), layer.gate_bias().contiguous()
 
 

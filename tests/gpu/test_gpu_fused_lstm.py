@@ -16,8 +16,8 @@ from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.kernels import Float32Kernel, FusedKernel
 from spacy_elmo.bilm.kernels.bf16 import Bf16Kernel
 from spacy_elmo.bilm.kernels.gpu import cuda_graphs, fused_lstm
+from spacy_elmo.bilm.memory.weight_copies import WeightCopies
 from spacy_elmo.bilm.model.lstm import ProjectedLSTM, _active_rows
-from spacy_elmo.bilm.precision.resolved import LowPrecisionWeights
 
 from ..helpers import assert_float32_close
 
@@ -89,7 +89,7 @@ def random_batch(seed: int, lengths: Sequence[int]) -> Tuple[Tensor, List[int], 
 
 
 def eager_of(layer: ProjectedLSTM, batch, dtype: torch.dtype) -> Tuple[Tensor, ...]:
-    kernel = Float32Kernel() if dtype == torch.float32 else Bf16Kernel(LowPrecisionWeights(), out_major=False)
+    kernel = Float32Kernel() if dtype == torch.float32 else Bf16Kernel(WeightCopies(), out_major=False)
     inputs, active, hidden, memory = batch
     with torch.no_grad():  # the kernel updates its own copy of the states
         return kernel(0, layer, inputs, active, hidden.clone(), memory.clone())
@@ -98,7 +98,7 @@ def eager_of(layer: ProjectedLSTM, batch, dtype: torch.dtype) -> Tuple[Tensor, .
 def eager_and_graphed(layer: ProjectedLSTM, batch, dtype: torch.dtype) -> Tuple[Tuple[Tensor, ...], Tuple[Tensor, ...]]:
     """The eager loop's results, and the fused kernel's (graphed where one serves)."""
     with torch.no_grad():
-        return eager_of(layer, batch, dtype), FusedKernel(LowPrecisionWeights(), dtype)(0, layer, *batch)
+        return eager_of(layer, batch, dtype), FusedKernel(WeightCopies(), dtype)(0, layer, *batch)
 
 
 def assert_layer_close(fused, eager, dtype: torch.dtype, exact=None) -> None:

@@ -9,7 +9,7 @@ import spacy
 import torch
 from thinc.api import CupyOps, use_ops
 
-from spacy_elmo.bilm.precision.resolved import gpu_has_native_bf16
+from spacy_elmo.bilm.precision.hardware import gpu_has_native_bf16
 from spacy_elmo.layers import get_bilm
 
 from ..helpers import (

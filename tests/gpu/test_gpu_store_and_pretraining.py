@@ -4,7 +4,7 @@ import pytest
 import torch
 from thinc.api import use_ops
 
-from spacy_elmo.bilm.precision.resolved import gpu_has_native_bf16
+from spacy_elmo.bilm.precision.hardware import gpu_has_native_bf16
 from spacy_elmo.embed import EmbedSettings, run_embed
 from spacy_elmo.embed.manifest import Manifest
 from spacy_elmo.layers import get_bilm

@@ -18,10 +18,9 @@ from thinc.api import Optimizer, fix_random_seed
 
 from spacy_elmo import BiLM
 from spacy_elmo.bilm import settings
-from spacy_elmo.bilm.kernels.int8_packs import Int8Weights, int8_available
+from spacy_elmo.bilm.kernels.int8_packs import int8_available
 from spacy_elmo.bilm.memory import offload
 from spacy_elmo.bilm.memory.offload import on_disk
-from spacy_elmo.bilm.precision.resolved import LowPrecisionWeights
 from spacy_elmo.embed import EmbedSettings, run_embed
 from spacy_elmo.layers import ElmoListener, get_bilm
 
@@ -111,12 +110,7 @@ def pickled_types(obj: object) -> Set[type]:
 
 def product_copies(bilm: BiLM) -> int:
     """How many weight copies and int8 packs for its products ``bilm`` holds."""
-    return sum(
-        len(cache)
-        for m in bilm.modules()
-        for cache in vars(m).values()
-        if isinstance(cache, (LowPrecisionWeights, Int8Weights))
-    )
+    return len(bilm.token_encoder.copies) + len(bilm.lstm.copies)
 
 
 # ---------------------------------------------------------------------- pickle round trips

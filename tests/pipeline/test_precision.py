@@ -81,7 +81,7 @@ def test_a_frozen_biLM_makes_its_inference_weights_as_it_loads(bilm_files, tmp_p
     fine-tuned makes none (its weights change with every step)."""
 
     def copies(nlp) -> int:
-        return len(get_bilm(nlp.get_pipe("elmo").model).token_encoder.low_precision)
+        return len(get_bilm(nlp.get_pipe("elmo").model).token_encoder.copies)
 
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files, precision="bf16", freeze=freeze))

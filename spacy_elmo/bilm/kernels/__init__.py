@@ -6,28 +6,27 @@ batch whose rows are sorted longest first; all take the same arguments and give 
 
 - :class:`.eager.Float32Kernel`: float32 products; the training loop (autograd) and inference's
   (in place), on any device;
-- :class:`.bf16.Bf16Kernel`: the same loop, its products in bf16;
+- :class:`.bf16.Bf16Kernel`: the same loop, its products cast to bf16 (or another dtype);
 - :class:`.int8.Int8Kernel`: dynamic int8 products, inference on a CPU;
 - :class:`.fused.FusedKernel`: inference on a CUDA GPU, the cell fused into Triton kernels, in
   float32 or bf16, replayed from CUDA graphs where they serve.
 
 The weight copies the kernels multiply by (bf16 copies, int8 packs) are kept in one place for
-all layers: the stack's :attr:`~spacy_elmo.bilm.model.lstm.BiLSTMStack.copies` and
-:attr:`~spacy_elmo.bilm.model.lstm.BiLSTMStack.packs`, named by layer index.
+all layers: the stack's :attr:`~spacy_elmo.bilm.model.lstm.BiLSTMStack.copies`, named by layer index.
 """
 
-from typing import Protocol, Sequence, Tuple
+from typing import Callable, Dict, Protocol, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
-from ..precision.resolved import INT8, LowPrecisionWeights
+from ..memory.weight_copies import WeightCopies
+from ..precision.kinds import listed_dtypes, of_dtype
 from .bf16 import Bf16Kernel
 from .eager import Float32Kernel
 from .gpu.fused import FusedKernel
 from .gpu.fused_lstm import use_fused_lstm
 from .int8 import Int8Kernel
-from .int8_packs import Int8Weights
 from .layer import LSTMLayer
 
 
@@ -49,21 +48,26 @@ class LayerKernel(Protocol):
         """
 
 
-def kernel_for(
-    dtype: torch.dtype, device: torch.device, copies: LowPrecisionWeights, packs: Int8Weights
-) -> LayerKernel:
+# How each kind of loop is made, by the name a precision's record gives
+# (:attr:`.precision.kinds.ProductPrecision.kernel`): from the weight copies it keeps, the device and the product dtype.
+KernelFactory = Callable[[WeightCopies, torch.device, torch.dtype], LayerKernel]
+KERNELS: Dict[str, KernelFactory] = {
+    "eager": lambda copies, device, dtype: Float32Kernel(),
+    "cast": lambda copies, device, dtype: Bf16Kernel(copies, out_major=device.type == "cpu", dtype=dtype),
+    "int8": lambda copies, device, dtype: Int8Kernel(copies),
+}
+
+
+def kernel_for(dtype: torch.dtype, device: torch.device, copies: WeightCopies) -> LayerKernel:
     """The kernel of a pass with products in ``dtype`` (:attr:`.precision.ResolvedPrecision.dtype`) on
-    ``device``, in the current gradient mode; ``copies`` and ``packs``: where its weight copies
-    are kept."""
-    if dtype == INT8:
-        return Int8Kernel(packs)
+    ``device``, in the current gradient mode; ``copies``: where its weight copies are kept. The
+    fused loop where it serves (:func:`.gpu.fused_lstm.use_fused_lstm`), else the precision's own."""
+    kind = of_dtype(dtype)
+    if kind is None:
+        raise ValueError(f"the LSTM's products run in {listed_dtypes()}, not {dtype}")
     if use_fused_lstm(device, dtype):
         return FusedKernel(copies, dtype)
-    if dtype == torch.float32:
-        return Float32Kernel()
-    if dtype == torch.bfloat16:
-        return Bf16Kernel(copies, out_major=device.type == "cpu")
-    raise ValueError(f"the LSTM's products run in float32, bfloat16 or int8, not {dtype}")
+    return KERNELS[kind.kernel](copies, device, dtype)
 
 
 __all__ = ["Bf16Kernel", "Float32Kernel", "FusedKernel", "Int8Kernel", "LSTMLayer", "LayerKernel", "kernel_for"]

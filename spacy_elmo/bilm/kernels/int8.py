@@ -12,6 +12,7 @@ from typing import Sequence, Tuple
 import torch
 from torch import Tensor
 
+from ..memory.weight_copies import WeightCopies
 from . import int8_packs
 from .cell import cell_in_place
 from .layer import LSTMLayer
@@ -23,15 +24,18 @@ Result = Tuple[Tensor, Tensor, Tensor]
 
 class Int8Kernel:
     """The int8 loop (a :class:`~spacy_elmo.bilm.kernels.LayerKernel`), without autograd: it
-    refuses gradients. ``packs``: where each layer's packs are kept, named by its index."""
+    refuses gradients. ``packs``: where each layer's packs are kept, named by its index, for the
+    engine they are packed for (:func:`.int8_packs.pack_engine`)."""
 
-    def __init__(self, packs: int8_packs.Int8Weights) -> None:
+    def __init__(self, packs: WeightCopies) -> None:
         self.packs = packs
 
     def __call__(
         self, index: int, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
     ) -> Result:
-        packs = self.packs.get(str(index), list(layer.parameters()), lambda: make_packs(layer))  # refuses gradients
+        sources = list(layer.parameters())
+        int8_packs.check_no_gradient(sources)
+        packs = self.packs.get(str(index), int8_packs.pack_engine(), sources, lambda: make_packs(layer))
         n_steps, _, batch, _ = inputs.shape
         outputs = hidden.new_zeros((n_steps, 2, batch, hidden.shape[-1]))
         with torch.no_grad():

@@ -25,14 +25,12 @@ leaves int8 out.
 import contextlib
 import threading
 import warnings
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Iterator, Optional, Sequence
 
 import torch
 from torch import Tensor
 
-from ..memory.offload import MOVING, offload
 from ..precision import compat
-from ..precision.resolved import tensor_versions
 from .row_buckets import on_padded_rows
 
 # What `torch.backends.quantized.engine` must be for prepacked int8 linears: fbgemm on x86 (the
@@ -110,45 +108,3 @@ def linear(x: Tensor, packed: Packed) -> Tensor:
     """``x @ weight.T + bias`` through the int8 kernel, on bounded row counts (see
     :mod:`.row_buckets`). Shape: (n, in) float32 -> (n, out) float32."""
     return on_padded_rows(lambda rows: torch.ops.quantized.linear_dynamic(rows.contiguous(), packed, False), x, 0)
-
-
-class Int8Weights:
-    """Prepacked int8 weights, made once and kept while their float32 sources are unchanged.
-
-    Keyed as :class:`~.precision.LowPrecisionWeights` keys its copies: on the sources'
-    :func:`~.precision.tensor_versions` (and the quantized engine, which the packing is for), so a
-    write to a weight (loading, an optimizer step, ``weights_written``) is never served stale; the
-    large float32 sources then move to disk where they are frozen for inference (:mod:`.offload`).
-    """
-
-    def __init__(self) -> None:
-        self._packs: Dict[str, Tuple[Tuple, Tuple[Packed, ...]]] = {}
-
-    def __len__(self) -> int:
-        return len(self._packs)
-
-    def clear(self) -> None:
-        """Forget everything made; the next :meth:`get` makes it again."""
-        self._packs.clear()
-
-    def __deepcopy__(self, memo: Dict) -> "Int8Weights":
-        return Int8Weights()  # packs are cheap to remake, and were made from the old storage
-
-    def __getstate__(self) -> Dict:
-        return {}  # nor does a pickle carry them: their keys name this process's storage
-
-    def __setstate__(self, state: Dict) -> None:
-        self.__init__()  # type: ignore[misc]
-
-    def get(self, name: str, sources: Sequence[Tensor], make: Callable[[], Tuple[Packed, ...]]) -> Tuple[Packed, ...]:
-        """``make()``, from the cache when ``sources`` have not changed since."""
-        check_no_gradient(sources)
-        with MOVING:
-            engine = pack_engine()
-            cached = self._packs.get(name)
-            if cached is not None and cached[0] == (engine, tensor_versions(sources)):
-                return cached[1]
-            packs = make()
-            offload(sources)  # the packs do the work now: frozen float32 sources go to disk
-            self._packs[name] = ((engine, tensor_versions(sources)), packs)
-            return packs

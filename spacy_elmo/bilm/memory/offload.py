@@ -1,7 +1,7 @@
 """Float32 weights kept on disk while their low-precision copies do the work (bf16 or int8 inference).
 
 Inference in bf16 or int8 on a CPU multiplies with copies of the large weights (see
-:class:`~.precision.LowPrecisionWeights`, :class:`~.int8.Int8Weights`); the float32 parameters
+:class:`~.weight_copies.WeightCopies`); the float32 parameters
 they were made from are still the model's weights (what a save writes, what another precision
 casts), but inference no longer reads them. Held in memory they made peak RSS in bf16 higher
 than in float32. So the weights of a biLM frozen for inference (:meth:`BiLM.prepare_inference`

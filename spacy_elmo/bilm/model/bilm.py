@@ -16,9 +16,11 @@ from ...fileio import PathLike
 from ..errors import module_property
 from ..formats.files import load_files, write_files
 from ..kernels.int8_packs import check_no_gradient
+from ..memory.offload import evict, return_freed_memory
 from ..memory.token_cache import TokenCache
-from ..precision.resolved import Precision, ResolvedPrecision, own_precision, tensor_versions
-from ..precision.setting import PrecisionSetting
+from ..memory.weight_copies import tensor_versions
+from ..precision.resolved import Precision, ResolvedPrecision, check_precision, own_precision
+from ..precision.setting import make_inference_copies, resolve_for
 from .char_cnn import CharCNN
 from .lstm import BiLSTMStack, LSTMState
 from .options import ElmoOptions
@@ -63,7 +65,7 @@ class BiLMOutput:
     state: LSTMState
 
 
-class BiLM(LSTMStates, PrecisionSetting):
+class BiLM(LSTMStates):
     """A bidirectional language model whose layers are ELMo's representations.
 
     ``state`` chooses where every batch's LSTM states start:
@@ -81,6 +83,8 @@ class BiLM(LSTMStates, PrecisionSetting):
     :mod:`spacy_elmo.bilm.precision.autotune`). Parameters, states and outputs stay float32 in every mode;
     see :mod:`spacy_elmo.bilm.precision.resolved`.
     """
+
+    _precision: Precision
 
     def __init__(
         self,
@@ -185,6 +189,56 @@ class BiLM(LSTMStates, PrecisionSetting):
             ),
         )
 
+    # ------------------------------------------------------------------ precision
+    @module_property
+    def precision(self) -> Precision:
+        """``"fp32"``, ``"bf16"``, ``"int8"`` or ``"auto"``: the setting, as given (see :attr:`resolved_precision`)."""
+        return self._precision
+
+    @precision.setter
+    def precision(self, precision: Precision) -> None:
+        check_precision(precision)
+        self._precision = precision
+
+    @module_property
+    def resolved_precision(self) -> ResolvedPrecision:
+        """What a call now runs its matrix products in: :meth:`resolved_precision_for` training while
+        gradients reach the parameters, else inference."""
+        return self.resolved_precision_for(training=self._training_now())
+
+    def resolved_precision_for(self, training: bool, setting: Optional[Precision] = None) -> ResolvedPrecision:
+        """``setting`` (default: :attr:`precision`) resolved on the model's device for training or
+        for inference, whatever the gradient mode now (an ``embed`` manifest records inference's):
+        see :class:`~spacy_elmo.bilm.precision.resolved.ResolvedPrecision`. ``"auto"`` on a CPU is this
+        model's measured decision for that use, made once per machine, shapes and weights
+        (:mod:`spacy_elmo.bilm.precision.autotune`)."""
+        return resolve_for(self, self.precision if setting is None else setting, training)
+
+    def _training_now(self) -> bool:
+        return torch.is_grad_enabled() and self.token_encoder.projection.weight.requires_grad
+
+    def prepare_inference(self) -> None:
+        """Freeze the biLM for inference: make now, not in the first call, what inference's
+        products need (``auto``'s decision, the low-precision weight copies or int8 packs), and
+        let the float32 weights those copies replace move to disk (:mod:`..memory.offload`), now and
+        whenever a copy is made again. The first batch then does not hold the weights in two
+        forms beside its own working memory, and a service's first request waits for none of it.
+        Not for a biLM being trained: an optimizer would write its weights back into memory.
+        """
+        make_inference_copies(self, self.precision)
+
+    def release_product_copies(self) -> None:
+        """Forget every low-precision weight copy and int8 pack, the token encoder's and the
+        LSTM's (the next pass remakes those of its precision), drop the float32 weights' pages read
+        back from disk (:func:`..memory.offload.evict`) and hand the freed memory back to the system.
+        ``auto``'s measurement calls it after each candidate's pass, so that memory holds one
+        candidate's weights at a time."""
+        self.token_encoder.release_copies()
+        self.lstm.release_copies()
+        evict(self.parameters())
+        return_freed_memory()
+
+    # ------------------------------------------------------------------ files
     def to_files(self, options_file: PathLike, weight_file: PathLike) -> None:
         """Write ``options.json`` and ``weights.hdf5`` in the standard layout, each atomically. That
         layout holds bilm-tf's char CNN only: an ELMoForManyLangs biLM is refused (:func:`.files.layout`)."""
@@ -219,7 +273,7 @@ class BiLM(LSTMStates, PrecisionSetting):
             resolved = self.resolved_precision
         else:
             resolved = self.resolved_precision_for(self._training_now(), precision)
-        if resolved.precision == "int8":
+        if not resolved.kind.trains:
             check_no_gradient(list(self.parameters()))
         sequences = [(SENTENCE_START, *sentence, SENTENCE_END) for sentence in sentences]
         with own_precision(self.device, resolved.dtype):

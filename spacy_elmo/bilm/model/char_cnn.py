@@ -10,7 +10,7 @@ from typing import Hashable, Sequence
 import torch
 from torch import Tensor, nn
 
-from ..precision.resolved import LowPrecisionWeights
+from ..memory.weight_copies import WeightCopies
 from .chars import CHAR_PADDING, boundary_char_ids, tokens_char_ids
 from .options import ElmoOptions
 from .token_encoder import SENTENCE_END, SENTENCE_START, TokenEncoder, TokenIds, linear
@@ -23,12 +23,12 @@ class Highway(nn.Module):
         super().__init__()
         self.transform = nn.Linear(width, width)
         self.carry = nn.Linear(width, width)
-        self.low_precision = LowPrecisionWeights()
 
-    def forward(self, x: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-        """Shape: (n_tokens, width) -> (n_tokens, width), products in ``dtype``, the rest float32."""
-        gate = torch.sigmoid(linear(x, self.carry, dtype, self.low_precision, "carry"))
-        return gate * torch.relu(linear(x, self.transform, dtype, self.low_precision, "transform")) + (1.0 - gate) * x
+    def forward(self, x: Tensor, dtype: torch.dtype, copies: WeightCopies, name: str) -> Tensor:
+        """Shape: (n_tokens, width) -> (n_tokens, width), products in ``dtype``, the rest float32;
+        their low-precision weights kept in ``copies`` as ``name.carry`` and ``name.transform``."""
+        gate = torch.sigmoid(linear(x, self.carry, dtype, copies, f"{name}.carry"))
+        return gate * torch.relu(linear(x, self.transform, dtype, copies, f"{name}.transform")) + (1.0 - gate) * x
 
 
 class CharCNN(TokenEncoder):

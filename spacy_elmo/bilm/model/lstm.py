@@ -15,8 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from ..kernels import kernel_for
-from ..kernels.int8_packs import Int8Weights
-from ..precision.resolved import LowPrecisionWeights
+from ..memory.weight_copies import WeightCopies
 from .options import ElmoOptions
 
 
@@ -79,10 +78,14 @@ class BiLSTMStack(nn.Module):
             for _ in range(options.n_layers)
         )
         self.dropout = nn.Dropout(0.0)
-        # The weight copies the kernels multiply by, of every layer, named by its index; made
-        # at first use, kept while the parameters are unchanged, never pickled nor deep-copied.
-        self.copies = LowPrecisionWeights()
-        self.packs = Int8Weights()
+        # The weight copies the kernels multiply by (bf16 copies, int8 packs), of every layer,
+        # named by its index; made at first use, kept while the parameters are unchanged, never
+        # pickled nor deep-copied, cleared by :meth:`release_copies`.
+        self.copies = WeightCopies()
+
+    def release_copies(self) -> None:
+        """Forget the kernels' weight copies; the next pass remakes those of its precision."""
+        self.copies.clear()
 
     def layer(self, index: int) -> ProjectedLSTM:
         """Layer ``index`` (0 reads the token vectors)."""
@@ -159,7 +162,7 @@ class BiLSTMStack(nn.Module):
         after the first layer (on Python 3.11 and later, whose calls hand their arguments over)."""
         outputs: List[Tensor] = []
         final = LSTMState(*(s.new_empty(s.shape) for s in state))  # state may be a broadcast view
-        kernel = kernel_for(dtype, x.device, self.copies, self.packs)
+        kernel = kernel_for(dtype, x.device, self.copies)
         for index in range(len(self.layers)):
             # The layer's states in the rows' order: the kernel's own, which it may overwrite.
             hidden, memory = (s[index].index_select(1, rows.order) for s in state)

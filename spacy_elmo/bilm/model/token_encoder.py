@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ..kernels.row_buckets import on_padded_rows
-from ..precision.resolved import LowPrecisionWeights
+from ..memory.weight_copies import WeightCopies
 from .options import ElmoOptions
 
 # Keys of the two boundary tokens in the biLM's token table; no string can be equal to them. Every
@@ -54,7 +54,8 @@ class TokenEncoder(nn.Module, abc.ABC):
     """Tokens (strings, or :data:`SENTENCE_START` and :data:`SENTENCE_END`) -> (n_tokens, projection_dim).
 
     A subclass says how tokens become ids (:meth:`token_ids`) and which highway layer it has
-    (``highway(width)``: a module mapping (n, width) and a product dtype to (n, width)); the network
+    (``highway(width)``: a module mapping (n, width), a product dtype, the encoder's weight copies
+    and a name for its own among them to (n, width)); the network
     and the way tokens go through it are this class's. The char embedding has ``n_chars`` rows, row
     ``zero_row`` (if any) kept at zero. ``padding_char`` is the id that fills a token's positions
     after its characters; every window wholly in it gives the same value, which is what lets
@@ -83,7 +84,8 @@ class TokenEncoder(nn.Module, abc.ABC):
         self.word_embedding = nn.Embedding(n_words, word_dim) if word_dim else None
         self.projection = nn.Linear(word_dim + options.n_filters, options.projection_dim)
         self.activation = torch.relu if options.activation == "relu" else torch.tanh
-        self.low_precision = LowPrecisionWeights()
+        # The low-precision copies of every product's weight, the highways' too: see :meth:`release_copies`.
+        self.copies = WeightCopies()
 
     @abc.abstractmethod
     def token_ids(self, tokens: Sequence[Hashable]) -> TokenIds:
@@ -127,15 +129,19 @@ class TokenEncoder(nn.Module, abc.ABC):
         """
         chars = self.char_embedding(char_ids).to(dtype)  # (n_tokens, positions, char_dim)
         x = torch.cat([self.activation(self._filter_maxima(i, chars)) for i in range(len(self.convolutions))], dim=-1)
-        for highway in self.highways:
-            x = highway(x, dtype)
+        for index, highway in enumerate(self.highways):
+            x = highway(x, dtype, self.copies, f"highway{index}")
         if self.word_embedding is not None:
             x = torch.cat([self.word_embedding(word_ids), x], dim=-1)
-        return linear(x, self.projection, dtype, self.low_precision, "projection")
+        return linear(x, self.projection, dtype, self.copies, "projection")
 
     def _filter_maxima(self, index: int, chars: Tensor) -> Tensor:
         """Convolution ``index``'s maximum per filter over positions (see :func:`filter_maxima`)."""
-        return filter_maxima(cast(nn.Conv1d, self.convolutions[index]), chars, self.low_precision, f"conv{index}")
+        return filter_maxima(cast(nn.Conv1d, self.convolutions[index]), chars, self.copies, f"conv{index}")
+
+    def release_copies(self) -> None:
+        """Forget the low-precision weight copies; the next pass remakes those of its precision."""
+        self.copies.clear()
 
     def positions_needed(self, char_ids: numpy.ndarray) -> int:
         """How many leading character positions give the same maxima as all of them (see
@@ -155,7 +161,7 @@ class TokenEncoder(nn.Module, abc.ABC):
         return 4 * max(char_dim * width + count for width, count in self.options.filters)
 
 
-def linear(x: Tensor, layer: nn.Linear, dtype: torch.dtype, copies: LowPrecisionWeights, name: str) -> Tensor:
+def linear(x: Tensor, layer: nn.Linear, dtype: torch.dtype, copies: WeightCopies, name: str) -> Tensor:
     """``layer(x)`` with the product in ``dtype``; float32 in and out. Shape: (n, in) -> (n, out).
 
     In bf16 the bias is added after the product, in float32, rather than rounded to bf16;
@@ -163,11 +169,11 @@ def linear(x: Tensor, layer: nn.Linear, dtype: torch.dtype, copies: LowPrecision
     """
     if dtype == torch.float32:
         return layer(x)
-    weight = copies.get(name, dtype, [layer.weight], lambda: layer.weight)
+    weight = copies.cast(name, dtype, [layer.weight], lambda: layer.weight)
     return on_padded_rows(lambda rows: F.linear(rows, weight), x.to(dtype), 0).float() + layer.bias
 
 
-def filter_maxima(conv: nn.Conv1d, chars: Tensor, copies: LowPrecisionWeights, name: str) -> Tensor:
+def filter_maxima(conv: nn.Conv1d, chars: Tensor, copies: WeightCopies, name: str) -> Tensor:
     """``conv``'s maximum per filter over positions.
 
     Shape: (n_tokens, positions, char_dim) -> (n_tokens, count), float32.
@@ -185,7 +191,7 @@ def filter_maxima(conv: nn.Conv1d, chars: Tensor, copies: LowPrecisionWeights, n
     count, char_dim, width = conv.weight.shape
     weight = conv.weight
     if chars.dtype != torch.float32:
-        weight = copies.get(name, chars.dtype, [conv.weight], lambda: conv.weight)
+        weight = copies.cast(name, chars.dtype, [conv.weight], lambda: conv.weight)
     windows = chars.unfold(1, width, 1)  # (n_tokens, positions - width + 1, char_dim, width), a view
     n_tokens, n_windows = windows.shape[:2]
     rows = windows.reshape(n_tokens * n_windows, char_dim * width)

@@ -48,13 +48,13 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 
 from ..formats.identity import model_digest
-from ..kernels.int8_packs import int8_available
 from ..model.options import ElmoOptions
 from ..settings import PRECISION_ENV, switches
 from . import compat
 from .decisions import decision_key, decisions_path, locked, read_decisions, record_decision, recorded_rates
 from .flops import flops_per_token
-from .resolved import check_precision, cpu_has_native_bf16
+from .kinds import PRODUCT_PRECISIONS, listed
+from .resolved import check_precision
 from .timed_passes import BATCH_ROWS, BATCH_WORDS, Clock, Passes, Run, TunedModel, model_passes
 
 logger = logging.getLogger("spacy_elmo")
@@ -223,7 +223,9 @@ def _checked_override(value: str) -> str:
     except ValueError as err:
         raise ValueError(f"{PRECISION_ENV}={value!r}: {err}") from err
     if value == "auto":
-        raise ValueError(f"{PRECISION_ENV} decides what precision 'auto' is: give fp32, bf16 or int8, or unset it")
+        raise ValueError(
+            f"{PRECISION_ENV} decides what precision 'auto' is: give {listed(PRODUCT_PRECISIONS)}, or unset it"
+        )
     return value
 
 
@@ -247,19 +249,15 @@ def decision_fields(options: ElmoOptions, threads: int, training: bool = False) 
 
 
 def candidates() -> List[str]:
-    """The precisions this CPU runs natively: fp32; bf16 with AVX512-BF16 or AMX (elsewhere torch
-    emulates it, many times slower: not worth timing); int8 where torch has the kernels."""
-    found = ["fp32"]
-    if cpu_has_native_bf16():
-        found.append("bf16")
-    if int8_available():
-        found.append("int8")
-    return found
+    """The precisions this CPU runs natively (:attr:`.kinds.ProductPrecision.runs_natively_on_cpu`):
+    fp32; bf16 with AVX512-BF16 or AMX (elsewhere torch emulates it, many times slower: not worth
+    timing); int8 where torch has the kernels."""
+    return [name for name, kind in PRODUCT_PRECISIONS.items() if kind.runs_natively_on_cpu()]
 
 
 def _candidates_for(training: bool, precisions: Sequence[str]) -> List[str]:
     """``precisions`` that can run the pass: training has no int8 (no gradient through its products)."""
-    return [p for p in precisions if not (training and p == "int8")]
+    return [p for p in precisions if PRODUCT_PRECISIONS[p].trains or not training]
 
 
 def measure(passes: Passes, precisions: Sequence[str], n_tokens: int, clock: Clock) -> Dict[str, Trial]:

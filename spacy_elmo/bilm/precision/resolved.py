@@ -12,7 +12,7 @@ elementwise cell math, the skip connections, the outputs, the loss.
 Products are cast explicitly rather than with ``torch.autocast``: autocast would also run the
 elementwise gate math in bf16, cannot cast the ``out=`` products the inference loop reuses
 buffers with, and re-casts every weight at every call. Here a weight is cast once and the copy
-kept (see :class:`LowPrecisionWeights`) until the float32 parameter changes, and the biLM ignores
+kept (see :class:`~..memory.weight_copies.WeightCopies`) until the float32 parameter changes, and the biLM ignores
 any autocast around it (:func:`own_precision`): it sets its precision itself.
 
 ``"fp32"`` on a GPU means IEEE float32 products, not TF32. On Ampere and later GPUs torch runs
@@ -35,59 +35,28 @@ decided in one place: :class:`ResolvedPrecision`.
 import contextlib
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Literal, Optional, Tuple
 
 import torch
-from torch import Tensor
 
-from ..memory.offload import MOVING, offload
 from ..settings import switches
-from . import compat
+from . import kinds
+from .hardware import cpu_has_native_bf16, cuda_has_native_bf16
+from .kinds import PRODUCT_PRECISIONS, ProductPrecision, product_precision
 
+# The settings, for typing: the precisions of .kinds and "auto". A new precision adds its name here too.
 Precision = Literal["fp32", "bf16", "int8", "auto"]
-PRECISIONS: Tuple[str, ...] = ("fp32", "bf16", "int8", "auto")
+PRECISIONS: Tuple[str, ...] = (*PRODUCT_PRECISIONS, "auto")
 # A setting decided: what the products run in (see ResolvedPrecision).
 Explicit = Literal["fp32", "bf16", "int8"]
-# The product dtype each explicit precision passes through the layers; torch.qint8 stands for
-# "dynamic int8 products" (weights int8, activations quantized per call, float32 out: see .int8).
-INT8 = torch.qint8
-_DTYPES: Dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": INT8}
-
-# The compute capability from which NVIDIA GPUs have bf16 tensor cores (Ampere, sm_80).
-NATIVE_BF16_CAPABILITY: Tuple[int, int] = (8, 0)
+# The product dtype of dynamic int8 products (weights int8, activations quantized per call, float32 out: see .int8).
+INT8 = kinds.INT8.dtype
 
 
 def check_precision(precision: str) -> None:
     """A clear error for an unknown precision name."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-
-
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU multiplies bf16 in hardware: AVX512-BF16 dot products or AMX tiles.
-
-    Without either, torch emulates bf16 products, several times slower than float32.
-    """
-    capabilities = compat.cpu_capabilities()
-    return bool(capabilities.get("avx512_bf16", False) or capabilities.get("amx_bf16", False))
-
-
-def gpu_has_native_bf16(capability: Tuple[int, int]) -> bool:
-    """Whether a GPU of this compute capability, ``(major, minor)``, multiplies bf16 natively.
-
-    Ampere (8.0) and later have bf16 tensor cores; Volta (7.0) and Turing (7.5) have none and run
-    bf16 products emulated, without the speed-up ``auto`` is for.
-    """
-    return tuple(capability) >= NATIVE_BF16_CAPABILITY
-
-
-def cuda_has_native_bf16(device: torch.device) -> bool:
-    """Whether the CUDA ``device`` (the model's, not the current one) multiplies bf16 natively.
-
-    Not ``torch.cuda.is_bf16_supported()``: it answers for the current device, and by default
-    counts emulated bf16 as supported.
-    """
-    return gpu_has_native_bf16(torch.cuda.get_device_capability(device))
 
 
 @dataclass(frozen=True)
@@ -118,8 +87,7 @@ class ResolvedPrecision:
     precision: Explicit
 
     def __post_init__(self) -> None:
-        if self.precision not in _DTYPES:
-            raise ValueError(f"products run in fp32, bf16 or int8, not {self.precision!r}")
+        product_precision(self.precision)  # a clear error for an unknown name
 
     @classmethod
     def resolve(
@@ -131,12 +99,8 @@ class ResolvedPrecision:
         called only where that decides.
         """
         check_precision(setting)
-        if setting == "int8" and device.type != "cpu":
-            raise ValueError(
-                f"precision 'int8' runs on a CPU only (PyTorch's dynamic int8 kernels), and this biLM is on {device}: "
-                'use "auto" or "bf16" there, or move the biLM to the CPU'
-            )
         if setting != "auto":
+            _check_device(product_precision(setting), device)
             return cls(setting)
         if device.type == "cpu":
             return cls(measured()) if measured is not None else cls._unmeasured()  # type: ignore[arg-type]
@@ -145,22 +109,29 @@ class ResolvedPrecision:
 
     @classmethod
     def _unmeasured(cls) -> "ResolvedPrecision":
-        """``auto`` on a CPU with no model to time: fp32, unless ``SPACY_ELMO_PRECISION`` names fp32 or bf16."""
+        """``auto`` on a CPU with no model to time: fp32, unless ``SPACY_ELMO_PRECISION`` names a
+        precision that trains (fp32 or bf16)."""
         override = switches().precision
-        return cls(override if override in ("fp32", "bf16") else "fp32")  # type: ignore[arg-type]
+        trains = override in PRODUCT_PRECISIONS and PRODUCT_PRECISIONS[override].trains
+        return cls(override if trains else "fp32")  # type: ignore[arg-type]
 
     @classmethod
     def from_recorded(cls, name: str) -> "ResolvedPrecision":
         """The products an ``embed`` manifest records as ``name`` (:attr:`recorded`)."""
-        for precision in _DTYPES:
-            if cls(precision).recorded == name:  # type: ignore[arg-type]
-                return cls(precision)  # type: ignore[arg-type]
-        raise ValueError(f"unknown matrix products {name!r}: a manifest records float32, bfloat16 or qint8")
+        for kind in PRODUCT_PRECISIONS.values():
+            if kind.recorded == name:
+                return cls(kind.name)  # type: ignore[arg-type]
+        raise ValueError(f"unknown matrix products {name!r}: a manifest records {kinds.listed_dtypes()}")
+
+    @property
+    def kind(self) -> ProductPrecision:
+        """The record of the products' precision (:mod:`.kinds`)."""
+        return product_precision(self.precision)
 
     @property
     def dtype(self) -> torch.dtype:
         """The dtype of the LSTM's products and the pretraining softmax's: :data:`INT8` in int8."""
-        return _DTYPES[self.precision]
+        return self.kind.dtype
 
     @property
     def token_encoder_dtype(self) -> torch.dtype:
@@ -171,14 +142,14 @@ class ResolvedPrecision:
         this CPU multiplies bf16 in hardware (:func:`cpu_has_native_bf16`: its large highway
         products run much faster there, at bf16's accuracy), and in float32 elsewhere.
         """
-        if self.precision != "int8":
+        if self.kind.encodes_tokens:
             return self.dtype
         return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
 
     @property
     def recorded(self) -> str:
         """The name an ``embed`` manifest records: ``"float32"``, ``"bfloat16"`` or ``"qint8"``."""
-        return str(self.dtype).replace("torch.", "")
+        return self.kind.recorded
 
     def serves(self, setting: Precision) -> bool:
         """Whether layers computed with these products may stand in for a biLM set to ``setting``
@@ -190,7 +161,18 @@ class ResolvedPrecision:
         them fast, even where it resolves to float32 here. They serve no other: a pipeline that
         asks for float32 (or bf16) must not be fed bf16 (or int8) values silently.
         """
-        return self.precision == "fp32" or setting in ("auto", self.precision)
+        return self.precision == kinds.REFERENCE or setting in ("auto", self.precision)
+
+
+def _check_device(kind: ProductPrecision, device: torch.device) -> None:
+    """Refuse a precision that runs on another device type only (int8 off the CPU)."""
+    if kind.only_on is None or device.type == kind.only_on:
+        return
+    where = "a CPU" if kind.only_on == "cpu" else f"a {kind.only_on} device"
+    raise ValueError(
+        f"precision {kind.name!r} runs on {where} only ({kind.only_on_because}), and this biLM is on {device}: "
+        f'use "auto" (or another precision that runs there), or move the biLM to {where}'
+    )
 
 
 def _cuda_fp32_settings() -> List[Tuple[Any, str, Any]]:
@@ -273,56 +255,3 @@ def own_precision(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
         if device.type == "cuda" and dtype == torch.float32:
             stack.enter_context(ieee_float32())
         yield
-
-
-def tensor_versions(tensors: Iterable[Tensor]) -> Tuple:
-    """What tells the values of ``tensors`` apart within a process: storage, device, dtype, version.
-
-    Caches of what a model computed key on it (:class:`LowPrecisionWeights`, and through
-    ``BiLM.fingerprint`` the token and feature caches). torch advances a tensor's version counter
-    at every in-place write it makes (an optimizer step, ``load_state_dict``, ``copy_``); a move or
-    a cast gives new storage. Writes torch cannot see, through a NumPy or DLPack view as thinc's
-    optimizers make them, must be reported with ``torch.autograd.graph.increment_version``
-    (``BiLM.weights_written``), so that this one key covers every change.
-    """
-    return tuple((t.data_ptr(), t.device, t.dtype, t._version) for t in tensors)
-
-
-class LowPrecisionWeights:
-    """Copies of weights in a product dtype, made once and kept while their sources are unchanged.
-
-    Without gradients (inference, held-out evaluation), a copy is keyed on the dtype and on the
-    sources' :func:`tensor_versions`, so a stale copy is never served, and its large float32
-    sources move to disk where they are frozen for inference (:mod:`.offload`). With gradients, every call
-    casts afresh, so that autograd carries the gradient back to the float32 parameters.
-    """
-
-    def __init__(self) -> None:
-        self._copies: Dict[str, Tuple[Tuple, Tensor]] = {}
-
-    def __len__(self) -> int:
-        return len(self._copies)
-
-    def clear(self) -> None:
-        """Forget everything made; the next :meth:`get` makes it again."""
-        self._copies.clear()
-
-    def __reduce__(self) -> Tuple[type, Tuple[()]]:
-        """Copies and pickles start empty: copies are cheap to remake, keyed on this process's storage."""
-        return LowPrecisionWeights, ()
-
-    def get(self, name: str, dtype: torch.dtype, sources: Sequence[Tensor], make: Callable[[], Tensor]) -> Tensor:
-        """``make().to(dtype)``, from the cache when ``sources`` have not changed since."""
-        if torch.is_grad_enabled() and any(source.requires_grad for source in sources):
-            return make().to(dtype)
-        with MOVING:
-            key = (dtype, tensor_versions(sources))
-            cached = self._copies.get(name)
-            if cached is not None and cached[0] == key:
-                return cached[1]
-            copy = make().to(dtype)
-            if copy.dtype != torch.float32:  # the copy does the work now: frozen float32 sources go to disk
-                offload(sources)
-                key = (dtype, tensor_versions(sources))
-            self._copies[name] = (key, copy)
-            return copy

@@ -18,9 +18,11 @@ import torch
 from ..kernels import int8_packs
 from ..model.options import ElmoOptions
 from .flops import FlopCount
+from .kinds import PRODUCT_PRECISIONS, product_precision
 from .resolved import own_precision
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+# The precisions timed with ``torch.bmm``, and the dtype of each; the others through their kernel.
+DTYPES = {name: kind.roofline_dtype for name, kind in PRODUCT_PRECISIONS.items() if kind.roofline_dtype is not None}
 LARGE_ROWS = 1024  # rows of the large product: what the LSTM's input product reaches with long batches
 MIN_SECONDS = 0.2  # each product is timed at least this long (after one untimed call) ...
 MIN_REPEATS, MAX_REPEATS = 3, 50  # ... and at least 3 times; its rate is that of its fastest call
@@ -37,7 +39,7 @@ class Product:
     rows: int
     inner: int
     cols: int
-    char_cnn: bool = False  # a product of the char CNN, which int8 mode runs in bf16 or fp32
+    char_cnn: bool = False  # a product of the char CNN, which int8 mode runs in bf16 or fp32 (encodes_tokens)
 
     @property
     def flops(self) -> int:
@@ -84,7 +86,8 @@ def _rate(product: Product, precision: str, clock: Clock) -> float:
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(product.batch, product.rows, product.inner, generator=generator)
     b = torch.randn(product.batch, product.inner, product.cols, generator=generator)
-    if precision == "int8":
+    dtype = product_precision(precision).roofline_dtype
+    if dtype is None:  # int8: its own kernel
         packs = [int8_packs.pack(b[i].T, None) for i in range(product.batch)]
 
         def run() -> None:
@@ -92,7 +95,6 @@ def _rate(product: Product, precision: str, clock: Clock) -> float:
                 int8_packs.linear(a[i], packs[i])
 
         return time_product(run, product.flops, clock)
-    dtype = DTYPES[precision]
     a, b = a.to(dtype), b.to(dtype)
     # The weight stored (in, out), and (out, in) read through its transposed view, as the biLM's
     # bf16 copies are on a CPU: the machine's rate is that of the faster layout.
@@ -131,8 +133,9 @@ class Roofline:
 
 def roofline(precision: str, tokens_per_s: float, count: FlopCount, rates: Dict[Product, float]) -> Roofline:
     """``precision``'s line: the best rate is over the products it runs in that precision (int8
-    leaves the char CNN's in fp32)."""
-    own = [product for product in rates if not (precision == "int8" and product.char_cnn)]
+    leaves the char CNN's in fp32: it does not encode tokens)."""
+    encodes_tokens = product_precision(precision).encodes_tokens
+    own = [product for product in rates if encodes_tokens or not product.char_cnn]
     best = max(own, key=lambda product: rates[product])
     return Roofline(precision, tokens_per_s, tokens_per_s * count.total, rates[best], best)
 
@@ -156,9 +159,10 @@ def report(count: FlopCount, rates: Dict[str, Dict[Product, float]], lines: Dict
             f"| {line.precision} | {line.tokens_per_s:,.0f} | {line.flops_per_s / 1e9:,.1f} | "
             f"{line.best_rate / 1e9:,.1f} ({line.best_product.label}) | {line.fraction:.2f} |"
         )
-    if "int8" in lines:
-        out.append(
-            "(int8 runs the LSTM's products in int8, the char CNN's in bf16 or fp32: "
-            "its best rate is of the LSTM's shapes)"
-        )
+    for name in lines:
+        if not product_precision(name).encodes_tokens:
+            out.append(
+                f"({name} runs the LSTM's products in {name}, the char CNN's in bf16 or fp32: "
+                "its best rate is of the LSTM's shapes)"
+            )
     return out

@@ -1,87 +1,47 @@
-"""The biLM's precision: the setting, what it resolves to for a use, and inference's weight copies
-made ahead (see :mod:`.precision` for what each precision computes)."""
+"""The biLM's precision setting at work: what it resolves to for a use, and inference's weight
+copies made ahead (see :mod:`.resolved` for what each precision computes).
 
-from typing import TYPE_CHECKING, Optional, cast
+:class:`~spacy_elmo.bilm.BiLM` holds the setting and calls these with itself. They live here, not
+in the model, because ``auto`` on a CPU is a measurement of the model's own passes
+(:mod:`.autotune`, :mod:`.timed_passes`), which the model does not import.
+"""
+
+from typing import Protocol
 
 import torch
-from torch import nn
 
-from ..errors import module_property
-from ..kernels.int8_packs import Int8Weights
-from ..memory.offload import evict, freeze_for_inference, return_freed_memory
-from .resolved import LowPrecisionWeights, Precision, ResolvedPrecision, check_precision
-
-if TYPE_CHECKING:
-    from ..model.token_encoder import TokenEncoder
+from ..memory.offload import freeze_for_inference
+from .kinds import REFERENCE
+from .resolved import Precision, ResolvedPrecision
+from .timed_passes import TunedModel, timed_pass
 
 
-class PrecisionSetting(nn.Module):
-    """The precision of :class:`~spacy_elmo.bilm.BiLM`'s matrix products, which is one.
+class PrecisionOwner(TunedModel, Protocol):
+    """What resolving a biLM's precision reads of it besides what ``auto`` times: its device."""
 
-    It reads the biLM's ``device`` and its token encoder's projection (whose ``requires_grad``
-    tells a frozen biLM), and runs its forward pass.
-    """
+    @property
+    def device(self) -> torch.device: ...
 
-    _precision: Precision
-    token_encoder: "TokenEncoder"
 
-    @module_property
-    def precision(self) -> Precision:
-        """``"fp32"``, ``"bf16"``, ``"int8"`` or ``"auto"``: the setting, as given (see :attr:`resolved_precision`)."""
-        return self._precision
+def resolve_for(model: PrecisionOwner, setting: Precision, training: bool) -> ResolvedPrecision:
+    """``setting`` resolved on ``model``'s device for training or for inference: see
+    :class:`.resolved.ResolvedPrecision`. ``"auto"`` on a CPU is ``model``'s measured decision for
+    that use, made once per machine, shapes and weights (:mod:`.autotune`)."""
 
-    @precision.setter
-    def precision(self, precision: Precision) -> None:
-        check_precision(precision)
-        self._precision = precision
-
-    @module_property
-    def resolved_precision(self) -> ResolvedPrecision:
-        """What a call now runs its matrix products in: :meth:`resolved_precision_for` training while
-        gradients reach the parameters, else inference."""
-        return self.resolved_precision_for(training=self._training_now())
-
-    def resolved_precision_for(self, training: bool, setting: Optional[Precision] = None) -> ResolvedPrecision:
-        """``setting`` (default: :attr:`precision`) resolved on the model's device for training or
-        for inference, whatever the gradient mode now (an ``embed`` manifest records inference's):
-        see :class:`.precision.ResolvedPrecision`. ``"auto"`` on a CPU is this model's measured decision
-        for that use, made once per machine, shapes and weights (:mod:`.autotune`)."""
-        setting = self.precision if setting is None else setting
-        device = cast(torch.device, self.device)  # the biLM's property
-        return ResolvedPrecision.resolve(setting, device, training, measured=lambda: self._measured_auto(training))
-
-    def _training_now(self) -> bool:
-        return torch.is_grad_enabled() and self.token_encoder.projection.weight.requires_grad
-
-    def _measured_auto(self, training: bool) -> str:
+    def measured() -> str:
         from .autotune import cpu_auto_precision
 
-        return cpu_auto_precision(self, training)  # type: ignore[arg-type]
+        return cpu_auto_precision(model, training)
 
-    def prepare_inference(self) -> None:
-        """Freeze the biLM for inference: make now, not in the first call, what inference's
-        products need (``auto``'s decision, the low-precision weight copies or int8 packs), and
-        let the float32 weights those copies replace move to disk (:mod:`.offload`), now and
-        whenever a copy is made again. The first batch then does not hold the weights in two
-        forms beside its own working memory, and a service's first request waits for none of it.
-        One zero-state pass over one token, its outputs dropped; nothing to make in fp32. Not for
-        a biLM being trained: an optimizer would write its weights back into memory.
-        """
-        from .timed_passes import timed_pass
+    return ResolvedPrecision.resolve(setting, model.device, training, measured=measured)
 
-        freeze_for_inference(self.parameters())
-        precision = self.resolved_precision_for(training=False).precision
-        if precision != "fp32":
-            timed_pass(self, [["."]], precision)  # type: ignore[arg-type]
 
-    def release_product_copies(self) -> None:
-        """Forget every low-precision weight copy and int8 pack (the next pass remakes those of
-        its precision), drop the float32 weights' pages read back from disk (:func:`.offload.evict`)
-        and hand the freed memory back to the system. ``auto``'s measurement calls it after each
-        candidate's pass, so that memory holds one candidate's weights at a time."""
-        for module in self.modules():
-            for cache in vars(module).values():
-                if isinstance(cache, (LowPrecisionWeights, Int8Weights)):
-                    cache.clear()
-        evict(self.parameters())
-        return_freed_memory()
+def make_inference_copies(model: PrecisionOwner, setting: Precision) -> None:
+    """Freeze ``model`` for inference and make now what inference's products in ``setting`` need
+    (``auto``'s decision, the low-precision weight copies or int8 packs), letting the float32
+    weights they replace move to disk (:mod:`..memory.offload`): one zero-state pass over one
+    token, its outputs dropped; nothing to make in the reference precision, fp32."""
+    freeze_for_inference(model.parameters())
+    precision = resolve_for(model, setting, training=False).precision
+    if precision != REFERENCE:
+        timed_pass(model, [["."]], precision)

@@ -6,8 +6,8 @@ import torch
 from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.kernels import Bf16Kernel, Float32Kernel, FusedKernel, Int8Kernel, kernel_for
 from spacy_elmo.bilm.kernels.gpu import fused_lstm
-from spacy_elmo.bilm.kernels.int8_packs import Int8Weights, int8_available
-from spacy_elmo.bilm.precision.resolved import LowPrecisionWeights
+from spacy_elmo.bilm.kernels.int8_packs import int8_available
+from spacy_elmo.bilm.memory.weight_copies import WeightCopies
 
 from ...helpers import REAL_TEXT, random_bilm
 
@@ -29,15 +29,15 @@ def test_a_pass_takes_the_kernel_of_its_products_device_and_gradient_mode(monkey
     monkeypatch.setattr(fused_lstm, "HAS_TRITON", True)
     monkeypatch.delenv(settings.FUSED_LSTM_ENV, raising=False)
     with torch.set_grad_enabled(grad):
-        kernel = kernel_for(dtype, torch.device(device), LowPrecisionWeights(), Int8Weights())
+        kernel = kernel_for(dtype, torch.device(device), WeightCopies())
     assert type(kernel) is expected
     if expected is Bf16Kernel:  # oneDNN's CPU kernels read (out, in) copies faster; a GPU's take them as stored
         assert kernel.out_major is (device == "cpu")
 
 
 def test_an_unknown_product_dtype_is_refused():
-    with pytest.raises(ValueError, match="float32, bfloat16 or int8, not torch.float16"):
-        kernel_for(torch.float16, torch.device("cpu"), LowPrecisionWeights(), Int8Weights())
+    with pytest.raises(ValueError, match="float32, bfloat16 or qint8, not torch.float16"):
+        kernel_for(torch.float16, torch.device("cpu"), WeightCopies())
 
 
 @pytest.mark.parametrize(
@@ -55,8 +55,7 @@ def test_the_stack_keeps_every_layers_weight_copies_in_one_place(precision):
     with torch.no_grad():
         model(REAL_TEXT[:2])
     stack = model.lstm
-    kinds = (LowPrecisionWeights, Int8Weights)
-    caches = [c for m in stack.layers.modules() for c in vars(m).values() if isinstance(c, kinds)]
+    caches = [c for m in stack.layers.modules() for c in vars(m).values() if isinstance(c, WeightCopies)]
     assert not caches  # no layer keeps copies of its own
     per_layer = 3 if precision == "bf16" else 1  # input, recurrent and projection copies; one entry of packs
-    assert len(stack.copies if precision == "bf16" else stack.packs) == per_layer * model.options.n_layers
+    assert len(stack.copies) == per_layer * model.options.n_layers

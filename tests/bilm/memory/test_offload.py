@@ -14,10 +14,8 @@ import torch
 
 from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.kernels import int8_packs
-from spacy_elmo.bilm.kernels.int8_packs import Int8Weights
 from spacy_elmo.bilm.memory import offload
 from spacy_elmo.bilm.memory.offload import freeze_for_inference, on_disk
-from spacy_elmo.bilm.precision.resolved import LowPrecisionWeights
 
 from ...helpers import REAL_TEXT, random_bilm, write_bilm_files
 
@@ -30,10 +28,8 @@ def every_weight_moves(monkeypatch):
 
 def made_copies(model):
     """The identities of every low-precision copy and int8 pack the model holds."""
-    caches = [c for m in model.modules() for c in vars(m).values() if isinstance(c, (LowPrecisionWeights, Int8Weights))]
-    return [
-        id(made) for cache in caches for _, made in getattr(cache, "_copies", getattr(cache, "_packs", {})).values()
-    ]
+    caches = (model.token_encoder.copies, model.lstm.copies)
+    return [id(made) for cache in caches for _, made in cache._copies.values()]
 
 
 def large_parameters(model):

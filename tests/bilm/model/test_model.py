@@ -10,7 +10,7 @@ from spacy_elmo import BiLM
 from spacy_elmo.bilm.kernels import Float32Kernel, eager
 from spacy_elmo.bilm.model import lstm
 
-from ...helpers import assert_float32_close, random_bilm, tiny_options
+from ...helpers import REAL_TEXT, assert_float32_close, random_bilm, tiny_options
 
 SENTENCES = [
     "The bank raised its interest rates .".split(),
@@ -300,3 +300,34 @@ def test_weights_written_advances_every_parameters_version():
     before = [parameter._version for parameter in bilm.parameters()]
     bilm.weights_written()
     assert [parameter._version for parameter in bilm.parameters()] == [v + 1 for v in before]
+
+
+# A biLM's state dict as it has always been named: pretraining checkpoints and saved pipelines load by these keys.
+STATE_KEYS = [
+    "warm_hidden",
+    "warm_memory",
+    "token_encoder.char_embedding.weight",
+    *(f"token_encoder.convolutions.{i}.{p}" for i in range(3) for p in ("weight", "bias")),
+    *(
+        f"token_encoder.highways.{i}.{m}.{p}"
+        for i in range(2)
+        for m in ("transform", "carry")
+        for p in ("weight", "bias")
+    ),
+    "token_encoder.projection.weight",
+    "token_encoder.projection.bias",
+    *(f"lstm.layers.{i}.{p}" for i in range(2) for p in ("input_weight", "hidden_weight", "bias", "projection")),
+]
+
+
+def test_the_state_dict_keeps_its_keys_and_reloads(tmp_path):
+    model = random_bilm(precision="bf16", state="warm")
+    model.warm_up([["a", "b"]])
+    with torch.no_grad():
+        model(REAL_TEXT[:1])  # copies made: they are no part of the state
+    assert list(model.state_dict()) == STATE_KEYS
+    torch.save(model.state_dict(), tmp_path / "state.pt")
+    other = random_bilm(precision="bf16", state="warm", seed=1)
+    other.warm_up([["c"]])
+    other.load_state_dict(torch.load(tmp_path / "state.pt"))
+    numpy.testing.assert_array_equal(other.embed_sentences(REAL_TEXT[:2])[0], model.embed_sentences(REAL_TEXT[:2])[0])

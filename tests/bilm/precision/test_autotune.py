@@ -15,10 +15,9 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM
 from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.formats.identity import weights_digest
-from spacy_elmo.bilm.kernels.int8_packs import Int8Weights, int8_available
+from spacy_elmo.bilm.kernels.int8_packs import int8_available
 from spacy_elmo.bilm.precision import autotune, compat, timed_passes
 from spacy_elmo.bilm.precision.autotune import Trial
-from spacy_elmo.bilm.precision.resolved import LowPrecisionWeights
 from spacy_elmo.cli import app
 
 from ...helpers import random_bilm, tiny_options, write_bilm_files
@@ -350,12 +349,7 @@ def test_the_timed_pass_is_the_models_own_in_each_precision():
 
 def held_copies(model: BiLM) -> int:
     """How many low-precision weight copies and int8 packs the model holds."""
-    return sum(
-        len(cache)
-        for module in model.modules()
-        for cache in vars(module).values()
-        if isinstance(cache, (LowPrecisionWeights, Int8Weights))
-    )
+    return len(model.token_encoder.copies) + len(model.lstm.copies)
 
 
 @pytest.mark.skipif(not int8_available(), reason="this torch build has no int8 kernels for this CPU")

@@ -86,6 +86,6 @@ def test_a_failing_capability_probe_surfaces_its_own_message(monkeypatch, tmp_pa
 
 def test_other_errors_under_a_property_pass_unchanged(monkeypatch):
     bilm = BiLM(tiny_options(), precision="auto")
-    monkeypatch.setattr(BiLM, "_measured_auto", lambda self, training: "fp64")
+    monkeypatch.setattr(autotune, "cpu_auto_precision", lambda model, training: "fp64")
     with pytest.raises(ValueError, match="fp64"):
         _ = bilm.resolved_precision

@@ -16,7 +16,7 @@ from spacy_elmo import BiLM, pretrained_files
 from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.kernels import kernel_for
 from spacy_elmo.bilm.model import bilm as model_module
-from spacy_elmo.bilm.precision import compat, resolved
+from spacy_elmo.bilm.precision import compat, hardware, resolved
 
 from ...helpers import (
     MIN_MEAN_COSINE,
@@ -212,7 +212,7 @@ def test_bf16_lstm_copies_on_a_cpu_are_laid_out_output_major():
     served as (in, out) views of the same values."""
     stack = random_bilm().lstm
     layer = stack.layers[0]
-    kernel = kernel_for(torch.bfloat16, torch.device("cpu"), stack.copies, stack.packs)
+    kernel = kernel_for(torch.bfloat16, torch.device("cpu"), stack.copies)
     with torch.no_grad():
         weights = kernel.weights(0, layer)
     for weight, parameter in zip(weights, (layer.input_weight, layer.hidden_weight, layer.projection)):
@@ -263,7 +263,7 @@ def test_bf16_inference_and_training_compute_the_same_layers():
 )
 def test_a_gpu_has_native_bf16_from_ampere_on(capability, native):
     """V100 (7.0) and T4 (7.5) emulate bf16, though torch.cuda.is_bf16_supported() says yes for them."""
-    assert resolved.gpu_has_native_bf16(capability) is native
+    assert hardware.gpu_has_native_bf16(capability) is native
 
 
 @pytest.mark.parametrize("capability, expected", [((7, 5), torch.float32), ((8, 0), torch.bfloat16)])
@@ -343,3 +343,15 @@ def test_the_bilm_runs_at_its_own_precision(monkeypatch):
         entered.clear()
         random_bilm(precision=setting)(REAL_TEXT[:1])
         assert entered == [(torch.device("cpu"), dtype)]
+
+
+def test_every_product_precision_is_typed_and_has_a_kernel():
+    """A precision added to .kinds is one the settings' types name and one a kernel runs."""
+    from typing import get_args
+
+    from spacy_elmo.bilm.kernels import KERNELS
+    from spacy_elmo.bilm.precision.kinds import PRODUCT_PRECISIONS
+
+    assert get_args(resolved.Explicit) == tuple(PRODUCT_PRECISIONS)
+    assert get_args(resolved.Precision) == resolved.PRECISIONS
+    assert {kind.kernel for kind in PRODUCT_PRECISIONS.values()} <= set(KERNELS)

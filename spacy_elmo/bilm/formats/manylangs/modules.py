@@ -13,9 +13,9 @@ from typing import Any, Dict, Hashable, Sequence
 import torch
 from torch import Tensor, nn
 
+from ...memory.weight_copies import WeightCopies
 from ...model.options import ElmoOptions
 from ...model.token_encoder import SENTENCE_END, SENTENCE_START, TokenEncoder, TokenIds, linear
-from ...precision.resolved import LowPrecisionWeights
 from .network import ManyLangsNetwork
 from .vocabulary import PAD, Vocabulary
 
@@ -28,11 +28,11 @@ class GatedHighway(nn.Module):
         super().__init__()
         self.width = width
         self.linear = nn.Linear(width, 2 * width)
-        self.low_precision = LowPrecisionWeights()
 
-    def forward(self, x: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-        """Shape: (n_tokens, width) -> (n_tokens, width), the product in ``dtype``, the rest float32."""
-        projected = linear(x, self.linear, dtype, self.low_precision, "linear")
+    def forward(self, x: Tensor, dtype: torch.dtype, copies: WeightCopies, name: str) -> Tensor:
+        """Shape: (n_tokens, width) -> (n_tokens, width), the product in ``dtype``, the rest float32;
+        its low-precision weight kept in ``copies`` as ``name``."""
+        projected = linear(x, self.linear, dtype, copies, name)
         gate = torch.sigmoid(projected[:, self.width :])
         return gate * x + (1 - gate) * torch.relu(projected[:, : self.width])
 

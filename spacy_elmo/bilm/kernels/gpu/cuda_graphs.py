@@ -16,7 +16,7 @@ of the whole loop is launched at once. A graph has fixed shapes and addresses, s
   results are copied out at once, so one graph overwriting another's buffers or temporaries is
   harmless, and the memory of the cache is that of one graph, not one per bucket.
 - **Weights.** A graph reads the weights by address. A graph is keyed on the product weights'
-  identity (address, device, dtype and version: :func:`.precision.tensor_versions`) and holds
+  identity (address, device, dtype and version: :func:`.memory.weight_copies.tensor_versions`) and holds
   them, so that their memory cannot be reused while it lives: a weight written in place (an
   optimizer step) or a new bf16 copy makes a new key, never a stale replay. A layer's graphs of
   older weights are dropped at its next call, and graphs of a layer that was freed at any call.
@@ -42,7 +42,8 @@ from typing import Callable, Dict, Hashable, NamedTuple, Optional, Protocol, Seq
 import torch
 from torch import Tensor
 
-from ...precision.resolved import tensor_versions
+from ...memory.weight_copies import tensor_versions
+from ...precision.kinds import PRODUCT_PRECISIONS
 from ...settings import CUDA_GRAPHS_ENV, switches
 from .fused_lstm import GPU_PRECOMPUTED_POSITIONS, LayerBuffers, padded_layer
 
@@ -53,7 +54,7 @@ MAX_SEEN = 256  # shapes remembered for the second-use rule
 # The product dtypes whose loops replay graphs. In float32 a step's products keep the GPU busy
 # longer than its launches take, so graphs save little and the padding of a bucket costs more
 # (benchmarks/gpu.py: slower than the launched loop on an H100; figures in docs/component.md).
-GRAPH_DTYPES = (torch.bfloat16,)
+GRAPH_DTYPES = tuple(kind.dtype for kind in PRODUCT_PRECISIONS.values() if kind.cuda_graphs)
 
 Weights = Tuple[Tensor, Tensor, Tensor]
 Result = Tuple[Tensor, Tensor, Tensor]

@@ -6,7 +6,7 @@ from typing import Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ...precision.resolved import LowPrecisionWeights
+from ...memory.weight_copies import WeightCopies
 from ..bf16 import product_copies
 from ..layer import LSTMLayer
 from . import cuda_graphs
@@ -19,7 +19,7 @@ class FusedKernel:
     """The fused loop (a :class:`~spacy_elmo.bilm.kernels.LayerKernel`) with products in ``dtype``
     (float32 or bf16), without autograd; bf16 copies kept in ``copies``, named by layer index."""
 
-    def __init__(self, copies: LowPrecisionWeights, dtype: torch.dtype) -> None:
+    def __init__(self, copies: WeightCopies, dtype: torch.dtype) -> None:
         self.copies = copies
         self.dtype = dtype
 
@@ -39,7 +39,7 @@ class FusedKernel:
 
 
 def fused_weights(
-    copies: LowPrecisionWeights, index: int, layer: LSTMLayer, dtype: torch.dtype
+    copies: WeightCopies, index: int, layer: LSTMLayer, dtype: torch.dtype
 ) -> Tuple[Tensor, Tensor, Tensor]:
     """The input, recurrent and projection weights as stored, (2, in, out), in ``dtype``: the
     parameters in float32, else copies kept in ``copies``."""

@@ -35,6 +35,7 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from ...precision.kinds import of_dtype
 from ...settings import switches
 
 # Positions (steps x rows) whose input products are computed in one product on a GPU: 0.5 GB of
@@ -47,14 +48,17 @@ HAS_TRITON = importlib.util.find_spec("triton") is not None
 
 def use_fused_lstm(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether a forward pass takes the fused loop: inference (no autograd) on a CUDA device in
-    float32 or bf16 products, with Triton installed, unless ``SPACY_ELMO_FUSED_LSTM=0``."""
+    products it fuses (:func:`fuses`: float32 or bf16), with Triton installed, unless ``SPACY_ELMO_FUSED_LSTM=0``."""
     return (
-        HAS_TRITON
-        and device.type == "cuda"
-        and dtype in (torch.float32, torch.bfloat16)
-        and not torch.is_grad_enabled()
-        and switches().fused_lstm
+        HAS_TRITON and device.type == "cuda" and fuses(dtype) and not torch.is_grad_enabled() and switches().fused_lstm
     )
+
+
+def fuses(dtype: torch.dtype) -> bool:
+    """Whether the fused loop runs products in ``dtype``: those of a precision whose record says so
+    (:attr:`.precision.kinds.ProductPrecision.fused_on_gpu`)."""
+    kind = of_dtype(dtype)
+    return kind is not None and kind.fused_on_gpu
 
 
 class LayerBuffers(NamedTuple):
