@@ -7,7 +7,7 @@ both halves (within the accuracy contract). Each direction runs all its steps be
 so a step reads one direction's weights, which can stay in the CPU's cache.
 """
 
-from typing import Sequence, Tuple
+from typing import Any, Sequence, Tuple, cast
 
 import torch
 from torch import Tensor
@@ -31,7 +31,9 @@ class Int8Kernel:
     def __call__(
         self, index: int, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
     ) -> Result:
-        packs = self.packs.get(str(index), list(layer.parameters()), lambda: make_packs(layer))  # refuses gradients
+        # The cache holds a flat tuple of packs; a layer's are nested per kind and direction. It refuses gradients.
+        made = self.packs.get(str(index), list(layer.parameters()), lambda: cast(Any, make_packs(layer)))
+        packs = cast(Packs, made)
         n_steps, _, batch, _ = inputs.shape
         outputs = hidden.new_zeros((n_steps, 2, batch, hidden.shape[-1]))
         with torch.no_grad():
