@@ -6,8 +6,9 @@ VNNI or AMX int8, else the current engine's, fbgemm on x86: see :func:`pack_engi
 one product of the step's input beside the previous output by the input and recurrent weights
 stacked (see :mod:`.kernels.int8`), and the output projection. Each weight is
 quantized once per output channel to int8 (scale: the channel's largest magnitude / 127) and
-prepacked for the kernel; each call quantizes its activations per tensor to uint8, accumulates in
-int32 and returns float32 with the float32 bias added. The gates, cell state, clipping, skip
+prepacked for the kernel; each call quantizes its activations per row (token) to uint8, so that a
+row's result is its own whatever its batch (:func:`linear`), accumulates in int32 and returns
+float32, to which the float32 bias is added. The gates, cell state, clipping, skip
 connections and outputs stay float32, as in bf16 mode.
 
 The char CNN does not run in int8: int8 highways and projection lose too much (mean per-token
@@ -25,20 +26,17 @@ leaves int8 out.
 import contextlib
 import threading
 import warnings
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, NamedTuple, Optional, Sequence
 
 import torch
 from torch import Tensor
 
 from ..precision import compat
-from .row_buckets import on_padded_rows
+from .row_buckets import padded_rows
 
 # What `torch.backends.quantized.engine` must be for prepacked int8 linears: fbgemm on x86 (the
 # "x86" engine picks fbgemm or onednn), qnnpack on ARM.
 INT8_ENGINES = ("x86", "fbgemm", "onednn", "qnnpack")
-
-# A prepacked int8 weight (with its bias), as ``torch.ops.quantized.linear_prepack`` makes it.
-Packed = Any
 
 # The CPU features (as torch.cpu.get_capabilities() names them) for whose int8 dot products the
 # weights are packed for oneDNN's kernels: its dynamic int8 linear runs the LSTM's wide products
@@ -91,6 +89,26 @@ def _packing_for(engine: str) -> Iterator[None]:
             torch.backends.quantized.engine = current
 
 
+class Packed(NamedTuple):
+    """A weight quantized per output channel to int8 and prepacked for ``engine``
+    (``torch.ops.quantized.linear_prepack``, without bias), with its float32 bias (out,) or None.
+
+    ``lock``: held around each product by a oneDNN pack. oneDNN's dynamic int8 linear keeps one
+    primitive per pack, made at its first call and reused by later calls at the same torch thread
+    count; calls on one pack from several threads at once, each at two or more torch threads, then
+    give some of them wrong results (token cosine down to 0.88 at the Original size). fbgemm's
+    packs keep no such state and take no lock.
+
+    ``pin``: (1, in), 1 in the first column, -1 in the last, 0 elsewhere: the row that fixes the
+    kernel's activation range (see :func:`linear`)."""
+
+    prepacked: Any
+    bias: Optional[Tensor]
+    engine: str
+    lock: Optional[threading.Lock]
+    pin: Tensor
+
+
 def pack(weight: Tensor, bias: Optional[Tensor]) -> Packed:
     """A float32 weight (out, in) quantized per output channel to int8 and prepacked for
     :func:`pack_engine`, with its bias (out,)."""
@@ -100,11 +118,41 @@ def pack(weight: Tensor, bias: Optional[Tensor]) -> Packed:
     with warnings.catch_warnings():  # the quantized tensor type is deprecated; the kernels are not
         warnings.filterwarnings("ignore", message=".*quantize_per_channel.*deprecated")
         quantized = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)
-    with _packing_for(pack_engine()):
-        return torch.ops.quantized.linear_prepack(quantized, None if bias is None else bias.detach().float())
+    engine = pack_engine()
+    with _packing_for(engine):
+        prepacked = torch.ops.quantized.linear_prepack(quantized, None)
+    lock = threading.Lock() if engine == "onednn" else None
+    pin = torch.zeros(1, weight.shape[1])
+    pin[0, 0], pin[0, -1] = 1.0, -1.0  # the inputs have two columns or more
+    return Packed(prepacked, None if bias is None else bias.detach().float(), engine, lock, pin)
 
 
 def linear(x: Tensor, packed: Packed) -> Tensor:
-    """``x @ weight.T + bias`` through the int8 kernel, on bounded row counts (see
-    :mod:`.row_buckets`). Shape: (n, in) float32 -> (n, out) float32."""
-    return on_padded_rows(lambda rows: torch.ops.quantized.linear_dynamic(rows.contiguous(), packed, False), x, 0)
+    """``x @ weight.T + bias`` through the int8 kernel, each row's activations quantized with a
+    scale of its own, so that a row's result does not depend on the others. Shape: (n, in)
+    float32 -> (n, out) float32.
+
+    The kernel quantizes its input with one scale per tensor, from the tensor's minimum and
+    maximum. Each row is divided by its largest magnitude, so its values lie in [-1, 1], and one
+    more row holding 1 and -1 (its result dropped) makes -1 and 1 the tensor's minimum and
+    maximum whatever the other rows: every row is then quantized by the same fixed scale, which
+    is its own scale once the result is multiplied back by its magnitude. The extra row is one of
+    :mod:`.row_buckets`' padding rows where there are any; they all hold it.
+    """
+    rows = x.shape[0]
+    magnitudes = x.abs().amax(dim=1, keepdim=True).clamp_min_(torch.finfo(torch.float32).tiny)  # (n, 1)
+    scaled = x.new_empty((padded_rows(rows + 1), x.shape[1]))
+    torch.div(x, magnitudes, out=scaled[:rows])
+    scaled[rows:] = packed.pin  # the padding rows, the first of them at least, pin the range
+    product = _product(scaled, packed)[:rows]
+    if packed.bias is None:
+        return product.mul_(magnitudes)
+    return torch.addcmul(packed.bias, product, magnitudes)
+
+
+def _product(x: Tensor, packed: Packed) -> Tensor:
+    """The kernel's product of ``x`` (n, in) by the pack, (n, out), under the pack's lock if it has one."""
+    if packed.lock is None:
+        return torch.ops.quantized.linear_dynamic(x, packed.prepacked, False)
+    with packed.lock:
+        return torch.ops.quantized.linear_dynamic(x, packed.prepacked, False)
