@@ -4,7 +4,7 @@ embed or CLI) | cli, with no import cycle. Read from the source, imports inside 
 
 import ast
 from pathlib import Path
-from typing import Dict, List, Set
+from typing import Dict, List, Set, Union
 
 import pytest
 
@@ -235,3 +235,32 @@ def test_only_the_settings_modules_read_the_environment() -> None:
 )
 def test_environment_reads_sees_reads_not_writes(source: str, lines: List[int]) -> None:
     assert environment_reads(source) == lines
+
+
+# Budgets that keep the code readable: a module a reader can hold, a function a screen can show.
+MODULE_LINES = 420
+FUNCTION_BODY_LINES = 60
+
+
+def body_lines(function: Union[ast.FunctionDef, ast.AsyncFunctionDef]) -> int:
+    """Lines of a function's body, its docstring left out."""
+    body = function.body
+    first = body[1] if len(body) > 1 and ast.get_docstring(function, clean=False) is not None else body[0]
+    return (function.end_lineno or first.lineno) - first.lineno + 1
+
+
+def test_modules_and_functions_keep_to_their_budgets() -> None:
+    over = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text(encoding="utf8")
+        if len(text.splitlines()) > MODULE_LINES:
+            over.append(f"{path.relative_to(PACKAGE)}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and body_lines(node) > FUNCTION_BODY_LINES:
+                over.append(f"{path.relative_to(PACKAGE)}::{node.name}: a body of {body_lines(node)} lines")
+    assert not over, over
+
+
+def test_body_lines_leaves_the_docstring_out() -> None:
+    source = 'def f():\n    """Doc\n    string."""\n    a = 1\n    return a\n'
+    assert body_lines(ast.parse(source).body[0]) == 2

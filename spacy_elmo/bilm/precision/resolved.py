@@ -49,7 +49,7 @@ Precision = Literal["fp32", "bf16", "int8", "auto"]
 PRECISIONS: Tuple[str, ...] = (*PRODUCT_PRECISIONS, "auto")
 # A setting decided: what the products run in (see ResolvedPrecision).
 Explicit = Literal["fp32", "bf16", "int8"]
-# The product dtype of dynamic int8 products (weights int8, activations quantized per call, float32 out: see .int8).
+# The product dtype of dynamic int8 products (weights int8, activations quantized per row, float32 out: see .int8).
 INT8 = kinds.INT8.dtype
 
 
