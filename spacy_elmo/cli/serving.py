@@ -1,21 +1,31 @@
-"""``spacy-elmo serve``: a pipeline over HTTP (the ``serve`` extra: FastAPI and uvicorn).
+"""``spacy-elmo serve``: a pipeline over HTTP (the ``serve`` extra: FastAPI and uvicorn), in this
+process or as replicas on Ray Serve (``--ray-replicas``, the ``ray-serve`` extra).
 
 Every option also comes from a ``SPACY_ELMO_SERVE_*`` environment variable (a container's usual
-settings); the flag wins. FastAPI and uvicorn are imported only when the command runs, so the
-rest of the command line works without the extra.
+settings); the flag wins. FastAPI, uvicorn and Ray are imported only when the command runs, so
+the rest of the command line works without the extras.
 """
+
+from typing import TYPE_CHECKING, Callable
 
 import typer
 
-from ..serve.settings import ENV_PREFIX, BatchLimits, RequestLimits, ServeSettings
+from ..serve.settings import ENV_PREFIX, BatchLimits, RaySettings, RequestLimits, ServeSettings
 from .app import app, reported
+
+if TYPE_CHECKING:  # the pipeline's module imports spaCy: only the command's run needs it
+    from ..serve.pipeline import PipelineSource
 
 MISSING_EXTRA = (
     'spacy-elmo serve needs FastAPI and uvicorn: pip install ".[serve]" from a clone of spacy-elmo '
     '(or pip install "spacy-elmo[serve]")'
 )
+MISSING_RAY_SERVE = (
+    'spacy-elmo serve --ray-replicas needs Ray Serve: pip install ".[ray-serve]" from a clone of spacy-elmo '
+    '(or pip install "spacy-elmo[ray-serve]")'
+)
 EXTRA_MODULES = ("fastapi", "uvicorn", "starlette", "pydantic")
-_REQUESTS, _BATCHES, _SETTINGS = RequestLimits(), BatchLimits(), ServeSettings()
+_REQUESTS, _BATCHES, _SETTINGS, _RAY = RequestLimits(), BatchLimits(), ServeSettings(), RaySettings()
 
 
 def _env(name: str) -> str:
@@ -55,6 +65,19 @@ def serve(
         help="Seconds that requests in flight get to finish after SIGTERM",
     ),
     log_level: str = typer.Option(_SETTINGS.log_level, envvar=_env("log_level"), help="debug, info, warning"),
+    ray_replicas: int = typer.Option(
+        _RAY.replicas,
+        envvar=_env("ray_replicas"),
+        help="Serve N replicas on Ray Serve, each with its own pipeline (0: this process alone)",
+    ),
+    ray_threads: int = typer.Option(
+        _RAY.threads, envvar=_env("ray_threads"), help="Torch threads, and Ray CPUs, per replica"
+    ),
+    ray_address: str = typer.Option(
+        _RAY.address,
+        envvar=_env("ray_address"),
+        help="The Ray cluster to deploy on (auto: the one running here); empty: a Ray started for the service",
+    ),
 ) -> None:
     """Serve a spaCy pipeline over HTTP: POST {"texts": [...], "vectors": false} to /pipe for each
     text's tokens, entities, categories and (if asked) vectors; GET /health is 200 once the
@@ -62,7 +85,8 @@ def serve(
 
     One thread owns the pipeline and runs the queued requests in batches, each inside one
     nlp.memory_zone(). A request over a limit gets 413, a full queue 503 with Retry-After. SIGTERM
-    lets the requests in flight finish, then exits (docs/serving.md).
+    lets the requests in flight finish, then exits (docs/serving.md). With --ray-replicas N the
+    same application runs as N replicas on Ray Serve, behind Ray's proxy at --host and --port.
     """
     settings = ServeSettings(
         host=host,
@@ -71,17 +95,32 @@ def serve(
         batches=BatchLimits(max_batch_texts, max_batch_chars, queue_size),
         shutdown_timeout=shutdown_timeout,
         log_level=log_level,
+        ray=RaySettings(ray_replicas, ray_threads, ray_address),
     )
-    try:
-        from ..serve.server import PipelineFailed
-        from ..serve.server import serve as run_server
-    except ModuleNotFoundError as err:
-        if (err.name or "").split(".")[0] not in EXTRA_MODULES:
-            raise
-        typer.secho(f"Error: {MISSING_EXTRA} ({err})", fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from err
+    with reported(ValueError):
+        settings.check()
+    run = _runner(on_ray=ray_replicas > 0)
     from ..serve.pipeline import find_source
+    from ..serve.server import PipelineFailed
 
     with reported(ValueError, PipelineFailed):
-        settings.check()
-        run_server(find_source(pipeline), settings)
+        run(find_source(pipeline), settings)
+
+
+def _runner(on_ray: bool) -> Callable[["PipelineSource", ServeSettings], None]:
+    """The function that serves: uvicorn in this process, or a deployment on Ray Serve; exits
+    with what to install where its extra is missing."""
+    try:
+        from ..serve.server import serve as run_server
+
+        if not on_ray:
+            return run_server
+        from ..serve.ray_deployment import serve_on_ray
+    except ModuleNotFoundError as err:
+        top = (err.name or "").split(".")[0]  # on Ray, any module but ours: Ray Serve needs many
+        if top == "spacy_elmo" or not (on_ray or top in EXTRA_MODULES):
+            raise
+        message = MISSING_RAY_SERVE if on_ray else MISSING_EXTRA
+        typer.secho(f"Error: {message} ({err})", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from err
+    return serve_on_ray

@@ -5,7 +5,8 @@
 - :mod:`.pipeline`: what ``PIPELINE`` names (a directory, an installed package, a published biLM),
   and a batch run inside one ``nlp.memory_zone()`` with each doc's output built inside it;
 - :mod:`.app`: the FastAPI application (``GET /health``, ``POST /pipe``, OpenAPI at ``/docs``);
-- :mod:`.server`: logging, uvicorn, and a clean exit on SIGTERM.
+- :mod:`.server`: logging, uvicorn, and a clean exit on SIGTERM;
+- :mod:`.ray_deployment`: the same application as replicas on Ray Serve (the ``ray-serve`` extra).
 
 Nothing of the library imports this package, and this ``__init__`` imports nothing: the command
 line reads :mod:`.settings` for its help without FastAPI installed.

@@ -148,12 +148,24 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replayed
 
 
-def create_app(worker: Worker, limits: RequestLimits = DEFAULT_REQUESTS, shutdown_timeout: float = 30.0) -> FastAPI:
-    """The application; it starts ``worker`` at startup, and at shutdown waits for it to drain."""
+def create_app(
+    worker: Worker,
+    limits: RequestLimits = DEFAULT_REQUESTS,
+    shutdown_timeout: float = 30.0,
+    start_when_ready: bool = False,
+) -> FastAPI:
+    """The application; it starts ``worker`` at startup, and at shutdown waits for it to drain.
+
+    With ``start_when_ready`` its startup ends only once the pipeline is loaded and warm, and fails
+    if it fails to load: for a host that routes requests to an application as soon as it has
+    started (a Ray Serve replica), where the single server instead answers 503 while it loads.
+    """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         worker.start()
+        if start_when_ready and not await run_in_threadpool(worker.wait_loaded):
+            raise RuntimeError(f"the pipeline failed to load: {worker.failure}") from worker.failure
         yield
         if not await run_in_threadpool(worker.close, shutdown_timeout):
             logger.warning("the pipeline's worker did not stop within %s s", shutdown_timeout)

@@ -1,4 +1,4 @@
-"""What ``spacy-elmo serve`` takes: request limits, batching, the queue, the address.
+"""What ``spacy-elmo serve`` takes: request limits, batching, the queue, the address, Ray Serve's replicas.
 
 Plain values, so the command line's help shows them without FastAPI or uvicorn installed; the
 command's flags and ``SPACY_ELMO_SERVE_*`` variables set them (docs/serving.md lists them).
@@ -45,6 +45,28 @@ class BatchLimits:
 
 
 @dataclass(frozen=True)
+class RaySettings:
+    """Whether and how ``spacy-elmo serve`` runs on Ray Serve (the ``ray-serve`` extra).
+
+    ``replicas`` 0 serves from this process alone; N > 0 deploys N replicas, each a process with
+    its own pipeline and worker, asking Ray for ``threads`` CPUs and running torch on as many
+    threads. ``address`` is the Ray cluster to join (``ray://...`` or ``HOST:PORT``); empty, Ray's
+    own ``RAY_ADDRESS``, else a Ray started on this machine for the service.
+    """
+
+    replicas: int = 0
+    threads: int = 1
+    address: str = ""
+
+    def check(self) -> None:
+        """A ValueError naming the flag that cannot work."""
+        if self.replicas < 0:
+            raise ValueError(f"--ray-replicas must be 0 (no Ray) or more, got {self.replicas}")
+        if self.threads < 1:
+            raise ValueError(f"--ray-threads must be at least 1 (torch threads per replica), got {self.threads}")
+
+
+@dataclass(frozen=True)
 class ServeSettings:
     """Everything ``spacy-elmo serve`` is given beside its pipeline."""
 
@@ -54,6 +76,7 @@ class ServeSettings:
     batches: BatchLimits = BatchLimits()
     shutdown_timeout: float = 30.0
     log_level: str = "info"
+    ray: RaySettings = RaySettings()
 
     def check(self) -> None:
         """A ValueError naming the setting that cannot work, before anything loads."""
@@ -72,3 +95,4 @@ class ServeSettings:
             raise ValueError(f"--port must be 0 to 65535, got {self.port}")
         if self.shutdown_timeout <= 0:
             raise ValueError(f"--shutdown-timeout must be positive (seconds), got {self.shutdown_timeout}")
+        self.ray.check()

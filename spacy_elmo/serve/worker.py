@@ -126,6 +126,7 @@ class Worker:
         self._queued_texts = 0
         self._closing = False
         self._ready = threading.Event()
+        self._settled = threading.Event()  # set once the pipeline is warm or has failed to load
         self._seconds_per_text = 0.0
         self._thread = threading.Thread(target=self._main, name="spacy-elmo-pipeline", daemon=True)
 
@@ -149,6 +150,12 @@ class Worker:
 
     def start(self) -> None:
         self._thread.start()
+
+    def wait_loaded(self, timeout: Optional[float] = None) -> bool:
+        """Wait until the pipeline is loaded and warm, or has failed to (at most ``timeout``
+        seconds); whether it is ready."""
+        self._settled.wait(timeout)
+        return self.ready
 
     def submit(self, texts: List[str], vectors: bool) -> "Future[List[Any]]":
         """Queue a request; its future gets one output per text, in order, or the error of its own texts.
@@ -188,8 +195,10 @@ class Worker:
             logger.exception("the pipeline failed to load or warm up")
             if self._on_failure is not None:
                 self._on_failure(err)
+            self._settled.set()
             return
         self._ready.set()
+        self._settled.set()
         while (batch := self._next_batch()) is not None:
             self._run_batch(run, batch)
         logger.info("the pipeline's worker drained its queue and stopped after %d batches", self.batches_run)

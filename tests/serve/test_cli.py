@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
+from spacy_elmo.serve.settings import RaySettings
 
 
 def test_without_the_serve_extra_it_says_what_to_install(monkeypatch) -> None:
@@ -28,3 +29,33 @@ def test_a_pipeline_that_names_nothing_is_an_error_listing_what_it_may_be(tmp_pa
 def test_a_setting_from_a_flag_or_its_variable_is_checked_before_anything_loads(args, env) -> None:
     result = CliRunner().invoke(app, ["serve", "en", *args], env=env)
     assert result.exit_code == 1 and "--queue-size must be at least 1, got 0" in result.output, result.output
+
+
+def test_ray_replicas_without_ray_serve_say_what_to_install(monkeypatch) -> None:
+    monkeypatch.delitem(sys.modules, "spacy_elmo.serve.ray_deployment", raising=False)
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails as where it is not installed
+    result = CliRunner().invoke(app, ["serve", "en", "--ray-replicas", "2"])
+    assert result.exit_code == 1 and 'pip install ".[ray-serve]"' in result.output, result.output
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--ray-replicas", "-1"], "--ray-replicas must be 0 (no Ray) or more, got -1"),
+        (["--ray-replicas", "2", "--ray-threads", "0"], "--ray-threads must be at least 1 (torch threads per replica)"),
+    ],
+)
+def test_ray_settings_are_checked_before_ray_starts(args, message) -> None:
+    result = CliRunner().invoke(app, ["serve", "en", *args])
+    assert result.exit_code == 1 and message in result.output, result.output
+
+
+def test_replicas_that_the_local_ray_cannot_place_are_refused_with_how_many_fit() -> None:
+    ray_deployment = pytest.importorskip("spacy_elmo.serve.ray_deployment", reason="needs Ray Serve")
+    ray_deployment.check_local_cpus(RaySettings(replicas=4, threads=2), available=8.0)
+    with pytest.raises(
+        ValueError,
+        match=r"--ray-replicas 3 x --ray-threads 2 needs 6 CPUs, .* has 4: lower "
+        r"--ray-replicas to 2",
+    ):
+        ray_deployment.check_local_cpus(RaySettings(replicas=3, threads=2), available=4.0)

@@ -6,15 +6,12 @@ flight finish and the process exit 0."""
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Iterator, List
 
-import numpy
 import pytest
 import requests
-import spacy
 
-from ..helpers import build_ner_textcat
-from .helpers import Server, start_server, stop
+from .helpers import Server, assert_same_docs, expected_docs, heavy_request, start_server, stop
 
 pytestmark = pytest.mark.slow
 
@@ -39,46 +36,10 @@ LIMITS = ["--max-texts", "16", "--max-text-chars", "2000", "--max-request-chars"
 
 
 @pytest.fixture(scope="module")
-def pipeline_dir(bilm_files, tmp_path_factory) -> Path:
-    """elmo + ner + textcat on the tiny biLM, saved as a service would load it."""
-    directory = tmp_path_factory.mktemp("pipeline") / "pipeline"
-    build_ner_textcat(bilm_files).to_disk(directory)
-    return directory
-
-
-@pytest.fixture(scope="module")
 def server(pipeline_dir: Path, tmp_path_factory) -> Iterator[Server]:
     running = start_server(pipeline_dir, tmp_path_factory.mktemp("log") / "serve.log", *LIMITS)
     yield running
     stop(running)
-
-
-def expected_docs(pipeline_dir: Path, texts: List[str]) -> List[Dict[str, Any]]:
-    nlp = spacy.load(pipeline_dir)
-    return [
-        {
-            "tokens": [t.text for t in doc],
-            "ents": [[e.start_char, e.end_char, e.label_] for e in doc.ents],
-            "cats": doc.cats,
-            "vectors": doc._.elmo_vectors,
-        }
-        for doc in nlp.pipe(texts)
-    ]
-
-
-def assert_same_docs(docs: List[Dict[str, Any]], expected: List[Dict[str, Any]]) -> None:
-    assert [doc["tokens"] for doc in docs] == [e["tokens"] for e in expected]
-    assert [[[x["start_char"], x["end_char"], x["label"]] for x in doc["ents"]] for doc in docs] == [
-        e["ents"] for e in expected
-    ]
-    for doc, e in zip(docs, expected):
-        assert doc["cats"].keys() == e["cats"].keys()
-        assert all(abs(doc["cats"][label] - score) < 1e-4 for label, score in e["cats"].items())
-        if "vectors" in doc:
-            scale = max(1.0, float(numpy.abs(e["vectors"]).max(initial=0.0)))
-            numpy.testing.assert_allclose(
-                numpy.array(doc["vectors"]).reshape(e["vectors"].shape), e["vectors"], rtol=0, atol=1e-4 * scale
-            )
 
 
 def test_concurrent_callers_each_get_their_own_docs_as_nlp_pipe_gives_them(server: Server, pipeline_dir) -> None:
@@ -136,11 +97,6 @@ def test_invalid_json_or_types_get_a_422_that_says_where(server: Server, body: s
 def test_a_request_over_a_limit_gets_a_413_naming_it(server: Server, texts: List[str], flag: str) -> None:
     answer = server.post({"texts": texts})
     assert answer.status_code == 413 and flag in answer.json()["detail"], answer.text
-
-
-def heavy_request(n_texts: int) -> Dict[str, Any]:
-    """Texts that keep the tiny pipeline busy for a while (about 3 ms a text here)."""
-    return {"texts": [" ".join(f"word{(i * 7 + j) % 50}" for i in range(60)) + " ." for j in range(n_texts)]}
 
 
 def test_a_full_queue_answers_503_with_retry_after(pipeline_dir: Path, tmp_path: Path) -> None:

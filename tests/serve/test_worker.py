@@ -204,3 +204,25 @@ def test_future_results_come_from_the_worker_thread_only() -> None:
         thread.join(TIMEOUT)
     assert [f.result(TIMEOUT) for f in futures] == [["x"]] * 8
     assert set(threads) == {"spacy-elmo-pipeline"} and worker.close(TIMEOUT)
+
+
+def test_wait_loaded_returns_once_the_pipeline_is_warm_or_has_failed() -> None:
+    release = threading.Event()
+
+    def load() -> RecordingRun:
+        assert release.wait(TIMEOUT)
+        return RecordingRun()
+
+    worker = Worker(load, warm_up_texts=())
+    worker.start()
+    assert worker.wait_loaded(0.05) is False and worker.state == "loading"
+    release.set()
+    assert worker.wait_loaded(TIMEOUT) is True and worker.state == "ready"
+    assert worker.close(TIMEOUT)
+
+    def fail() -> RecordingRun:
+        raise OSError("no such pipeline")
+
+    failing = Worker(fail)
+    failing.start()
+    assert failing.wait_loaded(TIMEOUT) is False and failing.state == "failed"

@@ -1,0 +1,153 @@
+"""``spacy-elmo serve --ray-replicas N``: the same application as a Ray Serve deployment of N replicas.
+
+Each replica is a Ray actor process with its own pipeline and its own :class:`~.worker.Worker`,
+behind the application :func:`~.app.create_app` builds: a replica batches the requests it gets
+as the single server does, with the same limits, refusals and memory zones. Ray Serve's HTTP
+proxy listens on ``--host``/``--port`` and routes each request to a replica.
+
+A replica asks Ray for ``threads`` CPUs and runs torch at as many threads, so that replicas
+never oversubscribe the cores Ray gives them. It counts as started only once its pipeline is
+warm (its application's startup waits for it), so Ray routes nothing to a replica that would
+answer 503 while it loads; after that Ray's health check fails, and Ray replaces the replica,
+whenever its worker is not ready (as ``GET /health`` answers 503). Every response names the
+replica that served it in :data:`REPLICA_HEADER`.
+"""
+
+import logging
+import signal
+import threading
+from dataclasses import asdict
+
+import ray
+import torch
+from fastapi import FastAPI
+from ray import serve
+from ray.serve import Application
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .app import create_app
+from .pipeline import PipelineRun, PipelineSource, load_pipeline
+from .server import LOG_FORMAT, PipelineFailed
+from .settings import RaySettings, ServeSettings
+from .worker import Worker, logger
+
+APP_NAME = "spacy-elmo"
+DEPLOYMENT_NAME = "pipeline"
+REPLICA_HEADER = "X-Replica"
+# How often the process that deployed the service looks for SIGTERM or SIGINT, in seconds.
+SIGNAL_POLL_SECONDS = 0.5
+
+
+class ReplicaHeader:
+    """Adds :data:`REPLICA_HEADER` (this replica's id) to every HTTP response: which replica served a request."""
+
+    def __init__(self, app: ASGIApp, replica: str) -> None:
+        self.app = app
+        self.replica = replica
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_named(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message).append(REPLICA_HEADER, self.replica)
+            await send(message)
+
+        await self.app(scope, receive, send_named)
+
+
+@serve.ingress()
+class PipelineReplica:
+    """One replica: its own pipeline, worker and application, built in the replica's process."""
+
+    def __init__(self, source: PipelineSource, settings: ServeSettings) -> None:
+        logging.basicConfig(level=settings.log_level.upper(), format=LOG_FORMAT)
+        # Ray's threads run beside the worker, so elmo's threads = "auto" keeps torch's count as set here
+        torch.set_num_threads(settings.ray.threads)
+        self.worker = Worker(lambda: PipelineRun(load_pipeline(source)), settings.batches)
+        self.http_app = create_app(self.worker, settings.requests, settings.shutdown_timeout, start_when_ready=True)
+        replica = serve.get_replica_context().replica_id.unique_id
+        self.http_app.add_middleware(ReplicaHeader, replica=replica)
+        logger.info("replica %s: the pipeline on %d torch threads", replica, settings.ray.threads)
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        """Ray Serve's hook: the application this replica serves."""
+        return self.http_app
+
+    def check_health(self) -> None:
+        """Ray Serve's periodic health check (every 10 s by default): healthy while ``GET /health`` is 200."""
+        if not self.worker.ready:
+            failure = f": {self.worker.failure}" if self.worker.failure is not None else ""
+            raise RuntimeError(f"the pipeline's worker is {self.worker.state}{failure}")
+
+
+def application(source: PipelineSource, settings: ServeSettings) -> Application:
+    """``settings.ray.replicas`` replicas of ``source``'s pipeline, for ``serve.run``.
+
+    A replica takes as many requests at once as its worker can hold (a running batch and a full
+    queue), so that its own queue, not Ray's proxy, refuses with 503 and ``Retry-After``.
+    """
+    batches = settings.batches
+    deployment = serve.deployment(
+        name=DEPLOYMENT_NAME,
+        num_replicas=settings.ray.replicas,
+        ray_actor_options={"num_cpus": settings.ray.threads},
+        max_ongoing_requests=batches.queue_size + batches.max_batch_texts,
+        graceful_shutdown_timeout_s=settings.shutdown_timeout,
+    )(PipelineReplica)
+    return deployment.bind(source, settings)
+
+
+def serve_on_ray(source: PipelineSource, settings: ServeSettings) -> None:
+    """Deploy ``source``'s pipeline on Ray Serve and serve until SIGTERM or SIGINT, then remove the
+    deployment (its replicas finish the requests they hold) and leave Ray.
+
+    Joins the cluster at ``settings.ray.address`` (``auto``: the one running on this machine),
+    else starts a Ray on this machine for the service, stopped at the end.
+    """
+    settings.check()
+    logging.basicConfig(level=settings.log_level.upper(), format=LOG_FORMAT)
+    logger.info("serving the %s %r on Ray Serve with %s", source.kind, source.spec, asdict(settings))
+    address = settings.ray.address or "local"
+    ray.init(address=address, include_dashboard=False if address == "local" else None)
+    try:
+        if address == "local":
+            check_local_cpus(settings.ray, ray.cluster_resources().get("CPU", 0.0))
+        serve.start(http_options={"host": settings.host, "port": settings.port})
+        try:
+            serve.run(application(source, settings), name=APP_NAME, route_prefix="/")
+        except RuntimeError as err:  # Ray Serve's report that the replicas failed to start
+            raise PipelineFailed(
+                f"the deployment of {source.spec!r} on Ray Serve failed ({err}): the replicas' errors are in Ray's "
+                "logs, logs/serve/replica_*.log of the session's folder (/tmp/ray/session_latest on its head node)"
+            ) from err
+        logger.info("%d replicas ready behind http://%s:%d", settings.ray.replicas, settings.host, settings.port)
+        wait_for_stop_signal()
+        logger.info("stopping: the replicas finish the requests they hold")
+        serve.delete(APP_NAME)
+    finally:
+        ray.shutdown()
+
+
+def check_local_cpus(ray_settings: RaySettings, available: float) -> None:
+    """Refuse replicas that the Ray started on this machine cannot place: they would wait for
+    CPUs forever (a cluster may add nodes on demand, so only here)."""
+    needed = ray_settings.replicas * ray_settings.threads
+    if needed > available:
+        raise ValueError(
+            f"--ray-replicas {ray_settings.replicas} x --ray-threads {ray_settings.threads} needs {needed} CPUs, and "
+            f"the Ray started on this machine has {available:g}: lower --ray-replicas to "
+            f"{max(1, int(available // ray_settings.threads))}, or --ray-threads"
+        )
+
+
+def wait_for_stop_signal() -> None:
+    """Return once SIGTERM or SIGINT arrives (set after ``ray.init``, which installs its own)."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda number, frame: stop.set())
+    while not stop.wait(SIGNAL_POLL_SECONDS):
+        pass

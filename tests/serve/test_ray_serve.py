@@ -1,0 +1,95 @@
+"""``spacy-elmo serve PIPELINE --ray-replicas 2`` as an operator runs it: the command starts a
+local one-node Ray (its proxy on 127.0.0.1 only) and deploys 2 replicas of the application;
+called concurrently, each answer equals what ``nlp.pipe`` gives in-process and both replicas
+serve; the limits and health are the single server's; SIGTERM lets the requests in flight finish
+and the command exit 0."""
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+import requests
+
+from .helpers import Server, assert_same_docs, expected_docs, heavy_request, start_server, stop
+
+pytest.importorskip("ray.serve", reason='Ray Serve does not import here: pip install ".[ray-serve]"')
+from spacy_elmo.serve.ray_deployment import REPLICA_HEADER
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+TEXTS = [
+    "Alice went to Paris .",
+    "It was a great day",
+    "Bob  stayed home . He read .",
+    "The bank raised its rates , and the river bank flooded .",
+    "zorblax quimfet glorptuna .",
+]
+START_TIMEOUT = 150  # seconds: Ray, Serve's controller and proxy, then 2 replicas, on a loaded machine
+READY_LOG = "2 replicas ready"
+
+
+@pytest.fixture(scope="module")
+def service(pipeline_dir: Path, tmp_path_factory) -> Iterator[Server]:
+    """The command with 2 replicas of one torch thread each, once both are ready."""
+    log = tmp_path_factory.mktemp("log") / "serve-ray.log"
+    running = start_server(
+        pipeline_dir,
+        log,
+        "--ray-replicas",
+        "2",
+        "--ray-threads",
+        "1",
+        "--shutdown-timeout",
+        "30",
+        start_timeout=START_TIMEOUT,
+    )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while READY_LOG not in running.output() and time.monotonic() < deadline and running.process.poll() is None:
+            time.sleep(0.2)
+        assert READY_LOG in running.output(), running.output()
+        yield running
+    finally:
+        stop(running)
+
+
+def post(service: Server, texts: List[str], vectors: bool = False) -> requests.Response:
+    return service.post({"texts": texts, "vectors": vectors})
+
+
+def test_both_replicas_answer_concurrent_callers_as_nlp_pipe_does(service: Server, pipeline_dir: Path) -> None:
+    requests_sent = [[TEXTS[(i + j) % len(TEXTS)] for j in range(1 + i % 4)] for i in range(32)]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda texts: post(service, texts, vectors=True), requests_sent))
+    assert [a.status_code for a in answers] == [200] * len(answers), service.output()
+    expected = dict(zip(TEXTS, expected_docs(pipeline_dir, TEXTS)))
+    for texts, answer in zip(requests_sent, answers):
+        assert_same_docs(answer.json()["docs"], [expected[text] for text in texts])
+    replicas = {answer.headers[REPLICA_HEADER] for answer in answers}
+    assert len(replicas) == 2, replicas
+
+
+def test_health_and_the_limits_are_the_single_servers(service: Server) -> None:
+    health = service.health()
+    assert health["status"] == "ready" and health["rss_at_rest_mib"] > 0, health
+    too_many = post(service, ["a"] * 129)
+    assert too_many.status_code == 413 and "--max-texts 128" in too_many.json()["detail"]
+    assert service.post({"texts": [1]}).status_code == 422
+    log = service.output()
+    assert "elmo: precision 'auto' runs fp32" in log and "the pipeline on 1 torch threads" in log, log
+
+
+def test_sigterm_lets_the_requests_in_flight_finish_and_exits_0(service: Server) -> None:
+    """The last test of the module: 16 requests of 120 texts (seconds of work for the two
+    replicas) are in flight when the command gets SIGTERM."""
+    with ThreadPoolExecutor(16) as pool:
+        pending = [pool.submit(post, service, heavy_request(120)["texts"]) for _ in range(16)]
+        time.sleep(0.5)  # the requests reach the replicas, which take them all (max_ongoing_requests)
+        status = service.terminate()
+        answers = [future.result() for future in pending]
+    assert [a.status_code for a in answers] == [200] * 16, service.output()
+    assert all(len(a.json()["docs"]) == 120 for a in answers)
+    assert status == 0, service.output()
+    assert "drained its queue" in service.output()
