@@ -2,14 +2,16 @@
 
 The LSTM's products, which dominate inference from the Small size up, run on PyTorch's
 dynamic-quantization kernels (``torch.ops.quantized.linear_dynamic``: oneDNN's where the CPU has
-VNNI or AMX int8, else the current engine's, fbgemm on x86: see :func:`pack_engine`): at each step
-one product of the step's input beside the previous output by the input and recurrent weights
-stacked (see :mod:`.kernels.int8`), and the output projection. Each weight is
-quantized once per output channel to int8 (scale: the channel's largest magnitude / 127) and
-prepacked for the kernel; each call quantizes its activations per row (token) to uint8, so that a
-row's result is its own whatever its batch (:func:`linear`), accumulates in int32 and returns
-float32, to which the float32 bias is added. The gates, cell state, clipping, skip
-connections and outputs stay float32, as in bf16 mode.
+VNNI or AMX int8, else the current engine's, fbgemm on x86: see :func:`pack_engine`): per
+window of steps the input product, then at each step the recurrent product and the output
+projection (see :mod:`.int8`). Each weight is quantized once per output channel to int8 (scale:
+the channel's largest magnitude / 127) and prepacked for the kernel. The kernel quantizes its
+activations to uint8 with one scale per call, from their range; a row's result must not depend on
+the rows beside it, so each call fixes that range: :func:`linear` scales each row to [-1, 1]
+first (a scale of its own per row), the steps' products have inputs the model bounds (the kernel
+adds a row holding the bounds). It accumulates in int32 and returns float32, to which the float32
+bias is added. The gates, cell state, clipping, skip connections and outputs stay float32, as in
+bf16 mode.
 
 The char CNN does not run in int8: int8 highways and projection lose too much (mean per-token
 cosine of layer 0 to float32 0.9965 on the bundled ``en`` biLM, below the 0.999 contract; its
@@ -144,13 +146,13 @@ def linear(x: Tensor, packed: Packed) -> Tensor:
     scaled = x.new_empty((padded_rows(rows + 1), x.shape[1]))
     torch.div(x, magnitudes, out=scaled[:rows])
     scaled[rows:] = packed.pin  # the padding rows, the first of them at least, pin the range
-    product = _product(scaled, packed)[:rows]
+    result = product(scaled, packed)[:rows]
     if packed.bias is None:
-        return product.mul_(magnitudes)
-    return torch.addcmul(packed.bias, product, magnitudes)
+        return result.mul_(magnitudes)
+    return torch.addcmul(packed.bias, result, magnitudes)
 
 
-def _product(x: Tensor, packed: Packed) -> Tensor:
+def product(x: Tensor, packed: Packed) -> Tensor:
     """The kernel's product of ``x`` (n, in) by the pack, (n, out), under the pack's lock if it has one."""
     if packed.lock is None:
         return torch.ops.quantized.linear_dynamic(x, packed.prepacked, False)
