@@ -12,19 +12,27 @@ run's alone. The biLM is the bundled English one or a random one of the Original
 - ``stream``: RSS every ``--every`` docs over ``--docs`` docs of fresh words, with each
   ``--every`` docs inside ``nlp.memory_zone()`` or not, and spaCy's string count.
 - ``long-doc``: one doc of N tokens without sentence boundaries: what it adds beyond its outputs.
+- ``serve``: the real ``spacy-elmo serve`` on 127.0.0.1: its RSS (``/proc/PID/status``) at rest
+  after the warm-up and after each of ``--rounds`` rounds of ``--requests`` requests of fresh
+  made-up words from ``--clients`` concurrent clients, and each against the rest.
 
 Run from the repository root, e.g.::
 
     python benchmarks/memory.py pipe
     python benchmarks/memory.py stream --docs 40000 --every 5000
     python benchmarks/memory.py long-doc --lengths 10000,50000,100000
+    python benchmarks/memory.py serve --rounds 10
 """
 
 import random
+import subprocess
+import sys
 import time
 import warnings
-from typing import Any, Dict, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, Iterator, List
 
+import requests
 import spacy
 import typer
 from spacy.language import Language
@@ -170,6 +178,75 @@ def long_doc(
             f"{n_tokens:>8} {row['seconds']:>8.1f} {row['baseline']:>9.0f} {row['added']:>10.0f} "
             f"{row['outputs']:>8.0f} {row['added'] - row['outputs']:>8.0f}"
         )
+
+
+# The worker releases the heap after answering a batch's requests: a reading waits for that.
+SETTLE_SECONDS = 1.0
+
+
+def process_rss_mib(pid: int) -> float:
+    """Another process's resident memory now, in MiB (Linux's ``VmRSS``)."""
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024  # kB
+
+
+def wait_healthy(url: str, server: subprocess.Popen, timeout: float = 600) -> None:
+    """Until ``GET /health`` answers 200 (loaded and warmed up); exits if the server dies or takes too long."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit(f"the server exited with {server.returncode}")
+        try:
+            if requests.get(f"{url}/health", timeout=5).status_code == 200:
+                return
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"the server did not answer /health within {timeout:.0f} s")
+
+
+def send_round(url: str, bodies: List[List[str]], clients: int) -> None:
+    """Each of ``bodies`` as one ``POST /pipe``, from ``clients`` threads at once; a non-200 stops the run."""
+
+    def post(texts: List[str]) -> None:
+        requests.post(f"{url}/pipe", json={"texts": texts}, timeout=300).raise_for_status()
+
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(post, bodies))
+
+
+@app.command("serve")
+def serve_rss(
+    pipeline_name: str = typer.Option("en", "--pipeline", help="What spacy-elmo serve loads (a published biLM: en)"),
+    rounds: int = typer.Option(8, help="rounds of requests after the warm-up"),
+    requests_per_round: int = typer.Option(150, "--requests", help="requests per round"),
+    texts: int = typer.Option(8, help="texts per request"),
+    words: int = typer.Option(20, help="made-up words per text"),
+    clients: int = typer.Option(8, help="concurrent clients"),
+    port: int = typer.Option(8766, help="the service's port on 127.0.0.1"),
+) -> None:
+    """The service's RSS at rest and after each round of fresh words, against the rest (issue 51: within 1.3x, flat)."""
+    command = [sys.executable, "-m", "spacy_elmo", "serve", pipeline_name, "--port", str(port)]
+    server = subprocess.Popen([*command, "--log-level", "warning"])
+    url = f"http://127.0.0.1:{port}"
+    sentences = fresh_sentences(rounds * requests_per_round * texts, words=(words, words), seed=int(time.time()))
+    try:
+        wait_healthy(url, server)
+        rest = process_rss_mib(server.pid)
+        typer.echo(f"spacy-elmo serve {pipeline_name}; {clients} clients, rounds of {requests_per_round} requests")
+        typer.echo(f"of {texts} texts of {words} fresh made-up words; {machine()}")
+        typer.echo(f"at rest after the warm-up: {rest:.0f} MiB")
+        for done in range(1, rounds + 1):
+            bodies = [[" ".join(next(sentences)) for _ in range(texts)] for _ in range(requests_per_round)]
+            start = time.perf_counter()
+            send_round(url, bodies, clients)
+            seconds = time.perf_counter() - start
+            time.sleep(SETTLE_SECONDS)
+            rss = process_rss_mib(server.pid)
+            typer.echo(f"round {done:>3}: {rss:>6.0f} MiB, {rss / rest:.2f}x the rest ({seconds:.0f} s)")
+    finally:
+        server.terminate()
+        server.wait(60)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 - :mod:`.settings`: the service's limits and settings, plain values (no web framework);
 - :mod:`.worker`: the one thread that owns the pipeline, and how queued requests form its batches;
+- :mod:`.memory`: the process's resident memory, and the freed heap handed back after each batch;
 - :mod:`.pipeline`: what ``PIPELINE`` names (a directory, an installed package, a published biLM),
   and a batch run inside one ``nlp.memory_zone()`` with each doc's output built inside it;
 - :mod:`.app`: the FastAPI application (``GET /health``, ``POST /pipe``, OpenAPI at ``/docs``);

@@ -19,8 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .memory import resident_mib
 from .settings import RequestLimits
-from .worker import NotReady, Overloaded, ShuttingDown, Worker, logger, resident_mib
+from .worker import NotReady, Overloaded, ShuttingDown, Worker, logger
 
 DEFAULT_REQUESTS = RequestLimits()
 # The version of the HTTP interface (OpenAPI's info.version): a change that breaks a client raises it.

@@ -11,12 +11,12 @@ bounded by :class:`~.settings.BatchLimits`), runs the batch as one call of a :da
 A batch that raises is run again request by request, so that an error reaches only the request
 whose text caused it. A full queue refuses a request at once (:class:`Overloaded`, with a
 ``Retry-After`` estimated from the recent seconds per text) rather than letting latency grow
-without bound. :meth:`Worker.close` refuses new requests and returns once the queue is drained.
+without bound. After each batch the allocator's free pages go back to the system
+(:mod:`.memory`). :meth:`Worker.close` refuses new requests and returns once the queue is drained.
 """
 
 import logging
 import math
-import os
 import threading
 import time
 from collections import deque
@@ -24,6 +24,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, List, Optional, Sequence
 
+from .memory import HEAP_TRIM_AVAILABLE, release_free_heap, resident_mib
 from .settings import BatchLimits
 
 logger = logging.getLogger("spacy_elmo.serve")
@@ -92,19 +93,12 @@ def retry_after_seconds(seconds_per_text: float, queued_texts: int) -> int:
     return max(1, math.ceil(seconds_per_text * queued_texts))
 
 
-def resident_mib() -> Optional[float]:
-    """This process's resident memory in MiB (Linux's ``/proc/self/statm``); None elsewhere."""
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 class Worker:
     """Owns the pipeline ``load`` returns: loads it, warms it up and runs every batch, on one thread.
 
-    ``on_failure`` is called (on that thread) with the error if loading or warming up fails.
+    ``on_failure`` is called (on that thread) with the error if loading or warming up fails;
+    ``after_batch`` after the warm-up and after each batch, before the next is taken (by default
+    the allocator's free pages go back to the system: :func:`~.memory.release_free_heap`).
     """
 
     def __init__(
@@ -113,6 +107,7 @@ class Worker:
         limits: BatchLimits = DEFAULT_BATCHES,
         warm_up_texts: Sequence[str] = WARM_UP_TEXTS,
         on_failure: Optional[Callable[[BaseException], None]] = None,
+        after_batch: Callable[[], object] = release_free_heap,
     ) -> None:
         self.limits = limits
         self.failure: Optional[BaseException] = None
@@ -121,6 +116,7 @@ class Worker:
         self._load = load
         self._warm_up_texts = list(warm_up_texts)
         self._on_failure = on_failure
+        self._after_batch = after_batch
         self._cond = threading.Condition()
         self._pending: Deque[Job] = deque()
         self._queued_texts = 0
@@ -210,9 +206,16 @@ class Worker:
             run([text], [True])
         if len(self._warm_up_texts) > 1:
             run(self._warm_up_texts, [True] * len(self._warm_up_texts))
+        self._after_batch()
         self.rest_mib = resident_mib()
         rest = "unknown" if self.rest_mib is None else f"{self.rest_mib:.0f} MiB"
-        logger.info("warm-up took %.2f s; resident memory at rest: %s", time.perf_counter() - start, rest)
+        trim = "returned" if HEAP_TRIM_AVAILABLE else "kept by the allocator (no glibc malloc_trim)"
+        logger.info(
+            "warm-up took %.2f s; resident memory at rest: %s; freed heap %s after each batch",
+            time.perf_counter() - start,
+            rest,
+            trim,
+        )
 
     def _next_batch(self) -> Optional[List[Job]]:
         """The next batch of requests still wanted (a request whose caller left is dropped);
@@ -232,6 +235,7 @@ class Worker:
     def _run_batch(self, run: BatchRun, jobs: List[Job]) -> None:
         start = time.perf_counter()
         self._run_jobs(run, jobs)
+        self._after_batch()
         n_texts = max(1, sum(len(job.texts) for job in jobs))
         per_text = (time.perf_counter() - start) / n_texts
         self._seconds_per_text += RECENT_WEIGHT * (per_text - self._seconds_per_text)
