@@ -62,8 +62,9 @@ SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
 
 
-def build_bert(directory: Path, texts: List[str]) -> str:
-    """A BERT-base-sized model of random weights and a WordPiece tokenizer over the texts' words; a line on it."""
+def build_bert(directory: Path, texts: List[str], layers: int = 12) -> str:
+    """A BERT-base-sized model (``layers`` layers) of random weights and a WordPiece tokenizer over
+    the texts' words; a line on it."""
     import torch
     from transformers import BertConfig, BertModel, BertTokenizerFast
     from transformers.models.bert.tokenization_bert import BasicTokenizer
@@ -74,11 +75,14 @@ def build_bert(directory: Path, texts: List[str]) -> str:
     vocab_file = directory / "vocab.txt"
     vocab_file.write_text("\n".join(SPECIAL + [w for w in words if w not in SPECIAL]) + "\n", encoding="utf8")
     torch.manual_seed(0)
-    model = BertModel(BertConfig())
+    model = BertModel(BertConfig(num_hidden_layers=layers))
     model.save_pretrained(directory)
     BertTokenizerFast(vocab_file=str(vocab_file), do_lower_case=True).save_pretrained(directory)
     n_params = sum(p.numel() for p in model.parameters())
-    return f"BERT-base-sized model: {n_params / 1e6:.1f} M parameters, WordPiece vocab of {len(words) + len(SPECIAL)}"
+    return (
+        f"BERT-base-sized model, {layers} layers: {n_params / 1e6:.1f} M parameters, "
+        f"WordPiece vocab of {len(words) + len(SPECIAL)}"
+    )
 
 
 def build_pipelines(configs: List[str], directory: str, threads: int) -> Dict[str, Any]:

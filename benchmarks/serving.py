@@ -1,15 +1,21 @@
-"""A service's rates: one ``nlp.pipe``, ``nlp(text)`` one after another, ``nlp(text)`` from many
-threads (which share biLM calls), and the HTTP service (``spacy-elmo serve``) at several
-concurrent clients, on the same real sentences. Run from the repository root, e.g.:
+"""A service's rates, side by side: one ``nlp.pipe``, ``nlp(text)`` one after another, ``nlp(text)``
+from many threads (which share biLM calls), and for ``elmo`` the HTTP service (``spacy-elmo
+serve``) at several concurrent clients, all on the same real sentences. Run from the repository
+root, e.g.:
 
-    python benchmarks/serving.py --size bundled --texts 400
-    python benchmarks/serving.py --size original --texts 200 --clients 1 --clients 8 --clients 32
+    python benchmarks/serving.py --configs bundled,original,trf6-bf16 --texts 400
 
-``bundled`` is the bundled English biLM (``en``); ``original`` the Original sizes with random
-weights (speed does not depend on the values). Each row: words/s (median of ``--rounds``, range),
-its fraction of one ``nlp.pipe``'s, and for the service requests/s with p50 / p99 latency.
+Configurations: ``bundled``, the bundled English biLM (``en``); ``original``, the Original sizes
+with random weights (speed does not depend on the values); ``trf6-bf16``, the peer a spaCy user
+would compare with: spacy-transformers with a 6-layer BERT-base-sized model of random weights,
+every call under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (needs ``pip install
+"spacy-transformers==1.4.0"``; see benchmarks/peer_transformers.py). ``elmo`` runs with
+``precision = "auto"``. Each in-process row: words/s (median of ``--rounds``, range) and its
+fraction of the configuration's ``nlp.pipe``; each service row: requests/s, words/s, p50 / p99
+latency of one text per request.
 """
 
+import contextlib
 import statistics
 import subprocess
 import sys
@@ -17,7 +23,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Callable, ContextManager, Dict, List, Sequence
 
 import requests
 import spacy
@@ -29,63 +35,82 @@ from harness import interleaved, machine, word_sense_texts
 from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm.model.options import ORIGINAL_SIZES
 
+CONFIGS = ("bundled", "original", "trf6-bf16")
 app = typer.Typer(add_completion=False)
 
 
-def pipeline(size: str, directory: Path) -> Language:
-    """A blank English pipeline with ``elmo`` (``precision = "auto"``), saved to ``directory``."""
+def build(config: str, directory: Path, texts: List[str]) -> Path:
+    """``config``'s pipeline, initialized and saved under ``directory``: its path."""
     nlp = spacy.blank("en")
-    if size == "bundled":
+    if config == "bundled":
         nlp.add_pipe("elmo", config={"model": {"pretrained": "en"}})
-    else:
-        bilm = BiLM(ElmoOptions(**ORIGINAL_SIZES))
-        (directory / "bilm").mkdir()
-        bilm.to_files(directory / "bilm" / "options.json", directory / "bilm" / "weights.hdf5")
+    elif config == "original":
+        (directory / "bilm").mkdir(parents=True)
         files = {
             "options_file": str(directory / "bilm" / "options.json"),
             "weight_file": str(directory / "bilm" / "weights.hdf5"),
         }
+        torch.manual_seed(0)
+        BiLM(ElmoOptions(**ORIGINAL_SIZES)).to_files(files["options_file"], files["weight_file"])
         nlp.add_pipe("elmo", config={"model": files})
+    else:
+        from peer_transformers import build_bert
+
+        print(build_bert(directory / "bert", texts, layers=6))
+        nlp.add_pipe("transformer", config={"model": {"name": str(directory / "bert")}})
     nlp.initialize()
     nlp.to_disk(directory / "pipeline")
-    return nlp
+    return directory / "pipeline"
 
 
-def in_process_runs(nlp: Language, texts: Sequence[str], threads: int) -> Dict[str, object]:
-    """The three ways a process calls the pipeline, each over all ``texts``."""
+def loaded(config: str, path: Path) -> "tuple[Language, Callable[[], ContextManager]]":
+    """The saved pipeline, and the context each of its calls runs in (bf16 autocast for the peer)."""
+    nlp = spacy.load(path)
+    if not config.startswith("trf"):
+        return nlp, contextlib.nullcontext
+    from peer_transformers import float32_outputs
+
+    for node in nlp.get_pipe("transformer").model.walk():
+        for shim in node.shims:
+            shim._model.register_forward_hook(float32_outputs)
+    return nlp, lambda: torch.autocast("cpu", dtype=torch.bfloat16)
+
+
+def in_process_runs(
+    nlp: Language, context: Callable[[], ContextManager], texts: Sequence[str], threads: int
+) -> Dict[str, Callable[[], object]]:
+    """The three ways a process calls the pipeline, each over all ``texts``; autocast is per thread."""
     pool = ThreadPoolExecutor(threads)
+
+    def one(text: str) -> object:
+        with context():
+            return nlp(text)
+
+    def batch() -> object:
+        with context():
+            return list(nlp.pipe(texts))
+
     return {
-        "nlp.pipe": lambda: list(nlp.pipe(texts)),
-        "nlp(text) serial": lambda: [nlp(text) for text in texts],
-        f"nlp(text) from {threads} threads": lambda: list(pool.map(nlp, texts)),
+        "nlp.pipe": batch,
+        "nlp(text) serial": lambda: [one(text) for text in texts],
+        f"nlp(text) from {threads} threads": lambda: list(pool.map(one, texts)),
     }
 
 
-def serve_rates(directory: Path, texts: Sequence[str], clients: Sequence[int], port: int) -> List[str]:
-    """Rows of the HTTP service at each number of concurrent clients, one text per request."""
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "spacy_elmo",
-            "serve",
-            str(directory / "pipeline"),
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ]
-    )
+def service_rows(path: Path, texts: Sequence[str], n_words: int, clients: Sequence[int], port: int) -> List[str]:
+    """Rows of ``spacy-elmo serve`` at each number of concurrent clients, one text per request."""
+    command = [sys.executable, "-m", "spacy_elmo", "serve", str(path), "--port", str(port), "--log-level", "warning"]
+    server = subprocess.Popen(command)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, server)
-        return [_client_row(url, texts, n) for n in clients]
+        return [_client_row(url, texts, n_words, n) for n in clients]
     finally:
         server.terminate()
         server.wait(60)
 
 
-def _client_row(url: str, texts: Sequence[str], clients: int) -> str:
+def _client_row(url: str, texts: Sequence[str], n_words: int, clients: int) -> str:
     """``clients`` threads sending one text per request until all ``texts`` are sent."""
 
     def request(text: str) -> float:
@@ -99,7 +124,7 @@ def _client_row(url: str, texts: Sequence[str], clients: int) -> str:
         seconds = time.perf_counter() - start
     cuts = statistics.quantiles(latencies, n=100)
     return (
-        f"service, {clients} clients: {len(texts) / seconds:,.1f} requests/s, "
+        f"service, {clients} clients: {len(texts) / seconds:,.1f} requests/s, {n_words / seconds:,.0f} words/s, "
         f"p50 {cuts[49] * 1000:.0f} ms, p99 {cuts[98] * 1000:.0f} ms"
     )
 
@@ -120,7 +145,7 @@ def _wait_healthy(url: str, server: subprocess.Popen, timeout: float = 300) -> N
 
 @app.command()
 def main(
-    size: str = typer.Option("bundled", help="bundled (the bundled en biLM) or original (random weights)"),
+    configs: str = typer.Option("bundled,trf6-bf16", help=f"Comma-separated: {', '.join(CONFIGS)}"),
     texts: int = typer.Option(400, help="Real English sentences (examples/word_senses.jsonl), one per request"),
     threads: int = typer.Option(8, help="Threads calling nlp(text) at once"),
     clients: List[int] = typer.Option([1, 8, 32], help="Concurrent HTTP clients (repeat the option)"),
@@ -128,21 +153,28 @@ def main(
     rounds: int = typer.Option(2, help="Interleaved timed rounds"),
     port: int = typer.Option(8765, help="The service's port on 127.0.0.1"),
 ) -> None:
-    if size not in ("bundled", "original"):
-        raise typer.BadParameter("bundled or original", param_hint="--size")
+    chosen = [c.strip() for c in configs.split(",") if c.strip()]
+    if not chosen or set(chosen) - set(CONFIGS):
+        raise typer.BadParameter(f"choose among {', '.join(CONFIGS)}", param_hint="--configs")
     torch.set_num_threads(torch_threads)
     sentences = word_sense_texts(texts)
+    print(machine())
     with tempfile.TemporaryDirectory() as tmp:
-        nlp = pipeline(size, Path(tmp))
-        n_words = sum(len(nlp.make_doc(text)) for text in sentences)
-        print(machine())
-        print(f"{size} biLM, precision auto; {len(sentences)} sentences, {n_words:,} words; {rounds} rounds")
-        timings = interleaved(in_process_runs(nlp, sentences, threads), rounds)
-        batch = timings["nlp.pipe"].median
-        for label, timing in timings.items():
-            print(f"{label}: {timing.rate(n_words, ' words/s')}, {batch / timing.median:.2f} of nlp.pipe")
-        for row in serve_rates(Path(tmp), sentences, clients, port):
-            print(row)
+        for config in chosen:
+            path = build(config, Path(tmp) / config, word_sense_texts(480))
+            nlp, context = loaded(config, path)
+            n_words = sum(len(nlp.make_doc(text)) for text in sentences)
+            print(
+                f"\n{config}: {len(sentences)} sentences, {n_words:,} words; {rounds} rounds, {torch_threads} threads"
+            )
+            timings = interleaved(in_process_runs(nlp, context, sentences, threads), rounds)
+            batch = timings["nlp.pipe"].median
+            for label, timing in timings.items():
+                print(f"{label}: {timing.rate(n_words, ' words/s')}, {batch / timing.median:.2f} of nlp.pipe")
+            if not config.startswith("trf"):
+                for row in service_rows(path, sentences, n_words, clients, port):
+                    print(row)
+            del nlp
 
 
 if __name__ == "__main__":
