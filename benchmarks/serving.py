@@ -32,6 +32,7 @@ import typer
 from spacy.language import Language
 
 from harness import interleaved, machine, word_sense_texts
+from memory import wait_healthy
 from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm.model.options import ORIGINAL_SIZES
 
@@ -103,7 +104,7 @@ def service_rows(path: Path, texts: Sequence[str], n_words: int, clients: Sequen
     server = subprocess.Popen(command)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_healthy(url, server)
+        wait_healthy(url, server)
         return [_client_row(url, texts, n_words, n) for n in clients]
     finally:
         server.terminate()
@@ -127,20 +128,6 @@ def _client_row(url: str, texts: Sequence[str], n_words: int, clients: int) -> s
         f"service, {clients} clients: {len(texts) / seconds:,.1f} requests/s, {n_words / seconds:,.0f} words/s, "
         f"p50 {cuts[49] * 1000:.0f} ms, p99 {cuts[98] * 1000:.0f} ms"
     )
-
-
-def _wait_healthy(url: str, server: subprocess.Popen, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"the server exited with {server.returncode}")
-        try:
-            if requests.get(f"{url}/health", timeout=5).status_code == 200:
-                return
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit(f"the server did not answer /health within {timeout:.0f} s")
 
 
 @app.command()

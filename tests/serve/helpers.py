@@ -17,6 +17,15 @@ import spacy
 START_TIMEOUT = 60  # seconds for the server to load and warm up a tiny pipeline on a loaded machine
 REQUEST_TIMEOUT = 30
 
+# Texts every server test sends: plain, unpunctuated, doubled spaces, two sentences, made-up words.
+TEXTS = [
+    "Alice went to Paris .",
+    "It was a great day",
+    "Bob  stayed home . He read .",
+    "The bank raised its rates , and the river bank flooded .",
+    "zorblax quimfet glorptuna .",
+]
+
 
 def free_port() -> int:
     with socket.socket() as probe:

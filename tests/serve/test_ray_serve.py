@@ -12,20 +12,13 @@ from typing import Iterator, List
 import pytest
 import requests
 
-from .helpers import Server, assert_same_docs, expected_docs, heavy_request, start_server, stop
+from .helpers import TEXTS, Server, assert_same_docs, expected_docs, heavy_request, start_server, stop
 
 pytest.importorskip("ray.serve", reason='Ray Serve does not import here: pip install ".[ray-serve]"')
 from spacy_elmo.serve.ray_deployment import REPLICA_HEADER
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
-TEXTS = [
-    "Alice went to Paris .",
-    "It was a great day",
-    "Bob  stayed home . He read .",
-    "The bank raised its rates , and the river bank flooded .",
-    "zorblax quimfet glorptuna .",
-]
 START_TIMEOUT = 150  # seconds: Ray, Serve's controller and proxy, then 2 replicas, on a loaded machine
 READY_LOG = "2 replicas ready"
 

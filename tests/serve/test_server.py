@@ -11,17 +11,10 @@ from typing import Iterator, List
 import pytest
 import requests
 
-from .helpers import Server, assert_same_docs, expected_docs, heavy_request, start_server, stop
+from .helpers import TEXTS, Server, assert_same_docs, expected_docs, heavy_request, start_server, stop
 
 pytestmark = pytest.mark.slow
 
-TEXTS = [
-    "Alice went to Paris .",
-    "It was a great day",
-    "Bob  stayed home . He read .",
-    "The bank raised its rates , and the river bank flooded .",
-    "zorblax quimfet glorptuna .",
-]
 ODD_TEXTS = [
     "",
     " ",
