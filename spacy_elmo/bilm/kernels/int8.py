@@ -1,17 +1,13 @@
 """The int8 time loop of a layer: ``precision = "int8"``, inference on a CPU (see :mod:`.int8_packs`).
 
-Per window of timesteps, the input half of the gates (bias included) is one product over the
-window's positions, each row's activations quantized with a scale of its own
-(:func:`.int8_packs.linear`). Each step then runs two products, the recurrent one and the
-projection, on inputs whose range the model bounds: the previous output lies in
-[-proj_clip, proj_clip] (it is clipped), the cell output in [-1, 1] (a sigmoid times a tanh). So
-these products quantize with a fixed scale, set by one row that holds both bounds (the pin,
-row 0 of a buffer whose other rows are the states): no per-row work at each step, and a row's
-result is its own whatever runs beside it. Each direction runs all its steps before the other,
+Each step's gates come from one product, of the step's input beside the previous output (rows,
+input_dim + projection_dim), by both weights stacked, with the bias: no window of input gates to
+keep and no pass adding the recurrent product to them, at the cost of one activation scale for
+both halves (within the accuracy contract). Each direction runs all its steps before the other,
 so a step reads one direction's weights, which can stay in the CPU's cache.
 """
 
-from typing import NamedTuple, Sequence, Tuple
+from typing import Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -19,23 +15,11 @@ from torch import Tensor
 from ..memory.weight_copies import WeightCopies
 from . import int8_packs
 from .cell import cell_in_place
-from .eager import window_steps
 from .layer import LSTMLayer
-from .row_buckets import padded_rows
 
+# Per direction: the gates' pack (the input weight over the recurrent one, with the bias), then the projection's.
+Packs = Tuple[Tuple[int8_packs.Packed, ...], Tuple[int8_packs.Packed, ...]]
 Result = Tuple[Tensor, Tensor, Tensor]
-
-
-class DirectionPacks(NamedTuple):
-    """One direction's packs, each (out, in): the input weight with the gate bias, the recurrent
-    weight, the projection."""
-
-    input: int8_packs.Packed
-    hidden: int8_packs.Packed
-    projection: int8_packs.Packed
-
-
-Packs = Tuple[DirectionPacks, DirectionPacks]
 
 
 class Int8Kernel:
@@ -51,40 +35,27 @@ class Int8Kernel:
     ) -> Result:
         sources = list(layer.parameters())
         int8_packs.check_no_gradient(sources)
-        packs: Packs = self.packs.get(str(index), int8_packs.pack_engine(), sources, lambda: make_packs(layer))
+        packs = self.packs.get(str(index), int8_packs.pack_engine(), sources, lambda: make_packs(layer))
         n_steps, _, batch, _ = inputs.shape
         outputs = hidden.new_zeros((n_steps, 2, batch, hidden.shape[-1]))
         with torch.no_grad():
             for d in range(2):
-                _direction(layer, inputs[:, d], active, hidden[d], memory[d], packs[d], outputs[:, d])
+                _direction(layer, inputs[:, d], active, hidden[d], memory[d], packs[0][d], packs[1][d], outputs[:, d])
         return outputs, hidden, memory
 
 
 def make_packs(layer: LSTMLayer) -> Packs:
-    """The layer's int8 packs, per direction."""
+    """The layer's int8 packs, per direction, each (out, in): the gates' and the projection's."""
     bias = layer.gate_bias()
+    # One direction's stacked float32 weight at a time, made (out, in) as the pack reads it: the
+    # only transient copy of a weight (64 MB at the Original size), freed once packed.
     return (
-        DirectionPacks(
-            int8_packs.pack(layer.input_weight[0].T, bias[0]),
-            int8_packs.pack(layer.hidden_weight[0].T, None),
-            int8_packs.pack(layer.projection[0].T, None),
+        tuple(
+            int8_packs.pack(torch.cat([layer.input_weight[d].T, layer.hidden_weight[d].T], 1), bias[d])
+            for d in range(2)
         ),
-        DirectionPacks(
-            int8_packs.pack(layer.input_weight[1].T, bias[1]),
-            int8_packs.pack(layer.hidden_weight[1].T, None),
-            int8_packs.pack(layer.projection[1].T, None),
-        ),
+        tuple(int8_packs.pack(layer.projection[d].T, None) for d in range(2)),
     )
-
-
-def pinned(rows: Tensor, bound: float) -> Tensor:
-    """``rows`` (n, width) below a pin row (``bound`` in the first column, ``-bound`` in the last),
-    zero rows after them up to :func:`.row_buckets.padded_rows` of n + 1: (padded, width). The
-    pin fixes the kernel's activation range to [-bound, bound] while every row lies within it."""
-    buffer = rows.new_zeros((padded_rows(rows.shape[0] + 1), rows.shape[1]))
-    buffer[0, 0], buffer[0, -1] = bound, -bound
-    buffer[1 : rows.shape[0] + 1] = rows
-    return buffer
 
 
 def _direction(
@@ -93,42 +64,23 @@ def _direction(
     active: Sequence[int],
     hidden: Tensor,
     memory: Tensor,
-    packs: DirectionPacks,
+    gates_pack: int8_packs.Packed,
+    projection_pack: int8_packs.Packed,
     outputs: Tensor,
 ) -> None:
     """One direction's steps, in place: ``hidden`` (batch, projection_dim) and ``memory`` (batch,
     lstm_dim) become the final states, and each step writes its running rows of ``outputs``
     (time, batch, projection_dim), which stay as they are past each row's length. ``inputs``:
-    (time, batch, input_dim).
+    (time, batch, input_dim)."""
 
-    The states live in pinned buffers (:func:`pinned`): ``states`` holds the outputs, ``cells``
-    the cell outputs; a step multiplies the first rows of each, as many as its running rows need
-    (rows past them hold finished rows' states, within the bounds too)."""
-    n_steps, batch, _ = inputs.shape
-    states = pinned(hidden, layer.proj_clip)
-    cells = pinned(memory.new_zeros(memory.shape), 1.0)
+    def project(cell_output: Tensor) -> Tensor:  # (1, rows, lstm_dim) -> (1, rows, projection_dim)
+        return int8_packs.linear(cell_output[0], projection_pack).unsqueeze(0)
 
-    def project(cell_output: Tensor) -> Tensor:  # (1, running, lstm_dim) -> (1, running, projection_dim)
-        running = cell_output.shape[1]
-        cells[1 : running + 1] = cell_output[0]
-        return _rows_of(cells, running, packs.projection).unsqueeze(0)
-
-    chunk = window_steps(n_steps, batch, layer.lstm_dim)
-    for start in range(0, n_steps, chunk):
-        rows = active[start]  # the window's later steps need no more rows than its first
-        window = inputs[start : start + chunk, :rows]
-        gates_in = int8_packs.linear(window.reshape(-1, window.shape[-1]), packs.input).view(window.shape[0], rows, -1)
-        for offset in range(window.shape[0]):
-            running = active[start + offset]
-            gates = gates_in[offset, :running].add_(_rows_of(states, running, packs.hidden))  # (running, 4 * lstm_dim)
-            new_hidden = cell_in_place(gates[None], memory[None, :running], project, layer.cell_clip, layer.proj_clip)[
-                0
-            ]
-            states[1 : running + 1] = new_hidden
-            outputs[start + offset, :running] = new_hidden
-    hidden.copy_(states[1 : batch + 1])
-
-
-def _rows_of(buffer: Tensor, running: int, packed: int8_packs.Packed) -> Tensor:
-    """The product of a pinned buffer's first ``running`` state rows by ``packed``: (running, out)."""
-    return int8_packs.product(buffer[: padded_rows(running + 1)], packed)[1 : running + 1]
+    for step in range(inputs.shape[0]):
+        running = active[step]
+        # (running, input_dim + projection_dim)
+        step_inputs = torch.cat([inputs[step, :running], hidden[:running]], dim=1)
+        gates = int8_packs.linear(step_inputs, gates_pack).unsqueeze(0)  # (1, running, 4 * lstm_dim)
+        new_hidden = cell_in_place(gates, memory[None, :running], project, layer.cell_clip, layer.proj_clip)[0]
+        hidden[:running] = new_hidden
+        outputs[step, :running] = new_hidden

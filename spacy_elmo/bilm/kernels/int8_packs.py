@@ -2,16 +2,14 @@
 
 The LSTM's products, which dominate inference from the Small size up, run on PyTorch's
 dynamic-quantization kernels (``torch.ops.quantized.linear_dynamic``: oneDNN's where the CPU has
-VNNI or AMX int8, else the current engine's, fbgemm on x86: see :func:`pack_engine`): per
-window of steps the input product, then at each step the recurrent product and the output
-projection (see :mod:`.int8`). Each weight is quantized once per output channel to int8 (scale:
-the channel's largest magnitude / 127) and prepacked for the kernel. The kernel quantizes its
-activations to uint8 with one scale per call, from their range; a row's result must not depend on
-the rows beside it, so each call fixes that range: :func:`linear` scales each row to [-1, 1]
-first (a scale of its own per row), the steps' products have inputs the model bounds (the kernel
-adds a row holding the bounds). It accumulates in int32 and returns float32, to which the float32
-bias is added. The gates, cell state, clipping, skip connections and outputs stay float32, as in
-bf16 mode.
+VNNI or AMX int8, else the current engine's, fbgemm on x86: see :func:`pack_engine`): at each step
+one product of the step's input beside the previous output by the input and recurrent weights
+stacked (see :mod:`.int8`), and the output projection. Each weight is quantized once per output
+channel to int8 (scale: the channel's largest magnitude / 127) and prepacked for the kernel; each
+call quantizes its activations per row (token) to uint8, so that a row's result is its own
+whatever its batch (:func:`linear`), accumulates in int32 and returns float32, to which the
+float32 bias is added. The gates, cell state, clipping, skip connections and outputs stay
+float32, as in bf16 mode.
 
 The char CNN does not run in int8: int8 highways and projection lose too much (mean per-token
 cosine of layer 0 to float32 0.9965 on the bundled ``en`` biLM, below the 0.999 contract; its
@@ -32,6 +30,7 @@ from typing import Any, Iterator, NamedTuple, Optional, Sequence
 
 import torch
 from torch import Tensor
+from torch.nn import functional as F
 
 from ..precision import compat
 from .row_buckets import padded_rows
@@ -45,6 +44,12 @@ INT8_ENGINES = ("x86", "fbgemm", "onednn", "qnnpack")
 # faster there than fbgemm's, and only it uses AMX's int8 tiles (docs/bilm.md has the figures).
 ONEDNN_FEATURES = ("avx512_vnni", "amx_int8")
 _engine_lock = threading.Lock()
+
+# The values each row of a product's input carries beyond its own, by weights of zero: they fix the
+# kernel's activation range to [-1, 1] (see linear). Four keep a width divisible by four so.
+PIN_COLUMNS = 4
+PIN_VALUES = torch.tensor([1.0, -1.0, 0.0, 0.0])
+TINY = torch.finfo(torch.float32).tiny  # an all-zero row's magnitude: its values stay 0, not NaN
 
 
 def int8_available() -> bool:
@@ -99,22 +104,19 @@ class Packed(NamedTuple):
     primitive per pack, made at its first call and reused by later calls at the same torch thread
     count; calls on one pack from several threads at once, each at two or more torch threads, then
     give some of them wrong results (token cosine down to 0.88 at the Original size). fbgemm's
-    packs keep no such state and take no lock.
-
-    ``pin``: (1, in), 1 in the first column, -1 in the last, 0 elsewhere: the row that fixes the
-    kernel's activation range (see :func:`linear`)."""
+    packs keep no such state and take no lock. The pack's input width is the weight's plus
+    :data:`PIN_COLUMNS`, their weights zero (see :func:`linear`)."""
 
     prepacked: Any
     bias: Optional[Tensor]
     engine: str
     lock: Optional[threading.Lock]
-    pin: Tensor
 
 
 def pack(weight: Tensor, bias: Optional[Tensor]) -> Packed:
     """A float32 weight (out, in) quantized per output channel to int8 and prepacked for
-    :func:`pack_engine`, with its bias (out,)."""
-    weight = weight.detach().float().contiguous()
+    :func:`pack_engine`, with its bias (out,); :data:`PIN_COLUMNS` zero columns appended."""
+    weight = torch.cat([weight.detach().float(), weight.new_zeros(weight.shape[0], PIN_COLUMNS)], dim=1)
     scales = (weight.abs().amax(dim=1) / 127.0).clamp_min(torch.finfo(torch.float32).tiny).double()
     zero_points = torch.zeros(weight.shape[0], dtype=torch.long)
     with warnings.catch_warnings():  # the quantized tensor type is deprecated; the kernels are not
@@ -124,9 +126,7 @@ def pack(weight: Tensor, bias: Optional[Tensor]) -> Packed:
     with _packing_for(engine):
         prepacked = torch.ops.quantized.linear_prepack(quantized, None)
     lock = threading.Lock() if engine == "onednn" else None
-    pin = torch.zeros(1, weight.shape[1])
-    pin[0, 0], pin[0, -1] = 1.0, -1.0  # the inputs have two columns or more
-    return Packed(prepacked, None if bias is None else bias.detach().float(), engine, lock, pin)
+    return Packed(prepacked, None if bias is None else bias.detach().float(), engine, lock)
 
 
 def linear(x: Tensor, packed: Packed) -> Tensor:
@@ -135,24 +135,25 @@ def linear(x: Tensor, packed: Packed) -> Tensor:
     float32 -> (n, out) float32.
 
     The kernel quantizes its input with one scale per tensor, from the tensor's minimum and
-    maximum. Each row is divided by its largest magnitude, so its values lie in [-1, 1], and one
-    more row holding 1 and -1 (its result dropped) makes -1 and 1 the tensor's minimum and
-    maximum whatever the other rows: every row is then quantized by the same fixed scale, which
-    is its own scale once the result is multiplied back by its magnitude. The extra row is one of
-    :mod:`.row_buckets`' padding rows where there are any; they all hold it.
+    maximum. Each row is divided by its largest magnitude, so its values lie in [-1, 1], and every
+    row carries :data:`PIN_COLUMNS` more values, 1 and -1 among them, whose weights are zero: -1
+    and 1 are then the tensor's minimum and maximum whatever the other rows, so every row is
+    quantized by the same fixed scale, which is its own once the result is multiplied back by its
+    magnitude. Rows run on :mod:`.row_buckets`' padded counts, the padding rows zero.
     """
     rows = x.shape[0]
-    magnitudes = x.abs().amax(dim=1, keepdim=True).clamp_min_(torch.finfo(torch.float32).tiny)  # (n, 1)
-    scaled = x.new_empty((padded_rows(rows + 1), x.shape[1]))
-    torch.div(x, magnitudes, out=scaled[:rows])
-    scaled[rows:] = packed.pin  # the padding rows, the first of them at least, pin the range
-    result = product(scaled, packed)[:rows]
+    magnitudes = torch.linalg.vector_norm(x, float("inf"), dim=1, keepdim=True).clamp_min_(TINY)  # (n, 1)
+    scaled = torch.cat([x / magnitudes, PIN_VALUES.expand(rows, PIN_COLUMNS)], dim=1)
+    padded = padded_rows(rows)
+    if padded > rows:
+        scaled = F.pad(scaled, (0, 0, 0, padded - rows))
+    result = _product(scaled, packed)[:rows]
     if packed.bias is None:
         return result.mul_(magnitudes)
-    return torch.addcmul(packed.bias, result, magnitudes)
+    return torch.addcmul(packed.bias, result, magnitudes, out=result)  # in place: no fresh buffer to fault in
 
 
-def product(x: Tensor, packed: Packed) -> Tensor:
+def _product(x: Tensor, packed: Packed) -> Tensor:
     """The kernel's product of ``x`` (n, in) by the pack, (n, out), under the pack's lock if it has one."""
     if packed.lock is None:
         return torch.ops.quantized.linear_dynamic(x, packed.prepacked, False)
