@@ -42,11 +42,12 @@ app = typer.Typer(add_completion=False)
 
 def build(config: str, directory: Path, texts: List[str]) -> Path:
     """``config``'s pipeline, initialized and saved under ``directory``: its path."""
+    directory.mkdir(parents=True)
     nlp = spacy.blank("en")
     if config == "bundled":
         nlp.add_pipe("elmo", config={"model": {"pretrained": "en"}})
     elif config == "original":
-        (directory / "bilm").mkdir(parents=True)
+        (directory / "bilm").mkdir()
         files = {
             "options_file": str(directory / "bilm" / "options.json"),
             "weight_file": str(directory / "bilm" / "weights.hdf5"),
