@@ -12,6 +12,7 @@ import spacy
 import torch
 
 from spacy_elmo.bilm import BiLM
+from spacy_elmo.bilm.kernels.int8_packs import int8_available
 from spacy_elmo.layers.shared_calls import SharedCalls
 
 from ..helpers import elmo_config
@@ -113,14 +114,20 @@ def test_an_empty_call_is_not_queued() -> None:
     assert SharedCalls().run(None, [], lambda sentences: torch.zeros(1, 0, 2, WIDTH), 10).shape == (1, 0, 2, WIDTH)
 
 
+PRECISIONS = ["fp32", "bf16"] + (["int8"] if int8_available() else [])
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("tensor_only", [True, False], ids=["mixed", "layers"])
 def test_threads_calling_the_pipeline_share_calls_and_get_the_serial_vectors(
-    bilm_files, monkeypatch, tensor_only
+    bilm_files, monkeypatch, tensor_only, precision
 ) -> None:
     """``nlp(text)`` from 8 threads at once: fewer biLM calls than docs, each doc its serial vectors
-    (the mixed path without listeners, and whole layers with ``store_layers``)."""
+    (the mixed path without listeners, and whole layers with ``store_layers``), in every precision
+    ``auto`` can pick."""
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={**elmo_config(bilm_files), "threads": 1, "store_layers": not tensor_only})
+    config = {**elmo_config(bilm_files, precision=precision), "threads": 1, "store_layers": not tensor_only}
+    nlp.add_pipe("elmo", config=config)
     nlp.initialize()
     texts = [f"Request {i} asks for {'many ' * i}vectors ." for i in range(16)]
     serial = [nlp(text) for text in texts]
@@ -136,8 +143,13 @@ def test_threads_calling_the_pipeline_share_calls_and_get_the_serial_vectors(
     with ThreadPoolExecutor(8) as pool:
         docs = list(pool.map(nlp, texts))
     assert len(calls) < len(texts)
-    for doc, alone in zip(docs, serial):
+    for doc, alone in zip(docs, serial):  # a row in another batch: float32 rounding only (see RELIABILITY.md)
         assert [t.text for t in doc] == [t.text for t in alone]
-        numpy.testing.assert_allclose(doc.tensor, alone.tensor, rtol=1e-5, atol=1e-6)
+        assert_within_rounding(doc.tensor, alone.tensor)
         if not tensor_only:
-            numpy.testing.assert_allclose(doc._.elmo_layers, alone._.elmo_layers, rtol=1e-5, atol=1e-6)
+            assert_within_rounding(doc._.elmo_layers, alone._.elmo_layers)
+
+
+def assert_within_rounding(found: numpy.ndarray, expected: numpy.ndarray) -> None:
+    """Within 1e-4 of the largest value: what the determinism suite allows a batch's other rows."""
+    numpy.testing.assert_allclose(found, expected, rtol=0, atol=1e-4 * float(numpy.abs(expected).max()))
