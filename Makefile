@@ -54,9 +54,10 @@ lint: install
 # then test-avx2, so that CI on any CPU kind also runs an AVX2-only one's kernels (about 2 minutes).
 # A test still running after 10 minutes fails (a hang in Ray or torchrun must not eat CI's time);
 # the 15 slowest are listed, then every skipped test with its reason and, last (where a CI log's
-# tail shows them), every failed or erroring test with its message (-rsfE).
+# tail shows them), every failed or erroring test with its message (-rsfE). PYTHONFAULTHANDLER prints the
+# threads' stacks should the process crash, also after the last test (pytest's own handler stops there).
 test: install
-	$(BIN)/python -m pytest -q -rsfE --timeout 600 --durations=15 tests
+	PYTHONFAULTHANDLER=1 $(BIN)/python -m pytest -q -rsfE --timeout 600 --durations=15 tests
 	$(MAKE) --no-print-directory test-avx2 VENV=$(VENV)
 
 # The library's tests without the slow end-to-end runs (marked slow: spacy train, pretraining runs,

@@ -29,12 +29,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .app import create_app
 from .pipeline import PipelineRun, PipelineSource, load_pipeline
 from .server import LOG_FORMAT, PipelineFailed
-from .settings import RaySettings, ServeSettings
+from .settings import REPLICA_HEADER, ServeSettings
 from .worker import Worker, logger
 
 APP_NAME = "spacy-elmo"
 DEPLOYMENT_NAME = "pipeline"
-REPLICA_HEADER = "X-Replica"
 # How often the process that deployed the service looks for SIGTERM or SIGINT, in seconds.
 SIGNAL_POLL_SECONDS = 0.5
 
@@ -115,7 +114,7 @@ def serve_on_ray(source: PipelineSource, settings: ServeSettings) -> None:
     ray.init(address=address, include_dashboard=False if address == "local" else None)
     try:
         if address == "local":
-            check_local_cpus(settings.ray, ray.cluster_resources().get("CPU", 0.0))
+            settings.ray.check_fits(ray.cluster_resources().get("CPU", 0.0))
         serve.start(http_options={"host": settings.host, "port": settings.port})
         try:
             serve.run(application(source, settings), name=APP_NAME, route_prefix="/")
@@ -130,18 +129,6 @@ def serve_on_ray(source: PipelineSource, settings: ServeSettings) -> None:
         serve.delete(APP_NAME)
     finally:
         ray.shutdown()
-
-
-def check_local_cpus(ray_settings: RaySettings, available: float) -> None:
-    """Refuse replicas that the Ray started on this machine cannot place: they would wait for
-    CPUs forever (a cluster may add nodes on demand, so only here)."""
-    needed = ray_settings.replicas * ray_settings.threads
-    if needed > available:
-        raise ValueError(
-            f"--ray-replicas {ray_settings.replicas} x --ray-threads {ray_settings.threads} needs {needed} CPUs, and "
-            f"the Ray started on this machine has {available:g}: lower --ray-replicas to "
-            f"{max(1, int(available // ray_settings.threads))}, or --ray-threads"
-        )
 
 
 def wait_for_stop_signal() -> None:

@@ -44,6 +44,10 @@ class BatchLimits:
     queue_size: int = 32
 
 
+# The response header that names the Ray Serve replica that answered (spacy_elmo.serve.ray_deployment).
+REPLICA_HEADER = "X-Replica"
+
+
 @dataclass(frozen=True)
 class RaySettings:
     """Whether and how ``spacy-elmo serve`` runs on Ray Serve (the ``ray-serve`` extra).
@@ -64,6 +68,17 @@ class RaySettings:
             raise ValueError(f"--ray-replicas must be 0 (no Ray) or more, got {self.replicas}")
         if self.threads < 1:
             raise ValueError(f"--ray-threads must be at least 1 (torch threads per replica), got {self.threads}")
+
+    def check_fits(self, available: float) -> None:
+        """Refuse replicas that the Ray started on this machine cannot place: they would wait for
+        CPUs forever (a cluster may add nodes on demand, so only there). ``available``: its CPUs."""
+        needed = self.replicas * self.threads
+        if needed > available:
+            raise ValueError(
+                f"--ray-replicas {self.replicas} x --ray-threads {self.threads} needs {needed} CPUs, and "
+                f"the Ray started on this machine has {available:g}: lower --ray-replicas to "
+                f"{max(1, int(available // self.threads))}, or --ray-threads"
+            )
 
 
 @dataclass(frozen=True)

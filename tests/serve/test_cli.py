@@ -51,11 +51,10 @@ def test_ray_settings_are_checked_before_ray_starts(args, message) -> None:
 
 
 def test_replicas_that_the_local_ray_cannot_place_are_refused_with_how_many_fit() -> None:
-    ray_deployment = pytest.importorskip("spacy_elmo.serve.ray_deployment", reason="needs Ray Serve")
-    ray_deployment.check_local_cpus(RaySettings(replicas=4, threads=2), available=8.0)
+    RaySettings(replicas=4, threads=2).check_fits(available=8.0)
     with pytest.raises(
         ValueError,
         match=r"--ray-replicas 3 x --ray-threads 2 needs 6 CPUs, .* has 4: lower "
         r"--ray-replicas to 2",
     ):
-        ray_deployment.check_local_cpus(RaySettings(replicas=3, threads=2), available=4.0)
+        RaySettings(replicas=3, threads=2).check_fits(available=4.0)
