@@ -30,10 +30,9 @@ from typing import Any, Iterator, NamedTuple, Optional, Sequence
 
 import torch
 from torch import Tensor
-from torch.nn import functional as F
 
 from ..precision import compat
-from .row_buckets import padded_rows
+from .row_buckets import on_padded_rows
 
 # What `torch.backends.quantized.engine` must be for prepacked int8 linears: fbgemm on x86 (the
 # "x86" engine picks fbgemm or onednn), qnnpack on ARM.
@@ -97,7 +96,7 @@ def _packing_for(engine: str) -> Iterator[None]:
 
 
 class Packed(NamedTuple):
-    """A weight quantized per output channel to int8 and prepacked for ``engine``
+    """A weight quantized per output channel to int8 and prepacked for :func:`pack_engine`
     (``torch.ops.quantized.linear_prepack``, without bias), with its float32 bias (out,) or None.
 
     ``lock``: held around each product by a oneDNN pack. oneDNN's dynamic int8 linear keeps one
@@ -109,7 +108,6 @@ class Packed(NamedTuple):
 
     prepacked: Any
     bias: Optional[Tensor]
-    engine: str
     lock: Optional[threading.Lock]
 
 
@@ -126,7 +124,7 @@ def pack(weight: Tensor, bias: Optional[Tensor]) -> Packed:
     with _packing_for(engine):
         prepacked = torch.ops.quantized.linear_prepack(quantized, None)
     lock = threading.Lock() if engine == "onednn" else None
-    return Packed(prepacked, None if bias is None else bias.detach().float(), engine, lock)
+    return Packed(prepacked, None if bias is None else bias.detach().float(), lock)
 
 
 def linear(x: Tensor, packed: Packed) -> Tensor:
@@ -141,13 +139,9 @@ def linear(x: Tensor, packed: Packed) -> Tensor:
     quantized by the same fixed scale, which is its own once the result is multiplied back by its
     magnitude. Rows run on :mod:`.row_buckets`' padded counts, the padding rows zero.
     """
-    rows = x.shape[0]
     magnitudes = torch.linalg.vector_norm(x, float("inf"), dim=1, keepdim=True).clamp_min_(TINY)  # (n, 1)
-    scaled = torch.cat([x / magnitudes, PIN_VALUES.expand(rows, PIN_COLUMNS)], dim=1)
-    padded = padded_rows(rows)
-    if padded > rows:
-        scaled = F.pad(scaled, (0, 0, 0, padded - rows))
-    result = _product(scaled, packed)[:rows]
+    scaled = torch.cat([x / magnitudes, PIN_VALUES.expand(x.shape[0], PIN_COLUMNS)], dim=1)
+    result = on_padded_rows(lambda rows: _product(rows, packed), scaled, 0)
     if packed.bias is None:
         return result.mul_(magnitudes)
     return torch.addcmul(packed.bias, result, magnitudes, out=result)  # in place: no fresh buffer to fault in
@@ -155,7 +149,5 @@ def linear(x: Tensor, packed: Packed) -> Tensor:
 
 def _product(x: Tensor, packed: Packed) -> Tensor:
     """The kernel's product of ``x`` (n, in) by the pack, (n, out), under the pack's lock if it has one."""
-    if packed.lock is None:
-        return torch.ops.quantized.linear_dynamic(x, packed.prepacked, False)
-    with packed.lock:
+    with packed.lock or contextlib.nullcontext():
         return torch.ops.quantized.linear_dynamic(x, packed.prepacked, False)
