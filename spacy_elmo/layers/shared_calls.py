@@ -24,7 +24,7 @@ from torch import Tensor
 Compute = Callable[[Sequence[Sequence[str]]], Tensor]
 
 
-@dataclass
+@dataclass(eq=False)  # requests are told apart by identity: two threads may send the same sentences
 class _Request:
     key: Hashable
     sentences: Sequence[Sequence[str]]
@@ -75,14 +75,12 @@ class SharedCalls:
         return request.result
 
     def _lead(self, own: _Request, max_tokens: int) -> None:
-        """Run shared calls until ``own`` is done, then let a waiting thread lead the next."""
+        """Run one shared call, ``own`` and the requests waiting beside it, then let a waiting
+        thread lead the next."""
         try:
-            while not own.done:
-                with self._lock:
-                    group = self._next_group(own, max_tokens)
-                _run_group(group)
-                with self._lock:
-                    self._lock.notify_all()
+            with self._lock:
+                group = self._next_group(own, max_tokens)
+            _run_group(group)
         finally:
             with self._lock:
                 self._running = False

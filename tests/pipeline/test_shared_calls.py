@@ -79,6 +79,15 @@ def test_callers_that_arrive_during_a_call_share_the_next_and_get_their_own_rows
         assert torch.equal(result, expected_layers(request, max(map(len, request)) + 2))
 
 
+def test_callers_with_the_same_sentences_each_join_the_shared_call() -> None:
+    fake = FakeBiLM(hold_first=True)
+    requests = [[["first"]], [["same", "text"]], [["same", "text"]], [["same", "text"]]]
+    results = run_concurrently(SharedCalls(), fake, requests)
+    assert sorted(map(len, fake.calls)) == [1, 3]  # the three alike in one call, none run alone after it
+    for request, result in zip(requests, results):
+        assert torch.equal(result, expected_layers(request, max(map(len, request)) + 2))
+
+
 def test_an_error_reaches_the_caller_whose_sentence_caused_it_only() -> None:
     fake = FakeBiLM(hold_first=True)
     requests = [[["first"]], [["fine"]], [["BAD", "token"]], [["also", "fine"]]]
