@@ -8,6 +8,12 @@ front of the queue into a batch (those that arrived while the last batch ran for
 bounded by :class:`~.settings.BatchLimits`), runs the batch as one call of a :data:`BatchRun`
 (which opens one zone around it), and hands each request exactly its own outputs, in order.
 
+Clients that send their next request as soon as they have an answer would split into two cohorts
+taking turns (those a batch answered come back while the next batch, of the others, runs), each
+waiting a whole batch for a batch of half the requests. So before a batch the worker waits, up to
+:data:`~spacy_elmo.layers.shared_calls.RETURN_WAIT` of the last batch's time, until as many requests
+queue as waited when the last batch ended plus those it answered; a lone client waits for nothing.
+
 A batch that raises is run again request by request, so that an error reaches only the request
 whose text caused it. A full queue refuses a request at once (:class:`Overloaded`, with a
 ``Retry-After`` estimated from the recent seconds per text) rather than letting latency grow
@@ -24,6 +30,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, List, Optional, Sequence
 
+from ..layers.shared_calls import RETURN_WAIT
 from .memory import HEAP_TRIM_AVAILABLE, release_free_heap, resident_mib
 from .settings import BatchLimits
 
@@ -124,6 +131,8 @@ class Worker:
         self._ready = threading.Event()
         self._settled = threading.Event()  # set once the pipeline is warm or has failed to load
         self._seconds_per_text = 0.0
+        self._expected = 0  # requests the next batch waits for: those queued when the last ended and those it answered
+        self._last_seconds = 0.0  # the last batch's time
         self._thread = threading.Thread(target=self._main, name="spacy-elmo-pipeline", daemon=True)
 
     @property
@@ -226,15 +235,30 @@ class Worker:
                     self._cond.wait()
                 if not self._pending:
                     return None
+                self._wait_for_returning()
                 batch = form_batch(self._pending, self.limits)
                 self._queued_texts -= sum(len(job.texts) for job in batch)
                 wanted = [job for job in batch if job.future.set_running_or_notify_cancel()]
                 if wanted:
                     return wanted
 
+    def _wait_for_returning(self) -> None:
+        """Wait (the lock held, released while waiting) until the requests the next batch expects
+        have queued, a batch is full, the server closes, or RETURN_WAIT of the last batch's time has passed."""
+        expected = min(self._expected, self.limits.max_batch_texts)
+        deadline = time.perf_counter() + RETURN_WAIT * self._last_seconds
+        while len(self._pending) < expected and not self._closing:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                return
+            self._cond.wait(remaining)
+
     def _run_batch(self, run: BatchRun, jobs: List[Job]) -> None:
         start = time.perf_counter()
         self._run_jobs(run, jobs)
+        with self._cond:
+            self._expected = len(self._pending) + len(jobs)
+            self._last_seconds = time.perf_counter() - start
         self._after_batch()
         n_texts = max(1, sum(len(job.texts) for job in jobs))
         per_text = (time.perf_counter() - start) / n_texts

@@ -13,6 +13,7 @@ import torch
 
 from spacy_elmo.bilm import BiLM
 from spacy_elmo.bilm.kernels.int8_packs import int8_available
+from spacy_elmo.layers import shared_calls
 from spacy_elmo.layers.shared_calls import SharedCalls
 
 from ..helpers import elmo_config
@@ -117,6 +118,41 @@ def test_a_shared_call_stays_within_its_padded_tokens() -> None:
         [f.result() for f in [first] + rest]
     assert all(len(call) * (max(map(len, call)) + 2) <= 8 for call in fake.calls[1:])
     assert sorted(map(len, fake.calls)) == [1, 1, 2]
+
+
+def test_threads_that_loop_share_calls_in_one_cohort() -> None:
+    """8 threads each sending 12 requests one after another: the threads a call served join the next
+    call, rather than two halves taking turns (calls of 4 on average)."""
+    shared, calls = SharedCalls(), []
+
+    def compute(sentences: Sequence[Sequence[str]]) -> torch.Tensor:
+        calls.append(len(sentences))
+        time.sleep(0.01)  # a biLM call, long beside what a thread does between two of its requests
+        return expected_layers(sentences, max(map(len, sentences)) + 2)
+
+    def work(thread: int) -> None:
+        for index in range(12):
+            request = [[f"t{thread}", f"r{index}"]]
+            assert torch.equal(shared.run(None, request, compute, 10_000), expected_layers(request, 4))
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(work, range(8)))
+    assert sum(calls) == 96
+    assert len(calls) <= 96 / 6, f"calls of {calls}"
+
+
+def test_a_lone_thread_that_loops_waits_for_nothing() -> None:
+    shared, seconds = SharedCalls(), []
+
+    def compute(sentences: Sequence[Sequence[str]]) -> torch.Tensor:
+        time.sleep(0.02)
+        return expected_layers(sentences, max(map(len, sentences)) + 2)
+
+    for index in range(5):
+        began = time.perf_counter()
+        shared.run(None, [[f"r{index}"]], compute, 10_000)
+        seconds.append(time.perf_counter() - began)
+    assert max(seconds) < 0.02 * (1 + 0.5 * shared_calls.RETURN_WAIT) + 0.004  # no wait beside the call
 
 
 def test_an_empty_call_is_not_queued() -> None:

@@ -94,6 +94,35 @@ def test_callers_that_arrive_during_a_batch_form_the_next_one_and_each_gets_its_
     assert worker.close(TIMEOUT)
 
 
+def test_clients_that_send_again_once_answered_share_batches_in_one_cohort() -> None:
+    """8 clients each sending 12 requests one after another: those a batch answered join the next
+    batch, rather than two halves taking turns (batches of 4 on average)."""
+    batches: List[int] = []
+
+    def run(texts: Sequence[str], vectors: Sequence[bool]) -> List[Any]:
+        batches.append(len(texts))
+        threading.Event().wait(0.01)  # a batch takes long beside a client's turnaround
+        return list(texts)
+
+    worker = Worker(lambda: run, warm_up_texts=("warm-up",))
+    worker.start()
+    wait_ready(worker)
+    batches.clear()
+
+    def client(index: int) -> None:
+        for request in range(12):
+            assert worker.submit([f"{index}.{request}"], vectors=False).result(TIMEOUT) == [f"{index}.{request}"]
+
+    clients = [threading.Thread(target=client, args=(index,)) for index in range(8)]
+    for thread in clients:
+        thread.start()
+    for thread in clients:
+        thread.join()
+    assert sum(batches) == 96
+    assert len(batches) <= 96 / 6, f"batches of {batches}"
+    assert worker.close(TIMEOUT)
+
+
 def test_an_error_reaches_only_the_request_whose_text_raised_it() -> None:
     run = RecordingRun()
     worker = started_worker(run)

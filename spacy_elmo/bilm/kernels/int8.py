@@ -71,16 +71,25 @@ def _direction(
     """One direction's steps, in place: ``hidden`` (batch, projection_dim) and ``memory`` (batch,
     lstm_dim) become the final states, and each step writes its running rows of ``outputs``
     (time, batch, projection_dim), which stay as they are past each row's length. ``inputs``:
-    (time, batch, input_dim)."""
+    (time, batch, input_dim).
+
+    ``step_inputs`` (batch, input_dim + projection_dim) holds each step's input beside the previous
+    output, where the step writes its output: the rows that stop keep their last. Each product
+    keeps its kernel input buffer over the steps (:class:`.int8_packs.StagedRows`).
+    """
+    n_steps, batch, input_dim = inputs.shape
+    step_inputs = torch.cat([inputs.new_zeros(batch, input_dim), hidden], dim=1)
+    gates_rows = int8_packs.StagedRows(batch, step_inputs.shape[1])
+    projection_rows = int8_packs.StagedRows(batch, layer.lstm_dim)
 
     def project(cell_output: Tensor) -> Tensor:  # (1, rows, lstm_dim) -> (1, rows, projection_dim)
-        return int8_packs.linear(cell_output[0], projection_pack).unsqueeze(0)
+        return projection_rows.linear(cell_output[0], projection_pack).unsqueeze(0)
 
-    for step in range(inputs.shape[0]):
+    for step in range(n_steps):
         running = active[step]
-        # (running, input_dim + projection_dim)
-        step_inputs = torch.cat([inputs[step, :running], hidden[:running]], dim=1)
-        gates = int8_packs.linear(step_inputs, gates_pack).unsqueeze(0)  # (1, running, 4 * lstm_dim)
+        step_inputs[:running, :input_dim] = inputs[step, :running]
+        gates = gates_rows.linear(step_inputs[:running], gates_pack).unsqueeze(0)  # (1, running, 4 * lstm_dim)
         new_hidden = cell_in_place(gates, memory[None, :running], project, layer.cell_clip, layer.proj_clip)[0]
-        hidden[:running] = new_hidden
+        step_inputs[:running, input_dim:] = new_hidden
         outputs[step, :running] = new_hidden
+    hidden.copy_(step_inputs[:, input_dim:])

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from ..precision import compat
-from .row_buckets import on_padded_rows
+from .row_buckets import padded_rows
 
 # What `torch.backends.quantized.engine` must be for prepacked int8 linears: fbgemm on x86 (the
 # "x86" engine picks fbgemm or onednn), qnnpack on ARM.
@@ -129,22 +129,39 @@ def pack(weight: Tensor, bias: Optional[Tensor]) -> Packed:
 
 def linear(x: Tensor, packed: Packed) -> Tensor:
     """``x @ weight.T + bias`` through the int8 kernel, each row's activations quantized with a
-    scale of its own, so that a row's result does not depend on the others. Shape: (n, in)
-    float32 -> (n, out) float32.
+    scale of its own, so that a row's result does not depend on the others (see
+    :class:`StagedRows`, which a loop of many products keeps). Shape: (n, in) float32 -> (n, out) float32."""
+    return StagedRows(x.shape[0], x.shape[1]).linear(x, packed)
+
+
+class StagedRows:
+    """The kernel's input buffer of products of up to ``rows`` rows of ``width`` values, kept
+    across the steps of a loop so that each product writes its scaled rows into it in one pass.
 
     The kernel quantizes its input with one scale per tensor, from the tensor's minimum and
     maximum. Each row is divided by its largest magnitude, so its values lie in [-1, 1], and every
     row carries :data:`PIN_COLUMNS` more values, 1 and -1 among them, whose weights are zero: -1
     and 1 are then the tensor's minimum and maximum whatever the other rows, so every row is
     quantized by the same fixed scale, which is its own once the result is multiplied back by its
-    magnitude. Rows run on :mod:`.row_buckets`' padded counts, the padding rows zero.
+    magnitude. Products run on :mod:`.row_buckets`' padded counts: the rows past a product's own
+    hold zeros or an earlier product's scaled rows, within [-1, 1] too, and their results are cut off.
     """
-    magnitudes = torch.linalg.vector_norm(x, float("inf"), dim=1, keepdim=True).clamp_min_(TINY)  # (n, 1)
-    scaled = torch.cat([x / magnitudes, PIN_VALUES.expand(x.shape[0], PIN_COLUMNS)], dim=1)
-    result = on_padded_rows(lambda rows: _product(rows, packed), scaled, 0)
-    if packed.bias is None:
-        return result.mul_(magnitudes)
-    return torch.addcmul(packed.bias, result, magnitudes, out=result)  # in place: no fresh buffer to fault in
+
+    def __init__(self, rows: int, width: int) -> None:
+        self.width = width
+        self.scaled = torch.zeros(padded_rows(rows), width + PIN_COLUMNS)  # (padded rows, width + pins)
+        self.scaled[:, width:] = PIN_VALUES
+
+    def linear(self, x: Tensor, packed: Packed) -> Tensor:
+        """``x @ weight.T + bias`` through the int8 kernel: (n, width) float32, n at most the
+        buffer's rows -> (n, out) float32."""
+        rows = x.shape[0]
+        magnitudes = torch.linalg.vector_norm(x, float("inf"), dim=1, keepdim=True).clamp_min_(TINY)  # (n, 1)
+        torch.div(x, magnitudes, out=self.scaled[:rows, : self.width])
+        result = _product(self.scaled[: padded_rows(rows)], packed)[:rows]
+        if packed.bias is None:
+            return result.mul_(magnitudes)
+        return torch.addcmul(packed.bias, result, magnitudes, out=result)  # in place: no fresh buffer to fault in
 
 
 def _product(x: Tensor, packed: Packed) -> Tensor:
