@@ -16,6 +16,8 @@ from .resolved import Precision
 # products' shapes decide which precision wins, and the row count changes them); the few words
 # keep the measurement short.
 BATCH_ROWS, BATCH_WORDS = 64, 5
+# The lone sentence a service's request runs (timed for inference): one row of a sentence's words.
+LONE_WORDS = 15
 
 
 class PassOutput(Protocol):
@@ -65,11 +67,14 @@ class Passes:
     """What a measurement runs: ``run``, the timed pass in a precision; ``prepare``, untimed before
     it, makes that precision's weight copies; ``release``, untimed after it, drops them and the
     float32 pages the pass read back (:meth:`BiLM.release_product_copies`), so that memory holds
-    one candidate's weights at a time: the measuring process peaks no higher than a float32 one."""
+    one candidate's weights at a time: the measuring process peaks no higher than a float32 one.
+    ``lone``, timed after ``run``: a pass of one sentence of :data:`LONE_WORDS` words alone, what
+    a service's request runs (inference's; None: not timed)."""
 
     run: Run
     prepare: Callable[[str], object] = _nothing
     release: Callable[[], None] = _nothing
+    lone: Optional[Run] = None
 
 
 def model_passes(model: TunedModel, run: Optional[Run], training: bool) -> Passes:
@@ -78,10 +83,12 @@ def model_passes(model: TunedModel, run: Optional[Run], training: bool) -> Passe
     if run is not None:
         return Passes(run)
     batch = timing_batch()
+    lone = [[word for sentence in batch for word in sentence][:LONE_WORDS]]
     return Passes(
         run=lambda precision: timed_pass(model, batch, precision, training),
         prepare=lambda precision: timed_pass(model, batch[:1], precision, training),
         release=model.release_product_copies,
+        lone=None if training else lambda precision: timed_pass(model, lone, precision),
     )
 
 

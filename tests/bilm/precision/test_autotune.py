@@ -99,6 +99,49 @@ def test_a_less_accurate_precision_must_win_clearly(seconds, expected):
     assert autotune.decide(BiLM(measured_options()), machine.run, machine.clock).choice == expected
 
 
+@pytest.mark.parametrize(
+    "lone, expected",
+    [
+        ((100.0, 200.0, 200.0), "int8"),  # as fast alone as bf16: its batch's win counts
+        ((100.0, 200.0, 185.0), "int8"),  # slower alone, less than the batch's win: sqrt(1.33 * 0.93) > 1.1
+        ((100.0, 200.0, 150.0), "bf16"),  # the two balance: sqrt(1.33 * 0.75) < 1.1
+        ((100.0, 200.0, 100.0), "bf16"),  # wins the batch, takes twice bf16's time alone
+        ((200.0, 100.0, 100.0), "fp32"),  # bf16 and int8 win the batch, lose as much or more alone
+        ((0.0, 0.0, 0.0), "int8"),  # no lone sentence timed: the batch decides
+    ],
+)
+def test_a_lone_sentences_speed_weighs_as_much_as_the_batchs(lone, expected):
+    batch = {"fp32": 100.0, "bf16": 150.0, "int8": 200.0}
+    cosine = {"fp32": 1.0, "bf16": 0.99999, "int8": 0.9999}
+    trials = {p: Trial(batch[p], cosine[p], rate) for p, rate in zip(PRECISIONS, lone)}
+    assert autotune.choose(trials) == expected
+
+
+def test_a_lone_sentence_is_timed_after_the_batch_in_each_round():
+    machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.25}, noise={})
+    lone_seconds = {"fp32": 0.2, "bf16": 0.2, "int8": 0.4}
+
+    def lone(precision: str) -> torch.Tensor:
+        machine.runs.append(f"{precision} alone")
+        machine.now += lone_seconds[precision]
+        return machine.layers
+
+    passes = timed_passes.Passes(machine.run, lone=lone)
+    trials = autotune.measure(passes, PRECISIONS, 320, machine.clock)
+    assert machine.runs[:4] == ["fp32", "fp32 alone", "bf16", "bf16 alone"]
+    assert {p: t.lone_tokens_per_s for p, t in trials.items()} == {
+        p: pytest.approx(timed_passes.LONE_WORDS / seconds) for p, seconds in lone_seconds.items()
+    }
+    assert autotune.choose(trials) == "bf16"  # int8 is 2x bf16 on the batch, and half its speed alone
+
+
+def test_the_models_passes_time_a_lone_sentence_for_inference_only():
+    model = measured_bilm()
+    assert timed_passes.model_passes(model, None, training=True).lone is None
+    lone = timed_passes.model_passes(model, None, training=False).lone
+    assert lone is not None and lone("fp32").shape[1:3] == (1, timed_passes.LONE_WORDS + 2)
+
+
 def test_a_recorded_decision_is_read_back_without_timing(monkeypatch):
     model = measured_bilm()
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
@@ -300,7 +343,8 @@ def test_bench_prints_the_rates_and_records_the_choice(tmp_path, monkeypatch):
     write_bilm_files(tmp_path)
     result = CliRunner().invoke(app, ["bench", "--model", str(tmp_path), "--threads", "1"])
     assert result.exit_code == 0, result.output
-    assert "| fp32 |" in result.output and "1.00x | 1.00000 |" in result.output
+    assert "| fp32 |" in result.output and "1.00x | " in result.output and " | 1.00000 |" in result.output
+    assert "| precision | tokens/s | / fp32 | a lone sentence, tokens/s |" in result.output
     assert "| training step (forward and backward) | tokens/s | / fp32 |" in result.output
     entries = {entry["fields"]["pass"]: entry for entry in json.loads(autotune.decisions_path().read_text()).values()}
     chosen = f"{entries['inference']['choice']} for inference, {entries['training']['choice']} for training"
