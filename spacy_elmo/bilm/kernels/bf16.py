@@ -6,8 +6,9 @@ inside the kernel; the gates, states, the bias and the cell stay float32 (see
 float32 parameters are unchanged (:class:`~..memory.weight_copies.WeightCopies`, held by the stack);
 training casts them once per pass, outside autograd, and gathers each weight's gradient in
 float32. On a CPU, the copies are laid out (2, out, in) in memory and used as (in, out) views:
-the layout oneDNN's bf16 kernels read faster at the LSTM's shapes; and the products run on
-bounded row counts (:mod:`..row_buckets`).
+the layout oneDNN's bf16 kernels read faster at the LSTM's shapes, and inference's large ones
+packed for oneDNN's linear instead (:mod:`.onednn_packs`: several times faster at few rows); the
+products run on bounded row counts (:mod:`..row_buckets`).
 """
 
 from functools import partial
@@ -17,6 +18,7 @@ import torch
 from torch import Tensor
 
 from ..memory.weight_copies import WeightCopies
+from . import onednn_packs
 from .eager import Float32Kernel, LSTMWeights, Weight
 from .gathered_gradients import GatheredWeight
 from .layer import LSTMLayer
@@ -78,12 +80,16 @@ def product_copies(
     copies: WeightCopies, index: int, layer: LSTMLayer, dtype: torch.dtype, out_major: bool
 ) -> LSTMWeights:
     """Layer ``index``'s three product weights as stored, (2, in, out), in ``dtype``, kept in
-    ``copies`` while the parameters are unchanged; ``out_major``: laid out (2, out, in) in memory
-    and returned as transposed views (on a CPU; a GPU's loops take them as stored)."""
+    ``copies`` while the parameters are unchanged; ``out_major`` (on a CPU): laid out (2, out, in)
+    in memory and returned as transposed views, or, where :func:`.onednn_packs.serves` them, packed
+    for oneDNN's linear (a GPU's loops take them as stored)."""
 
-    def copy(name: str, weight: Tensor) -> Tensor:
+    def copy(name: str, weight: Tensor) -> Weight:
         if not out_major:
             return copies.cast(f"{index}.{name}", dtype, [weight], lambda: weight)
+        if onednn_packs.serves(weight):
+            make = partial(onednn_packs.pack_directions, weight, dtype)
+            return copies.get(f"{index}.{name}.packed", ("oneDNN", dtype), [weight], make)
         laid_out = copies.cast(f"{index}.{name}.T", dtype, [weight], lambda: weight.transpose(1, 2).contiguous())
         return laid_out.transpose(1, 2)
 

@@ -22,6 +22,7 @@ from torch.nn import functional as F
 from .cell import Project, cell, cell_in_place
 from .gathered_gradients import GatheredWeight
 from .layer import LSTMLayer
+from .onednn_packs import DirectionPacks
 
 # The float32 gates of a window of timesteps whose input products are computed in one product:
 # small enough to stay in a CPU's cache between the product that writes them and the steps that
@@ -30,9 +31,9 @@ from .layer import LSTMLayer
 # one step.
 WINDOW_GATES_BYTES = 16 * 2**20
 
-# A product weight, the direction first: a tensor, or in training such a tensor whose gradient is
-# gathered over the steps.
-Weight = Union[Tensor, GatheredWeight]
+# A product weight, the direction first: a tensor; in training such a tensor whose gradient is
+# gathered over the steps; in bf16 inference on a CPU, each direction packed for oneDNN.
+Weight = Union[Tensor, GatheredWeight, DirectionPacks]
 Result = Tuple[Tensor, Tensor, Tensor]
 
 
@@ -85,9 +86,11 @@ class Float32Kernel:
         return torch.cat([inputs, inputs.new_ones(n_steps, 2, batch, 1)], dim=-1), None
 
     def product(self, x: Tensor, weight: Weight) -> Tensor:
-        """``torch.bmm(x, weight)``, the gradient gathered where ``weight`` is a :class:`GatheredWeight`.
-        Shape: (2, rows, in) -> (2, rows, out)."""
-        return weight(x) if isinstance(weight, GatheredWeight) else torch.bmm(x, weight)
+        """``torch.bmm(x, weight)``: the gradient gathered where ``weight`` is a :class:`GatheredWeight`,
+        oneDNN's linear where it is :class:`DirectionPacks`. Shape: (2, rows, in) -> (2, rows, out)."""
+        if isinstance(weight, GatheredWeight):
+            return weight(x)
+        return weight.product(x) if isinstance(weight, DirectionPacks) else torch.bmm(x, weight)
 
     def input_gates(self, flat: Tensor, weight: Weight, bias: Optional[Tensor], out: Optional[Tensor]) -> Tensor:
         """The input half of a window's gates, float32, into ``out`` if given: (2, n, input_dim) ->

@@ -10,7 +10,7 @@ import spacy
 import torch
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm.kernels import int8_packs
+from spacy_elmo.bilm.kernels import int8_packs, onednn_packs
 from spacy_elmo.bilm.model.options import ORIGINAL_SIZES, ElmoOptions
 
 from ...helpers import elmo_config, random_bilm
@@ -40,18 +40,27 @@ def engines() -> List[str]:
     return found + (["onednn"] if int8_packs.pack_engine() == "onednn" else [])
 
 
-# Every precision and kernel `auto` can pick on a CPU: float32, bf16, int8 with packs of each engine.
-PRECISIONS = ["fp32", "bf16"] + ([f"int8-{e}" for e in engines()] if int8_packs.int8_available() else [])
+# Every precision and kernel `auto` can pick on a CPU: float32, bf16 by plain copies and by weights
+# packed for oneDNN (onednn_packs; the tiny model's weights are packed only when told), int8 with
+# packs of each engine.
+PRECISIONS = (
+    ["fp32", "bf16"]
+    + (["bf16-packed"] if onednn_packs.available() else [])
+    + ([f"int8-{e}" for e in engines()] if int8_packs.int8_available() else [])
+)
 
 
 @pytest.fixture
 def with_precision(monkeypatch) -> Callable[[BiLM, str], BiLM]:
-    """Sets a biLM's precision, ``int8-ENGINE`` packing its int8 weights for ENGINE."""
+    """Sets a biLM's precision, ``int8-ENGINE`` packing its int8 weights for ENGINE, ``bf16-packed``
+    packing every bf16 weight for oneDNN."""
 
     def set_precision(model: BiLM, precision: str) -> BiLM:
-        name, _, engine = precision.partition("-")
-        if engine:
-            monkeypatch.setattr(int8_packs, "pack_engine", lambda: engine)
+        name, _, way = precision.partition("-")
+        if way == "packed":
+            monkeypatch.setattr(onednn_packs, "MIN_PACKED_VALUES", 0)
+        elif way:
+            monkeypatch.setattr(int8_packs, "pack_engine", lambda: way)
         model.precision = name
         model.requires_grad_(False)
         return model

@@ -1,0 +1,71 @@
+"""bf16 products for inference on a CPU, by weights prepacked once for oneDNN's linear.
+
+``torch.bmm`` in bf16 on a CPU runs oneDNN's matmul on the weight as it lies in memory, every call.
+Packed once into oneDNN's own blocked layout (``torch.ops.mkldnn._reorder_linear_weight``, as
+torch's compiler packs the weights of the linears it fuses) and multiplied by
+``torch.ops.mkldnn._linear_pointwise``, the same products run much faster wherever the rows are
+few, and no slower for batches: on an AMD EPYC with AVX512-BF16 at 2 threads, both directions of
+the Original size's recurrent product (512 x 16,384) took 405 us at one row against 1,811 us, 847
+against 2,457 at 8 rows, 5.3 against 7.4 ms at 64; the bundled ``en``'s (128 x 4,096) 60 against
+78 us at one row (``docs/performance.md``, "Serving"). Each product takes the same kernel whatever
+its rows, so a row's result does not depend on its companions (tests/bilm/kernels/test_own_rows.py).
+
+Small weights stay in the CPU's cache, and there the two calls per product (one per direction)
+and the stacking of their results cost more than the packing saves: the bundled ``en``'s
+projection (1,024 x 128) took 41 us packed against 30 at one row, and a lone sentence through the
+whole biLM 10% longer with every weight packed. So a weight is packed from
+:data:`MIN_PACKED_VALUES` values per direction (the Small and bundled sizes keep plain copies,
+the Original packs all three of a layer's weights), a rule of the shapes alone: every process
+and call multiplies a weight the same way, so that results do not depend on which one ran.
+
+The packs are opaque tensors (no storage to pickle or copy): they live in the stack's
+:class:`~..memory.weight_copies.WeightCopies`, which starts empty after a pickle or a deep copy.
+Where this torch build has no oneDNN, the bf16 kernel multiplies by plain copies (:func:`available`).
+"""
+
+from typing import NamedTuple, Tuple
+
+import torch
+from torch import Tensor
+
+# The values per direction from which a weight is packed (2 MiB in bf16).
+MIN_PACKED_VALUES = 2**20
+
+
+def available() -> bool:
+    """Whether this torch build packs and runs oneDNN linears on this CPU."""
+    mkldnn = torch.ops.mkldnn
+    return (
+        torch.backends.mkldnn.is_available()
+        and hasattr(mkldnn, "_reorder_linear_weight")
+        and hasattr(mkldnn, "_linear_pointwise")
+    )
+
+
+def serves(weight: Tensor) -> bool:
+    """Whether inference's bf16 products by ``weight`` (2, in, out) run packed: on a CPU with
+    oneDNN, from :data:`MIN_PACKED_VALUES` values per direction."""
+    return weight.device.type == "cpu" and weight[0].numel() >= MIN_PACKED_VALUES and available()
+
+
+class DirectionPacks(NamedTuple):
+    """A product weight, each direction's (out, in) prepacked for oneDNN's linear."""
+
+    packs: Tuple[Tensor, ...]
+
+    def product(self, x: Tensor) -> Tensor:
+        """``x @ weight`` in ``x``'s dtype: (2, rows, in) -> (2, rows, out)."""
+        return torch.stack([_linear(x[d], pack) for d, pack in enumerate(self.packs)])
+
+
+def pack_directions(weight: Tensor, dtype: torch.dtype) -> DirectionPacks:
+    """``weight`` (2, in, out), as a product weight takes it, cast to ``dtype`` and packed per direction."""
+    with torch.no_grad():
+        return DirectionPacks(
+            tuple(torch.ops.mkldnn._reorder_linear_weight(w.T.to(dtype).contiguous()) for w in weight.detach())
+        )
+
+
+def _linear(x: Tensor, pack: Tensor) -> Tensor:
+    """(rows, in) -> (rows, out), no bias, no fused activation."""
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), pack, None, "none", [], "")

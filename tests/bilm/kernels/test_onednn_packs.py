@@ -1,0 +1,50 @@
+"""bf16 products by weights packed for oneDNN's linear (onednn_packs): the bf16 product, per direction."""
+
+import pytest
+import torch
+
+from spacy_elmo.bilm.kernels import Bf16Kernel, onednn_packs
+from spacy_elmo.bilm.memory.weight_copies import WeightCopies
+
+from ...helpers import random_bilm
+
+pytestmark = pytest.mark.skipif(not onednn_packs.available(), reason="this torch build has no oneDNN linear")
+
+
+@pytest.mark.parametrize("rows", [1, 5, 40])
+def test_a_packed_product_is_each_directions_bf16_product(rows: int) -> None:
+    torch.manual_seed(rows)
+    weight, x = torch.randn(2, 64, 96), torch.randn(2, rows, 64).to(torch.bfloat16)
+    found = onednn_packs.pack_directions(weight, torch.bfloat16).product(x)
+    expected = torch.bmm(x.float(), weight.to(torch.bfloat16).float())  # exact products, float32 sums
+    assert found.dtype == torch.bfloat16 and found.shape == (2, rows, 96)
+    torch.testing.assert_close(found.float(), expected, rtol=2**-7, atol=1e-2)  # the output's bf16 rounding
+
+
+def test_a_rows_result_is_the_same_alone_and_among_others() -> None:
+    torch.manual_seed(0)
+    packs = onednn_packs.pack_directions(torch.randn(2, 256, 1024), torch.bfloat16)
+    x = torch.randn(2, 24, 256).to(torch.bfloat16)
+    together = packs.product(x)
+    for row in (0, 7, 23):
+        assert torch.equal(packs.product(x[:, row : row + 1]), together[:, row : row + 1])
+
+
+def test_large_weights_are_packed_small_ones_keep_plain_copies(monkeypatch) -> None:
+    large = torch.zeros(2, 1024, onednn_packs.MIN_PACKED_VALUES // 1024)
+    assert onednn_packs.serves(large) and not onednn_packs.serves(large[:, :, :-1])
+    assert not onednn_packs.serves(large.to("meta"))  # a CPU's only
+    monkeypatch.setattr(onednn_packs, "available", lambda: False)
+    assert not onednn_packs.serves(large)
+
+
+def test_the_kernel_multiplies_by_packs_kept_with_the_stacks_copies(monkeypatch) -> None:
+    monkeypatch.setattr(onednn_packs, "MIN_PACKED_VALUES", 0)
+    layer = random_bilm().lstm.layers[0]
+    copies = WeightCopies()
+    weights = Bf16Kernel(copies, out_major=True).weights(0, layer)
+    assert all(isinstance(w, onednn_packs.DirectionPacks) for w in weights) and len(copies) == 3
+    assert Bf16Kernel(copies, out_major=True).weights(0, layer).hidden is weights.hidden  # kept, not packed again
+    with torch.no_grad():
+        layer.hidden_weight.add_(1.0)  # a changed parameter is packed again
+    assert Bf16Kernel(copies, out_major=True).weights(0, layer).hidden is not weights.hidden
