@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Sequence
 
 import torch
 
-from ..kernels import int8_packs
+from ..kernels import int8_packs, onednn_packs
 from ..model.options import ElmoOptions
 from .flops import FlopCount
 from .kinds import PRODUCT_PRECISIONS, product_precision
@@ -73,8 +73,9 @@ def product_rates(
     products: Sequence[Product], precisions: Sequence[str], clock: Clock = time.perf_counter
 ) -> Dict[str, Dict[Product, float]]:
     """FLOP/s of each product in each precision (``fp32``, ``bf16``, ``int8``): ``torch.bmm`` on
-    random tensors of the dtype; for int8 the kernel the biLM's int8 products use (dynamic
-    quantization, :func:`.bilm.int8.linear`: the activations quantized at each call, as there)."""
+    random tensors of the dtype, for bf16 also by packed weights (:mod:`..kernels.onednn_packs`);
+    for int8 the kernel the biLM's int8 products use (dynamic quantization,
+    :func:`.bilm.int8.linear`: the activations quantized at each call, as there)."""
     rates: Dict[str, Dict[Product, float]] = {}
     with torch.no_grad():
         for precision in precisions:
@@ -95,12 +96,14 @@ def _rate(product: Product, precision: str, clock: Clock) -> float:
                 int8_packs.linear(a[i], packs[i])
 
         return time_product(run, product.flops, clock)
-    a, b = a.to(dtype), b.to(dtype)
-    # The weight stored (in, out), and (out, in) read through its transposed view, as the biLM's
-    # bf16 copies are on a CPU: the machine's rate is that of the faster layout.
-    layouts = (b, b.transpose(1, 2).contiguous().transpose(1, 2))
+    runs = [partial(torch.bmm, a.to(dtype), b.to(dtype))]
+    # The weight stored (in, out), (out, in) read through its transposed view, and in bf16 packed
+    # for oneDNN's linear, as the biLM's copies are on a CPU: the machine's rate is the fastest's.
+    runs.append(partial(torch.bmm, a.to(dtype), b.transpose(1, 2).to(dtype).contiguous().transpose(1, 2)))
+    if dtype == torch.bfloat16 and onednn_packs.available():
+        runs.append(partial(onednn_packs.pack_directions(b, dtype).product, a.to(dtype)))
     with own_precision(torch.device("cpu"), dtype):
-        return max(time_product(partial(torch.bmm, a, weight), product.flops, clock) for weight in layouts)
+        return max(time_product(run, product.flops, clock) for run in runs)
 
 
 def time_product(run: Callable[[], object], flops: int, clock: Clock = time.perf_counter) -> float:
