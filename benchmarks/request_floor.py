@@ -1,0 +1,159 @@
+"""How close a lone sentence, a service's request, gets to the floor of its LSTM products.
+
+    python benchmarks/request_floor.py [--sizes en,original] [--precisions auto] [--threads 2]
+
+For each biLM (``en``, the bundled one; ``original``, the Original sizes with random weights) and
+precision, three times for one sentence of 15 words (17 steps with its boundaries), medians of
+interleaved rounds:
+
+- ``lone``: the biLM's whole pass (``embed_sentences``: characters, CNN, LSTM, outputs);
+- ``products``: the LSTM's products alone, as the precision's kernel runs them at one row, on the
+  model's own weight copies (int8: the quantized kernel on pre-scaled rows, without the per-row
+  scaling around it; bf16 and fp32: the kernel's product, packed where it packs), both directions
+  of every layer at every step, and each layer's input product;
+- ``bandwidth``: the time to read those weights once per step at this machine's memory bandwidth,
+  measured by a copy of 512 MiB (a weight that stays in cache reads faster than that).
+
+The fraction printed is ``products / lone``: how much of a request the products are; the issue's
+target for the Original size is 0.8 of that floor.
+"""
+
+import statistics
+import time
+from functools import partial
+from typing import Callable, List
+
+import torch
+import typer
+
+from harness import machine
+from spacy_elmo import BiLM, ElmoOptions
+from spacy_elmo.bilm.kernels import Bf16Kernel, Float32Kernel, int8
+from spacy_elmo.bilm.memory.weight_copies import WeightCopies
+from spacy_elmo.bilm.model.options import ORIGINAL_SIZES
+from spacy_elmo.bilm.precision.autotune import cpu_auto_precision
+from spacy_elmo.published import pretrained_files
+
+SENTENCE = "the bank raised its rates on monday and the river bank flooded the old mill again".split()
+app = typer.Typer(add_completion=False)
+
+
+def load(size: str) -> BiLM:
+    """The bundled ``en`` biLM, or the Original sizes with random weights, for inference."""
+    if size == "en":
+        options_file, weight_file = pretrained_files("en")
+        model = BiLM.from_files(str(options_file), str(weight_file), cache_size=0)
+    else:
+        torch.manual_seed(0)
+        model = BiLM(ElmoOptions(**ORIGINAL_SIZES), cache_size=0)
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.normal_(0.0, 0.05)
+    return model.eval().requires_grad_(False)
+
+
+def lstm_products(model: BiLM, precision: str, steps: int) -> Callable[[], object]:
+    """One sentence's LSTM products at one row, as ``precision``'s kernel runs them."""
+    layers = list(model.lstm.layers)
+    runs: List[Callable[[], object]] = []
+    for index, layer in enumerate(layers):
+        if precision == "int8":
+            gates, projection = int8.make_packs(layer)
+            x = torch.rand(1, gates[0].prepacked.unpack()[0].shape[1]) * 2 - 1
+            c = torch.rand(1, projection[0].prepacked.unpack()[0].shape[1]) * 2 - 1
+            for d in range(2):
+                runs.append(lambda g=gates[d], x=x: torch.ops.quantized.linear_dynamic(x, g.prepacked, False))
+                runs.append(lambda p=projection[d], c=c: torch.ops.quantized.linear_dynamic(c, p.prepacked, False))
+            continue
+        kernel = Bf16Kernel(WeightCopies(), out_major=True) if precision == "bf16" else Float32Kernel()
+        weights = kernel.weights(index, layer)
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+        h = torch.randn(2, 1, layer.hidden_weight.shape[1]).to(dtype)
+        c = torch.randn(2, 1, layer.projection.shape[1]).to(dtype)
+        runs.append(lambda k=kernel, w=weights, h=h: k.product(h, w.hidden))
+        runs.append(lambda k=kernel, w=weights, c=c: k.product(c, w.projection))
+    # int8 multiplies each step's input within its gates' product; the eager loop, once per window
+    inputs = [] if precision == "int8" else [input_product(layer, precision, steps) for layer in layers]
+
+    def run() -> None:
+        for _ in range(steps):
+            for product in runs:
+                product()
+        for product in inputs:
+            product()
+
+    return run
+
+
+def input_product(layer: torch.nn.Module, precision: str, steps: int) -> Callable[[], object]:
+    """A layer's input product over the sentence's steps, as the eager loop runs it once per window."""
+    kernel = Bf16Kernel(WeightCopies(), out_major=True) if precision == "bf16" else Float32Kernel()
+    weights = kernel.weights(0, layer)
+    inputs, bias = kernel.lowered_inputs(torch.randn(steps, 2, 1, layer.input_weight.shape[1]), layer)
+    flat = inputs.transpose(0, 1).reshape(2, steps, -1)
+    return lambda: kernel.input_gates(flat, weights.input, bias, None)
+
+
+def weight_bytes(model: BiLM, precision: str) -> int:
+    """Bytes of the LSTM's recurrent and projection weights (the input's, int8 reads per step too) read per step."""
+    per_value = {"int8": 1, "bf16": 2, "fp32": 4}[precision]
+    total = 0
+    for layer in model.lstm.layers:
+        total += layer.hidden_weight.numel() + layer.projection.numel()
+        if precision == "int8":
+            total += layer.input_weight.numel()
+    return total * per_value
+
+
+def bandwidth() -> float:
+    """Bytes/s of a 512 MiB copy (read and written), the median of 5."""
+    source = torch.ones(2**27)
+    target = torch.empty_like(source)
+    times = []
+    for _ in range(5):
+        began = time.perf_counter()
+        target.copy_(source)
+        times.append(time.perf_counter() - began)
+    return 2 * source.numel() * 4 / statistics.median(times)
+
+
+def median_ms(run: Callable[[], object], rounds: int) -> float:
+    run()
+    times = []
+    for _ in range(rounds):
+        began = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - began)
+    return 1000 * statistics.median(times)
+
+
+@app.command()
+def main(
+    sizes: str = typer.Option("en,original", help="Comma-separated: en, original"),
+    precisions: str = typer.Option("auto", help="Comma-separated: auto, fp32, bf16, int8"),
+    threads: int = typer.Option(2, help="torch's threads"),
+    rounds: int = typer.Option(15, help="Timed rounds of each"),
+) -> None:
+    torch.set_num_threads(threads)
+    print(machine())
+    bytes_per_s = bandwidth()
+    print(f"memory bandwidth (a 512 MiB copy): {bytes_per_s / 1e9:.1f} GB/s")
+    steps = len(SENTENCE) + 2
+    print(f"one sentence of {len(SENTENCE)} words ({steps} steps)\n")
+    print("| biLM | precision | lone, ms | products, ms | bandwidth, ms | products / lone |")
+    print("|---|---|---|---|---|---|")
+    for size in sizes.split(","):
+        model = load(size)
+        for asked in precisions.split(","):
+            precision = cpu_auto_precision(model) if asked == "auto" else asked
+            model.precision = precision
+            with torch.no_grad():
+                lone = median_ms(partial(model.embed_sentences, [SENTENCE]), rounds)
+                products = median_ms(lstm_products(model, precision, steps), rounds)
+            floor = 1000 * steps * weight_bytes(model, precision) / bytes_per_s
+            label = f"{precision} (auto)" if asked == "auto" else precision
+            print(f"| {size} | {label} | {lone:.1f} | {products:.1f} | {floor:.1f} | {products / lone:.2f} |")
+
+
+if __name__ == "__main__":
+    app()
