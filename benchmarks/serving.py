@@ -11,7 +11,8 @@ would compare with: spacy-transformers with a 6-layer BERT-base-sized model of r
 every call under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (needs ``pip install
 "spacy-transformers==1.4.0"``; see benchmarks/peer_transformers.py). ``elmo`` runs with
 ``precision = "auto"``. Each in-process row: words/s (median of ``--rounds``, range) and its
-fraction of the configuration's ``nlp.pipe``; each service row: requests/s, words/s, p50 / p99
+fraction of the configuration's ``nlp.pipe``; for ``elmo``, the smallest token cosine of the
+vectors from many threads to the serial ones; each service row: requests/s, words/s, p50 / p99
 latency of one text per request.
 """
 
@@ -25,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, ContextManager, Dict, List, Sequence
 
+import numpy
 import requests
 import spacy
 import torch
@@ -99,6 +101,20 @@ def in_process_runs(
     }
 
 
+def thread_agreement(nlp: Language, texts: Sequence[str], threads: int) -> float:
+    """The smallest cosine of a token's vector from ``threads`` threads at once to the same
+    token's from serial ``nlp(text)`` calls (the issue's bar: 0.995)."""
+    serial = [nlp(text).tensor for text in texts]
+    with ThreadPoolExecutor(threads) as pool:
+        concurrent = [doc.tensor for doc in pool.map(nlp, texts)]
+    worst = 1.0
+    for a, b in zip(concurrent, serial):
+        if len(a):
+            norms = numpy.linalg.norm(a, axis=1) * numpy.linalg.norm(b, axis=1)
+            worst = min(worst, float(((a * b).sum(1) / numpy.maximum(norms, 1e-12)).min()))
+    return worst
+
+
 def service_rows(path: Path, texts: Sequence[str], n_words: int, clients: Sequence[int], port: int) -> List[str]:
     """Rows of ``spacy-elmo serve`` at each number of concurrent clients, one text per request."""
     command = [sys.executable, "-m", "spacy_elmo", "serve", str(path), "--port", str(port), "--log-level", "warning"]
@@ -160,6 +176,8 @@ def main(
             for label, timing in timings.items():
                 print(f"{label}: {timing.rate(n_words, ' words/s')}, {batch / timing.median:.2f} of nlp.pipe")
             if not config.startswith("trf"):
+                agreement = thread_agreement(nlp, sentences, threads)
+                print(f"nlp(text) from {threads} threads against serial: token cosine at least {agreement:.5f}")
                 for row in service_rows(path, sentences, n_words, clients, port):
                     print(row)
             del nlp

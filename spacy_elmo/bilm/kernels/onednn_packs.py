@@ -20,9 +20,11 @@ and call multiplies a weight the same way, so that results do not depend on whic
 
 The packs are opaque tensors (no storage to pickle or copy): they live in the stack's
 :class:`~..memory.weight_copies.WeightCopies`, which starts empty after a pickle or a deep copy.
-Where this torch build has no oneDNN, the bf16 kernel multiplies by plain copies (:func:`available`).
+Where this torch build or CPU cannot (no oneDNN, or a CPU without AVX512-BW/VL/DQ, where bf16 is
+emulated), the bf16 kernel multiplies by plain copies (:func:`available`).
 """
 
+import functools
 from typing import NamedTuple, Tuple
 
 import torch
@@ -32,14 +34,23 @@ from torch import Tensor
 MIN_PACKED_VALUES = 2**20
 
 
+@functools.lru_cache(maxsize=None)
 def available() -> bool:
-    """Whether this torch build packs and runs oneDNN linears on this CPU."""
+    """Whether this torch build packs and runs oneDNN's bf16 linears on this CPU: tried once on a
+    small weight (oneDNN refuses bf16 packs on a CPU without AVX512-BW/VL/DQ or AVX-NE-CONVERT, or
+    when ``ONEDNN_MAX_CPU_ISA`` caps it below them)."""
     mkldnn = torch.ops.mkldnn
-    return (
+    if not (
         torch.backends.mkldnn.is_available()
         and hasattr(mkldnn, "_reorder_linear_weight")
         and hasattr(mkldnn, "_linear_pointwise")
-    )
+    ):
+        return False
+    try:
+        _linear(torch.ones(1, 16, dtype=torch.bfloat16), mkldnn._reorder_linear_weight(torch.ones(8, 16).bfloat16()))
+    except RuntimeError:
+        return False
+    return True
 
 
 def serves(weight: Tensor) -> bool:

@@ -48,3 +48,18 @@ def test_the_kernel_multiplies_by_packs_kept_with_the_stacks_copies(monkeypatch)
     with torch.no_grad():
         layer.hidden_weight.add_(1.0)  # a changed parameter is packed again
     assert Bf16Kernel(copies, out_major=True).weights(0, layer).hidden is not weights.hidden
+
+
+def test_a_cpu_that_refuses_bf16_packs_multiplies_by_plain_copies(monkeypatch) -> None:
+    def refuse(*args: object) -> torch.Tensor:
+        raise RuntimeError("mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx512bw")
+
+    monkeypatch.setattr(onednn_packs, "_linear", refuse)
+    onednn_packs.available.cache_clear()
+    try:
+        assert not onednn_packs.available()
+        assert not onednn_packs.serves(torch.zeros(2, 1024, 1024))
+    finally:
+        monkeypatch.undo()
+        onednn_packs.available.cache_clear()
+    assert onednn_packs.available()

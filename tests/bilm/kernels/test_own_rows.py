@@ -148,3 +148,15 @@ def test_a_docs_vectors_from_nlp_pipe_are_those_of_nlp_alone(bilm_files, precisi
         random.Random(batch_size).shuffle(order)
         for index, doc in zip(order, nlp.pipe([texts[i] for i in order], batch_size=batch_size)):
             assert_own(doc._.elmo_layers, alone[index], f"{precision}, doc {index} in nlp.pipe batches of {batch_size}")
+
+
+@pytest.mark.slow  # starts worker processes
+@pytest.mark.parametrize("precision", ["fp32", "bf16"] + (["int8"] if int8_packs.int8_available() else []))
+def test_a_docs_vectors_from_worker_processes_are_those_of_nlp_alone(bilm_files, precision: str) -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={**elmo_config(bilm_files, precision=precision), "store_layers": True})
+    nlp.initialize()
+    texts = [" ".join(words) for words in sentences(12, seed=2)]
+    alone = [nlp(text)._.elmo_layers for text in texts]
+    for index, doc in enumerate(nlp.pipe(texts, n_process=2, batch_size=2)):
+        assert_own(doc._.elmo_layers, alone[index], f"{precision}, doc {index} from a worker process")
