@@ -6,12 +6,13 @@ figures). No CPU flag predicts it, so at the first use of a model's shapes on a 
 times its own passes on a fixed batch of made-up words (:func:`.timed_passes.timed_pass`) in each
 precision the CPU can run (:func:`candidates`), interleaved, and takes the fastest whose layers
 keep the accuracy contract against float32 on that batch (mean per-token cosine of at least
-:data:`MIN_MEAN_COSINE` in every layer), its speed on the batch weighed with its speed on a lone
-sentence, a service's request (:func:`choose`). One precision serves every call of a process, so
-that a doc's vectors do not depend on its companions. Inference and training are decided apart: inference
-times forward passes; training times training steps, a forward and a backward pass through every
-parameter, in fp32 and bf16 (int8 has no gradient). The backward pass has products of other
-shapes, so the two can differ. That takes seconds at the Original size, a fraction of that below.
+:data:`MIN_MEAN_COSINE` in every layer), its speed on the batch weighed with its speeds on a
+service's calls, a lone sentence and a few sentences together (:func:`choose`). One precision
+serves every call of a process, so that a doc's vectors do not depend on its companions.
+Inference and training are decided apart: inference times forward passes; training times
+training steps, a forward and a backward pass through every parameter, in fp32 and bf16 (int8
+has no gradient). The backward pass has products of other shapes, so the two can differ. That
+takes seconds at the Original size, a fraction of that below.
 This is what :class:`~.precision.ResolvedPrecision` takes for ``auto`` on a CPU.
 
 The decision is kept in memory for the process and in ``precision.json`` under the model cache
@@ -58,7 +59,7 @@ from .decisions import decision_key, decisions_path, locked, read_decisions, rec
 from .flops import flops_per_token
 from .kinds import PRODUCT_PRECISIONS, listed
 from .resolved import check_precision
-from .timed_passes import BATCH_ROWS, BATCH_WORDS, LONE_WORDS, Clock, Passes, Run, TunedModel, model_passes
+from .timed_passes import BATCH_ROWS, BATCH_WORDS, FEW_ROWS, LONE_WORDS, Clock, Passes, Run, TunedModel, model_passes
 
 logger = logging.getLogger("spacy_elmo")
 
@@ -72,7 +73,7 @@ MIN_ROUNDS, MAX_ROUNDS, MIN_SECONDS = 3, 15, 0.5  # interleaved rounds: at least
 CLEAR_WIN = 1.10
 # The version of the biLM's CPU computation that decisions were measured with: raise it when a
 # change makes one precision's pass faster or slower than another's, so that caches measure again.
-KERNELS = 7
+KERNELS = 8
 # The two passes decided apart (``training`` in the functions below).
 PASSES = {False: "inference", True: "training"}
 
@@ -80,11 +81,17 @@ PASSES = {False: "inference", True: "training"}
 @dataclass(frozen=True)
 class Trial:
     """One precision's measurement: median speed on the timed batch, its worst layer's mean
-    per-token cosine to fp32, and its median speed on a lone sentence (0.0: not timed)."""
+    per-token cosine to fp32, and its median speeds on a service's calls, a lone sentence and
+    :data:`.timed_passes.FEW_ROWS` sentences (0.0: not timed)."""
 
     tokens_per_s: float
     cosine: float
     lone_tokens_per_s: float = 0.0
+    few_tokens_per_s: float = 0.0
+
+    def speeds(self) -> Tuple[float, float, float]:
+        """Tokens/s on the batch, a lone sentence and a few sentences."""
+        return self.tokens_per_s, self.lone_tokens_per_s, self.few_tokens_per_s
 
 
 @dataclass(frozen=True)
@@ -195,7 +202,7 @@ def _decide_once(passes: Passes, clock: Clock, memo: Tuple[ElmoOptions, int, boo
                 trials, source = measure(passes, precisions, BATCH_ROWS * BATCH_WORDS, clock), "measured"
             else:
                 cosines = accuracies(passes, precisions)
-                trials = {p: Trial(rates[p][0], cosines[p], rates[p][1]) for p in precisions}
+                trials = {p: Trial(rates[p][0], cosines[p], *rates[p][1:]) for p in precisions}
                 source = "checked"
         decision = Decision(choose(trials), trials, source)
         if usable:
@@ -275,7 +282,7 @@ def measure(passes: Passes, precisions: Sequence[str], n_tokens: int, clock: Clo
     """
     layers: Dict[str, torch.Tensor] = {}
     times: Dict[str, List[float]] = {precision: [] for precision in precisions}
-    lone_times: Dict[str, List[float]] = {precision: [] for precision in precisions}
+    service_times: Dict[str, Dict[str, List[float]]] = {"lone": {}, "few": {}}
     start = clock()
     rounds = 0
     while rounds < MIN_ROUNDS or (rounds < MAX_ROUNDS and clock() - start < MIN_SECONDS):
@@ -284,18 +291,25 @@ def measure(passes: Passes, precisions: Sequence[str], n_tokens: int, clock: Clo
             began = clock()
             output = passes.run(precision)
             times[precision].append(clock() - began)
-            if passes.lone is not None:
-                began = clock()
-                passes.lone(precision)
-                lone_times[precision].append(clock() - began)
+            for call, run in (("lone", passes.lone), ("few", passes.few)):
+                if run is not None:
+                    began = clock()
+                    run(precision)
+                    service_times[call].setdefault(precision, []).append(clock() - began)
             passes.release()
             layers.setdefault(precision, output)  # the first round's, for the accuracy
         rounds += 1
+
+    def service_rate(call: str, precision: str, words: int) -> float:
+        timed = service_times[call].get(precision)
+        return words / statistics.median(timed) if timed else 0.0
+
     return {
         precision: Trial(
             n_tokens / statistics.median(times[precision]),
             worst_cosine(layers[precision], layers["fp32"]),
-            LONE_WORDS / statistics.median(lone_times[precision]) if lone_times[precision] else 0.0,
+            service_rate("lone", precision, LONE_WORDS),
+            service_rate("few", precision, FEW_ROWS * LONE_WORDS),
         )
         for precision in precisions
     }
@@ -326,13 +340,13 @@ def worst_cosine(found: torch.Tensor, expected: torch.Tensor) -> float:
 def choose(trials: Dict[str, Trial]) -> str:
     """The fastest precision that keeps the accuracy contract (fp32 keeps it by definition), where
     it wins clearly: a less accurate precision (lower cosine to fp32) replaces a more accurate one
-    only when it is at least :data:`CLEAR_WIN` times as fast. Where both were timed on a lone
-    sentence too, "as fast" is the geometric mean of the two speed ratios, the batch's and the lone
-    sentence's: a service runs requests of one or a few sentences, and a precision can win a batch
-    and lose a lone sentence by more (the bundled ``en`` biLM on an AVX512-VNNI EPYC at 2 threads:
-    int8 8,894 tokens/s on the batch against bf16's 7,768, and 708 against 1,127 alone). A decision is
-    cached for good, and a margin within the noise of a busy machine would keep the less accurate
-    one on a coin toss."""
+    only when it is at least :data:`CLEAR_WIN` times as fast. Where both were timed on a service's
+    calls too, "as fast" is the geometric mean of the speed ratios on the batch, a lone sentence
+    and a few sentences together: a service runs calls of one or a few requests, and a precision
+    can win a batch and lose those by more (the bundled ``en`` biLM on an AVX512-VNNI EPYC at 2
+    threads: int8 7,444 tokens/s on the batch against bf16's 7,468, 690 against 1,080 alone; fp32
+    1,358 alone, but 5,362 on the batch). A decision is cached for good, and a margin within the
+    noise of a busy machine would keep the less accurate one on a coin toss."""
     kept = sorted(
         (p for p, trial in trials.items() if p == "fp32" or trial.cosine >= MIN_MEAN_COSINE),
         key=lambda p: 1.0 if p == "fp32" else trials[p].cosine,
@@ -347,10 +361,8 @@ def choose(trials: Dict[str, Trial]) -> str:
 
 def _wins(candidate: Trial, choice: Trial) -> bool:
     """Whether the less accurate ``candidate`` replaces ``choice`` (see :func:`choose`)."""
-    ratio = candidate.tokens_per_s / choice.tokens_per_s
-    if candidate.lone_tokens_per_s > 0 and choice.lone_tokens_per_s > 0:
-        ratio = math.sqrt(ratio * candidate.lone_tokens_per_s / choice.lone_tokens_per_s)
-    return ratio >= CLEAR_WIN
+    ratios = [a / b for a, b in zip(candidate.speeds(), choice.speeds()) if a > 0 and b > 0]
+    return math.prod(ratios) ** (1 / len(ratios)) >= CLEAR_WIN
 
 
 def describe(decision: Decision) -> str:
@@ -364,6 +376,7 @@ def describe(decision: Decision) -> str:
 
 
 def _rates(trial: Trial) -> str:
-    """``"8,405 tokens/s"``, with ``", a lone sentence 1,317"`` where that was timed."""
-    lone = f", a lone sentence {trial.lone_tokens_per_s:,.0f}" if trial.lone_tokens_per_s else ""
-    return f"{trial.tokens_per_s:,.0f} tokens/s{lone}"
+    """``"8,405 tokens/s"``, with ``", a lone sentence 1,317, 8 sentences 4,210"`` where those were timed."""
+    service = f", a lone sentence {trial.lone_tokens_per_s:,.0f}" if trial.lone_tokens_per_s else ""
+    service += f", {FEW_ROWS} sentences {trial.few_tokens_per_s:,.0f}" if trial.few_tokens_per_s else ""
+    return f"{trial.tokens_per_s:,.0f} tokens/s{service}"

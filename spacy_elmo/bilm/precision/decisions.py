@@ -1,7 +1,7 @@
 """The file that keeps ``precision = "auto"``'s decisions (:mod:`.autotune`): ``precision.json``
 in the model cache, one entry per decision, keyed by a hash of what it depends on.
 
-An entry: ``{"choice": "int8", "trials": {precision: {"tokens_per_s", "cosine", "lone_tokens_per_s"}}, "fields": {...},
+An entry: ``{"choice": "int8", "trials": {precision: {"tokens_per_s", "cosine", ...}}, "fields": {...},
 "measured": date}``. ``fields`` are :func:`.autotune.decision_fields` (what the speeds depend on)
 and ``weights``, the digest of the weights whose accuracy the cosines are (:mod:`.identity`). An
 entry recorded before decisions named their weights has no ``weights`` field: its key is never
@@ -28,7 +28,7 @@ logger = logging.getLogger("spacy_elmo")
 
 DECISIONS_NAME = "precision.json"
 TRIAL_FIELDS = {"tokens_per_s", "cosine"}
-LONE_FIELD = "lone_tokens_per_s"  # a trial's, where a lone sentence was timed
+SERVICE_FIELDS = ("lone_tokens_per_s", "few_tokens_per_s")  # a trial's, where a service's calls were timed
 
 
 def decisions_path() -> Path:
@@ -52,7 +52,9 @@ def _well_formed(entry: object) -> bool:
         check_precision(entry["choice"])  # type: ignore[index]
         trials = entry["trials"].values()  # type: ignore[index]
         fields = entry["fields"]  # type: ignore[index]
-        return isinstance(fields, dict) and all(TRIAL_FIELDS <= set(t) <= TRIAL_FIELDS | {LONE_FIELD} for t in trials)
+        return isinstance(fields, dict) and all(
+            TRIAL_FIELDS <= set(t) <= TRIAL_FIELDS | set(SERVICE_FIELDS) for t in trials
+        )
     except (TypeError, KeyError, ValueError, AttributeError):
         return False
 
@@ -104,14 +106,17 @@ def _canonical(fields: Dict[str, object]) -> str:
 
 def recorded_rates(
     entries: Iterable[Dict], fields: Dict[str, object], precisions: Sequence[str]
-) -> Optional[Dict[str, Tuple[float, float]]]:
-    """Tokens/s of each of ``precisions``, on the batch and a lone sentence (0.0: not timed), from a
-    record of the same speed ``fields`` (another model's weights, or a record from before decisions
-    named them), or None."""
+) -> Optional[Dict[str, Tuple[float, ...]]]:
+    """Tokens/s of each of ``precisions``, on the batch and a service's calls (:data:`SERVICE_FIELDS`,
+    0.0: not timed), from a record of the same speed ``fields`` (another model's weights, or a
+    record from before decisions named them), or None."""
     wanted = _canonical(fields)
     for entry in entries:
         speed_fields = {name: value for name, value in entry["fields"].items() if name != "weights"}
         if _canonical(speed_fields) == wanted and set(precisions) <= set(entry["trials"]):
             trials = entry["trials"]
-            return {p: (float(trials[p]["tokens_per_s"]), float(trials[p].get(LONE_FIELD, 0.0))) for p in precisions}
+            return {
+                p: (float(trials[p]["tokens_per_s"]), *(float(trials[p].get(f, 0.0)) for f in SERVICE_FIELDS))
+                for p in precisions
+            }
     return None

@@ -16,8 +16,9 @@ from .resolved import Precision
 # products' shapes decide which precision wins, and the row count changes them); the few words
 # keep the measurement short.
 BATCH_ROWS, BATCH_WORDS = 64, 5
-# The lone sentence a service's request runs (timed for inference): one row of a sentence's words.
-LONE_WORDS = 15
+# A service's calls (timed for inference): a lone request's sentence, and a few requests' sentences
+# sharing a call (threads or a server's queue under load), of LONE_WORDS words each.
+LONE_WORDS, FEW_ROWS = 15, 8
 
 
 class PassOutput(Protocol):
@@ -68,13 +69,14 @@ class Passes:
     it, makes that precision's weight copies; ``release``, untimed after it, drops them and the
     float32 pages the pass read back (:meth:`BiLM.release_product_copies`), so that memory holds
     one candidate's weights at a time: the measuring process peaks no higher than a float32 one.
-    ``lone``, timed after ``run``: a pass of one sentence of :data:`LONE_WORDS` words alone, what
-    a service's request runs (inference's; None: not timed)."""
+    ``lone`` and ``few``, timed after ``run``: a service's calls, one sentence of :data:`LONE_WORDS`
+    words alone and :data:`FEW_ROWS` such sentences together (inference's; None: not timed)."""
 
     run: Run
     prepare: Callable[[str], object] = _nothing
     release: Callable[[], None] = _nothing
     lone: Optional[Run] = None
+    few: Optional[Run] = None
 
 
 def model_passes(model: TunedModel, run: Optional[Run], training: bool) -> Passes:
@@ -83,12 +85,14 @@ def model_passes(model: TunedModel, run: Optional[Run], training: bool) -> Passe
     if run is not None:
         return Passes(run)
     batch = timing_batch()
-    lone = [[word for sentence in batch for word in sentence][:LONE_WORDS]]
+    words = [word for sentence in batch for word in sentence]
+    few = [words[row * LONE_WORDS : (row + 1) * LONE_WORDS] for row in range(FEW_ROWS)]
     return Passes(
         run=lambda precision: timed_pass(model, batch, precision, training),
         prepare=lambda precision: timed_pass(model, batch[:1], precision, training),
         release=model.release_product_copies,
-        lone=None if training else lambda precision: timed_pass(model, lone, precision),
+        lone=None if training else lambda precision: timed_pass(model, few[:1], precision),
+        few=None if training else lambda precision: timed_pass(model, few, precision),
     )
 
 

@@ -117,6 +117,21 @@ def test_a_lone_sentences_speed_weighs_as_much_as_the_batchs(lone, expected):
     assert autotune.choose(trials) == expected
 
 
+def test_a_services_calls_weigh_as_much_as_the_batch_each():
+    """The bundled en's figures on an AVX512-VNNI EPYC at 2 threads: bf16 wins the batch and 8
+    sentences, loses a lone sentence by less; int8 wins the batch by little and loses both calls."""
+    trials = {
+        "fp32": Trial(5366.0, 1.0, 1287.0, 3661.0),
+        "bf16": Trial(7791.0, 0.99999, 1181.0, 5710.0),
+        "int8": Trial(8824.0, 0.99996, 697.0, 3356.0),
+    }
+    assert autotune.choose(trials) == "bf16"
+    alone = {p: Trial(t.tokens_per_s, t.cosine, t.lone_tokens_per_s) for p, t in trials.items()}  # no few timed
+    assert autotune.choose(alone) == "bf16"  # sqrt(1.45 * 0.92) = 1.16 for bf16; int8's 0.80
+    batch_only = {p: Trial(t.tokens_per_s, t.cosine) for p, t in trials.items()}
+    assert autotune.choose(batch_only) == "int8"  # 1.13x bf16's batch rate
+
+
 def test_a_lone_sentence_is_timed_after_the_batch_in_each_round():
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.25}, noise={})
     lone_seconds = {"fp32": 0.2, "bf16": 0.2, "int8": 0.4}
@@ -135,11 +150,13 @@ def test_a_lone_sentence_is_timed_after_the_batch_in_each_round():
     assert autotune.choose(trials) == "bf16"  # int8 is 2x bf16 on the batch, and half its speed alone
 
 
-def test_the_models_passes_time_a_lone_sentence_for_inference_only():
+def test_the_models_passes_time_a_services_calls_for_inference_only():
     model = measured_bilm()
     assert timed_passes.model_passes(model, None, training=True).lone is None
-    lone = timed_passes.model_passes(model, None, training=False).lone
-    assert lone is not None and lone("fp32").shape[1:3] == (1, timed_passes.LONE_WORDS + 2)
+    passes = timed_passes.model_passes(model, None, training=False)
+    assert passes.lone is not None and passes.few is not None
+    assert passes.lone("fp32").shape[1:3] == (1, timed_passes.LONE_WORDS + 2)
+    assert passes.few("fp32").shape[1:3] == (timed_passes.FEW_ROWS, timed_passes.LONE_WORDS + 2)
 
 
 def test_a_recorded_decision_is_read_back_without_timing(monkeypatch):
