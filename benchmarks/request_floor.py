@@ -3,8 +3,7 @@
     python benchmarks/request_floor.py [--sizes en,original] [--precisions auto] [--threads 2]
 
 For each biLM (``en``, the bundled one; ``original``, the Original sizes with random weights) and
-precision, three times for one sentence of 15 words (17 steps with its boundaries), medians of
-interleaved rounds:
+precision, three times for one sentence of 16 words (18 steps with its boundaries):
 
 - ``lone``: the biLM's whole pass (``embed_sentences``: characters, CNN, LSTM, outputs);
 - ``products``: the LSTM's products alone, as the precision's kernel runs them at one row, on the
@@ -13,6 +12,8 @@ interleaved rounds:
   of every layer at every step, and each layer's input product;
 - ``bandwidth``: the time to read those weights once per step at this machine's memory bandwidth,
   measured by a copy of 512 MiB (a weight that stays in cache reads faster than that).
+
+The first two take turns over ``--rounds`` rounds (medians).
 
 The fraction printed is ``products / lone``: how much of a request the products are; the issue's
 target for the Original size is 0.8 of that floor.
@@ -26,7 +27,7 @@ from typing import Callable, List
 import torch
 import typer
 
-from harness import machine
+from harness import interleaved, machine
 from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm.kernels import Bf16Kernel, Float32Kernel, int8
 from spacy_elmo.bilm.memory.weight_copies import WeightCopies
@@ -117,16 +118,6 @@ def bandwidth() -> float:
     return 2 * source.numel() * 4 / statistics.median(times)
 
 
-def median_ms(run: Callable[[], object], rounds: int) -> float:
-    run()
-    times = []
-    for _ in range(rounds):
-        began = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - began)
-    return 1000 * statistics.median(times)
-
-
 @app.command()
 def main(
     sizes: str = typer.Option("en,original", help="Comma-separated: en, original"),
@@ -148,8 +139,12 @@ def main(
             precision = cpu_auto_precision(model) if asked == "auto" else asked
             model.precision = precision
             with torch.no_grad():
-                lone = median_ms(partial(model.embed_sentences, [SENTENCE]), rounds)
-                products = median_ms(lstm_products(model, precision, steps), rounds)
+                runs = {
+                    "lone": partial(model.embed_sentences, [SENTENCE]),
+                    "products": lstm_products(model, precision, steps),
+                }
+                timings = interleaved(runs, rounds)
+            lone, products = (1000 * timings[label].median for label in runs)
             floor = 1000 * steps * weight_bytes(model, precision) / bytes_per_s
             label = f"{precision} (auto)" if asked == "auto" else precision
             print(f"| {size} | {label} | {lone:.1f} | {products:.1f} | {floor:.1f} | {products / lone:.2f} |")

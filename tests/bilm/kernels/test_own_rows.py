@@ -2,12 +2,13 @@
 
 import random
 import threading
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy
 import pytest
 import spacy
 import torch
+from spacy.language import Language
 
 from spacy_elmo import BiLM
 from spacy_elmo.bilm.kernels import int8_packs, onednn_packs
@@ -136,13 +137,23 @@ def test_concurrent_calls_at_the_original_size_in_int8_get_what_serial_calls_get
     assert_concurrent_calls_match_serial(model, [sentences(1 + i % 3, seed=i) for i in range(64)], "Original size")
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"] + (["int8"] if int8_packs.int8_available() else []))
-def test_a_docs_vectors_from_nlp_pipe_are_those_of_nlp_alone(bilm_files, precision: str) -> None:
+# The precisions a pipeline's config names (bf16's packs serve only weights larger than a test's).
+PIPELINE_PRECISIONS = ["fp32", "bf16"] + (["int8"] if int8_packs.int8_available() else [])
+
+
+def pipeline_and_texts(bilm_files, precision: str, count: int, seed: int) -> Tuple[Language, List[str], List]:
+    """A blank pipeline with ``elmo`` in ``precision`` that stores its layers, ``count`` texts, and
+    each text's layers from ``nlp(text)`` alone."""
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={**elmo_config(bilm_files, precision=precision), "store_layers": True})
     nlp.initialize()
-    texts = [" ".join(words) for words in sentences(16, seed=1)]
-    alone = [nlp(text)._.elmo_layers for text in texts]
+    texts = [" ".join(words) for words in sentences(count, seed=seed)]
+    return nlp, texts, [nlp(text)._.elmo_layers for text in texts]
+
+
+@pytest.mark.parametrize("precision", PIPELINE_PRECISIONS)
+def test_a_docs_vectors_from_nlp_pipe_are_those_of_nlp_alone(bilm_files, precision: str) -> None:
+    nlp, texts, alone = pipeline_and_texts(bilm_files, precision, 16, seed=1)
     for batch_size in (4, 16):
         order = list(range(len(texts)))
         random.Random(batch_size).shuffle(order)
@@ -151,12 +162,8 @@ def test_a_docs_vectors_from_nlp_pipe_are_those_of_nlp_alone(bilm_files, precisi
 
 
 @pytest.mark.slow  # starts worker processes
-@pytest.mark.parametrize("precision", ["fp32", "bf16"] + (["int8"] if int8_packs.int8_available() else []))
+@pytest.mark.parametrize("precision", PIPELINE_PRECISIONS)
 def test_a_docs_vectors_from_worker_processes_are_those_of_nlp_alone(bilm_files, precision: str) -> None:
-    nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={**elmo_config(bilm_files, precision=precision), "store_layers": True})
-    nlp.initialize()
-    texts = [" ".join(words) for words in sentences(12, seed=2)]
-    alone = [nlp(text)._.elmo_layers for text in texts]
+    nlp, texts, alone = pipeline_and_texts(bilm_files, precision, 12, seed=2)
     for index, doc in enumerate(nlp.pipe(texts, n_process=2, batch_size=2)):
         assert_own(doc._.elmo_layers, alone[index], f"{precision}, doc {index} from a worker process")
