@@ -344,8 +344,8 @@ def choose(trials: Dict[str, Trial]) -> str:
     calls too, "as fast" is the geometric mean of the speed ratios on the batch, a lone sentence
     and a few sentences together: a service runs calls of one or a few requests, and a precision
     can win a batch and lose those by more (the bundled ``en`` biLM on an AVX512-VNNI EPYC at 2
-    threads: int8 7,444 tokens/s on the batch against bf16's 7,468, 690 against 1,080 alone; fp32
-    1,358 alone, but 5,362 on the batch). A decision is cached for good, and a margin within the
+    threads: int8 8,824 tokens/s on the batch against bf16's 7,791, but 697 against 1,181 alone and
+    3,356 against 5,710 for 8 sentences; docs/bilm.md). A decision is cached for good, and a margin within the
     noise of a busy machine would keep the less accurate one on a coin toss."""
     kept = sorted(
         (p for p, trial in trials.items() if p == "fp32" or trial.cosine >= MIN_MEAN_COSINE),
