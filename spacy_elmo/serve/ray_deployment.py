@@ -66,7 +66,7 @@ class PipelineReplica:
         logging.basicConfig(level=settings.log_level.upper(), format=LOG_FORMAT)
         # Ray's threads run beside the worker, so elmo's threads = "auto" keeps torch's count as set here
         torch.set_num_threads(settings.ray.threads)
-        self.worker = Worker(lambda: PipelineRun(load_pipeline(source)), settings.batches)
+        self.worker = Worker(lambda: PipelineRun(load_pipeline(source)), settings.batches, freeze_heap=True)
         self.http_app = create_app(self.worker, settings.requests, settings.shutdown_timeout, start_when_ready=True)
         replica = serve.get_replica_context().replica_id.unique_id
         self.http_app.add_middleware(ReplicaHeader, replica=replica)

@@ -38,7 +38,7 @@ def serve(source: PipelineSource, settings: ServeSettings) -> None:
     def stop(error: BaseException) -> None:
         server.should_exit = True  # uvicorn's main loop checks it every tenth of a second
 
-    worker = Worker(load, settings.batches, on_failure=stop)
+    worker = Worker(load, settings.batches, on_failure=stop, freeze_heap=True)
     app = create_app(worker, settings.requests, settings.shutdown_timeout)
     config = uvicorn.Config(
         app,

@@ -49,6 +49,7 @@ def test_concurrent_callers_each_get_their_own_docs_as_nlp_pipe_gives_them(serve
     assert (
         "loaded the pipeline directory" in log and "elmo: precision 'auto' runs fp32" in log and "warm-up took" in log
     )
+    assert "objects out of the garbage collector's passes" in log
 
 
 def test_any_text_gets_a_200_with_the_docs_nlp_pipe_gives(server: Server, pipeline_dir) -> None:

@@ -1,6 +1,9 @@
 """The worker that owns the pipeline, without HTTP: how queued requests form batches, that each
 request gets its own outputs or its own error, the queue's bound, closing, and a batch's memory zone."""
 
+import subprocess
+import sys
+import textwrap
 import threading
 from collections import deque
 from concurrent.futures import Future
@@ -121,6 +124,60 @@ def test_clients_that_send_again_once_answered_share_batches_in_one_cohort() -> 
     assert sum(batches) == 96
     assert len(batches) <= 96 / 6, f"batches of {batches}"
     assert worker.close(TIMEOUT)
+
+
+def test_clients_that_come_back_one_after_another_still_share_one_batch() -> None:
+    """An event loop answers a batch's requests one at a time and reads the next ones the same way:
+    8 clients returning 3 ms apart (21 ms in all, against RETURN_WAIT of a 40 ms batch) join one
+    batch, where a wait that ran from the first of them took half (batches of 4 on average)."""
+    batches: List[int] = []
+
+    def run(texts: Sequence[str], vectors: Sequence[bool]) -> List[Any]:
+        batches.append(len(texts))
+        threading.Event().wait(0.04)
+        return list(texts)
+
+    worker = Worker(lambda: run, warm_up_texts=("warm-up",))
+    worker.start()
+    wait_ready(worker)
+    batches.clear()
+    pause = threading.Event()
+
+    def client(index: int) -> None:
+        for request in range(6):
+            assert worker.submit([f"{index}.{request}"], vectors=False).result(TIMEOUT) == [f"{index}.{request}"]
+            pause.wait(0.003 * index)
+
+    clients = [threading.Thread(target=client, args=(index,)) for index in range(8)]
+    for thread in clients:
+        thread.start()
+    for thread in clients:
+        thread.join()
+    assert sum(batches) == 48
+    assert len(batches) <= 48 / 6, f"batches of {batches}"
+    assert worker.close(TIMEOUT)
+
+
+def test_a_worker_that_owns_its_process_freezes_the_warm_pipeline_out_of_the_collector() -> None:
+    """Frozen after the warm-up (a full collection would walk every object of the pipeline), given
+    back to the collector once stopped. Run in a child process: freezing is process-wide."""
+    script = textwrap.dedent(
+        """
+        import gc
+        from spacy_elmo.serve.worker import Worker
+        worker = Worker(lambda: (lambda texts, vectors: list(texts)), warm_up_texts=("w",), freeze_heap=True)
+        worker.start()
+        assert worker.wait_loaded(30)
+        frozen = gc.get_freeze_count()
+        assert worker.submit(["a"], vectors=False).result(30) == ["a"]
+        assert worker.close(30)
+        print(frozen, gc.get_freeze_count())
+        """
+    )
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr
+    frozen, after = map(int, child.stdout.split())
+    assert frozen > 10_000 and after == 0
 
 
 def test_an_error_reaches_only_the_request_whose_text_raised_it() -> None:
