@@ -52,7 +52,7 @@ class LayerKernel(Protocol):
 # (:attr:`.precision.kinds.ProductPrecision.kernel`): from the weight copies it keeps, the device and the product dtype.
 KernelFactory = Callable[[WeightCopies, torch.device, torch.dtype], LayerKernel]
 KERNELS: Dict[str, KernelFactory] = {
-    "eager": lambda copies, device, dtype: Float32Kernel(),
+    "eager": lambda copies, device, dtype: Float32Kernel(copies),
     "cast": lambda copies, device, dtype: Bf16Kernel(copies, out_major=device.type == "cpu", dtype=dtype),
     "int8": lambda copies, device, dtype: Int8Kernel(copies),
 }

@@ -33,8 +33,7 @@ class Bf16Kernel(Float32Kernel):
     """
 
     def __init__(self, copies: WeightCopies, out_major: bool, dtype: torch.dtype = torch.bfloat16) -> None:
-        super().__init__()
-        self.copies = copies
+        super().__init__(copies)
         self.out_major = out_major
         self.dtype = dtype
 
@@ -68,9 +67,6 @@ class Bf16Kernel(Float32Kernel):
 
     def recurrent(self, hidden: Tensor, weight: Weight) -> Tensor:
         return self.product(hidden.to(self.dtype), weight)
-
-    def add_recurrent_(self, gates: Tensor, hidden: Tensor, weight: Tensor) -> Tensor:
-        return gates.add_(self.recurrent(hidden, weight))
 
     def project(self, cell_output: Tensor, weight: Weight) -> Tensor:
         return self.product(cell_output.to(self.dtype), weight).float()

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from ..memory.weight_copies import WeightCopies, gradient_reaches
 from .cell import Project, cell, cell_in_place
 from .gathered_gradients import GatheredWeight
 from .layer import LSTMLayer
@@ -55,7 +56,8 @@ class Float32Kernel:
     the workspace its layers share.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, copies: Optional[WeightCopies] = None) -> None:
+        self.copies = WeightCopies() if copies is None else copies
         self._workspace: Optional[Tensor] = None
 
     def __call__(
@@ -69,9 +71,20 @@ class Float32Kernel:
 
     # -------------------------------------------------------------- the products, in float32
     def weights(self, index: int, layer: LSTMLayer) -> LSTMWeights:
-        """Inference's product weights; the input weight with the bias row (+ forget bias)."""
-        bias = layer.gate_bias().unsqueeze(1)
-        return LSTMWeights(torch.cat([layer.input_weight, bias], dim=1), layer.hidden_weight, layer.projection)
+        """Inference's product weights; the input weight with the bias row (+ forget bias), kept
+        in :attr:`copies` while the parameters are unchanged (made afresh in a pass with gradients):
+        a copy as large as the input weight, 4 MB a layer at the bundled size, was a tenth of a
+        lone sentence's time."""
+
+        def with_bias() -> Tensor:
+            return torch.cat([layer.input_weight, layer.gate_bias().unsqueeze(1)], dim=1)
+
+        sources = [layer.input_weight, layer.bias]
+        if gradient_reaches(sources):
+            input_weight = with_bias()
+        else:
+            input_weight = self.copies.get(f"{index}.input_weight+bias", torch.float32, sources, with_bias)
+        return LSTMWeights(input_weight, layer.hidden_weight, layer.projection)
 
     def gathered_weights(self, index: int, layer: LSTMLayer) -> LSTMWeights:
         """:meth:`weights` for a pass with autograd: each weight whose parameters are trained is a
@@ -104,9 +117,12 @@ class Float32Kernel:
         """``hidden @ weight``: (2, rows, projection_dim) float32 -> (2, rows, 4 * lstm_dim)."""
         return self.product(hidden, weight)
 
-    def add_recurrent_(self, gates: Tensor, hidden: Tensor, weight: Tensor) -> Tensor:
-        """``gates += hidden @ weight``, in the storage of ``gates`` (2, rows, 4 * lstm_dim)."""
-        return gates.baddbmm_(hidden, weight)
+    def add_recurrent_(self, gates: Tensor, hidden: Tensor, weight: Weight) -> Tensor:
+        """``gates += hidden @ weight``, in the storage of ``gates`` (2, rows, 4 * lstm_dim): the
+        product apart, then added. A step's gates are a strided view of its window's, which
+        ``baddbmm_`` multiplies into one direction at a time (at one row of the bundled size, 72 us
+        against 44)."""
+        return gates.add_(self.recurrent(hidden, weight))
 
     def project(self, cell_output: Tensor, weight: Weight) -> Tensor:
         """(2, rows, lstm_dim) float32 -> (2, rows, projection_dim) float32."""
@@ -178,7 +194,7 @@ class Float32Kernel:
         """One step of the running rows, over ``gates``, the rows of ``hidden`` and ``memory``
         overwritten; returns the output."""
         running = gates.shape[1]
-        gates = self.add_recurrent_(gates, hidden[:, :running], weights.hidden)  # type: ignore[arg-type]
+        gates = self.add_recurrent_(gates, hidden[:, :running], weights.hidden)
         new_hidden = cell_in_place(gates, memory[:, :running], project, layer.cell_clip, layer.proj_clip)
         hidden[:, :running] = new_hidden
         return new_hidden
