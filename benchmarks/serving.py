@@ -13,7 +13,7 @@ every call under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (needs ``pip in
 ``precision = "auto"``. Each in-process row: words/s (median of ``--rounds``, range) and its
 fraction of the configuration's ``nlp.pipe``; for ``elmo``, the smallest token cosine of the
 vectors from many threads to the serial ones; each service row: requests/s, words/s, p50 / p99
-latency of one text per request.
+latency of one text per request, after a few untimed requests per client.
 """
 
 import contextlib
@@ -39,6 +39,7 @@ from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm.model.options import ORIGINAL_SIZES
 
 CONFIGS = ("bundled", "original", "trf6-bf16")
+WARM_UP_REQUESTS = 4  # per client, before each service row is timed
 app = typer.Typer(add_completion=False)
 
 
@@ -129,7 +130,11 @@ def service_rows(path: Path, texts: Sequence[str], n_words: int, clients: Sequen
 
 
 def _client_row(url: str, texts: Sequence[str], n_words: int, clients: int) -> str:
-    """``clients`` threads sending one text per request until all ``texts`` are sent."""
+    """``clients`` threads sending one text per request until all ``texts`` are sent, timed after
+    :data:`WARM_UP_REQUESTS` each untimed: the steady state. (A burst from idle runs its first
+    request alone while the others wait for it, and a batch of a new size builds oneDNN's kernels
+    for its shapes: at the Original size the first 8 requests of 8 clients took 180 ms, later
+    ones 110-130.)"""
 
     def request(text: str) -> float:
         start = time.perf_counter()
@@ -137,6 +142,7 @@ def _client_row(url: str, texts: Sequence[str], n_words: int, clients: int) -> s
         return time.perf_counter() - start
 
     with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(request, texts[: clients * WARM_UP_REQUESTS]))
         start = time.perf_counter()
         latencies = list(pool.map(request, texts))
         seconds = time.perf_counter() - start
