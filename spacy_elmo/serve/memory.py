@@ -9,9 +9,9 @@ rounds, still rising). ``malloc_trim(0)`` after each batch returns every free pa
 (docs/serving.md#memory has the figures); elsewhere than glibc it does not exist and nothing is
 done.
 
-A loaded pipeline holds hundreds of thousands of Python objects (torch, spaCy, the HTTP stack:
-about 390,000 for ``en``), and a full collection walks every one of them: 130-200 ms on a
-2-core AMD EPYC, during which no thread runs. A service allocates enough per request to start
+A serving process holds hundreds of thousands of Python objects (torch, spaCy, the HTTP stack:
+about 410,000 in ``spacy-elmo serve en``), and a full collection walks every one of them: 130-200
+ms on a 2-core AMD EPYC, during which no thread runs. A service allocates enough per request to start
 one every few hundred requests: those pauses were the slowest requests at 8 clients (p99 260 ms
 against a p50 of 37). What the pipeline holds once warm lives as long as the process, so the
 worker moves it out of the collector's reach (:func:`freeze_long_lived`).

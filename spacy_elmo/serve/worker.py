@@ -10,13 +10,13 @@ bounded by :class:`~.settings.BatchLimits`), runs the batch as one call of a :da
 
 Clients that send their next request as soon as they have an answer would split into two cohorts
 taking turns (those a batch answered come back while the next batch, of the others, runs), each
-waiting a whole batch for a batch of half the requests. So before a batch the worker waits, up to
-:data:`~spacy_elmo.layers.shared_calls.RETURN_WAIT` of the last batch's time, until as many requests
-queue as waited when the last batch ended plus those it answered; a lone client waits for nothing.
-The event loop answers a batch's requests one after another and reads their next ones the same
-way, so they return spread over several milliseconds (up to 15 ms for 8 clients of ``en``, whose
-batches take 25): the wait runs until :data:`RETURN_WAIT` of the last batch's time has passed
-without a new request, never longer in all than the last batch took.
+waiting a whole batch for a batch of half the requests. So before a batch the worker waits until
+as many requests queue as waited when the last batch ended plus those it answered; a lone client
+waits for nothing. The event loop answers a batch's requests one after another and reads their
+next ones the same way, so they come back spread out (over up to 15 ms for 8 clients of ``en``,
+whose batches take 25): the wait goes on while they keep coming, and ends once
+:data:`~spacy_elmo.layers.shared_calls.RETURN_WAIT` of the last batch's time passes without a new
+request, or after as long as the last batch took in all.
 
 A batch that raises is run again request by request, so that an error reaches only the request
 whose text caused it. A full queue refuses a request at once (:class:`Overloaded`, with a

@@ -73,8 +73,7 @@ class Float32Kernel:
     def weights(self, index: int, layer: LSTMLayer) -> LSTMWeights:
         """Inference's product weights; the input weight with the bias row (+ forget bias), kept
         in :attr:`copies` while the parameters are unchanged (made afresh in a pass with gradients):
-        a copy as large as the input weight, 4 MB a layer at the bundled size, was a tenth of a
-        lone sentence's time."""
+        made at every call, it copied 4 MB a layer at the bundled size, 67 MB at the Original's."""
 
         def with_bias() -> Tensor:
             return torch.cat([layer.input_weight, layer.gate_bias().unsqueeze(1)], dim=1)
