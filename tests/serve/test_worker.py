@@ -97,44 +97,15 @@ def test_callers_that_arrive_during_a_batch_form_the_next_one_and_each_gets_its_
     assert worker.close(TIMEOUT)
 
 
-def test_clients_that_send_again_once_answered_share_batches_in_one_cohort() -> None:
-    """8 clients each sending 12 requests one after another: those a batch answered join the next
-    batch, rather than two halves taking turns (batches of 4 on average)."""
+def looping_clients_batches(batch_seconds: float, requests: int, client_delay: float) -> List[int]:
+    """The sizes of the batches a worker runs for 8 clients that each send ``requests`` requests one
+    after another, client ``i`` sending again ``i * client_delay`` seconds after its answer, beside
+    batches that take ``batch_seconds``."""
     batches: List[int] = []
 
     def run(texts: Sequence[str], vectors: Sequence[bool]) -> List[Any]:
         batches.append(len(texts))
-        threading.Event().wait(0.01)  # a batch takes long beside a client's turnaround
-        return list(texts)
-
-    worker = Worker(lambda: run, warm_up_texts=("warm-up",))
-    worker.start()
-    wait_ready(worker)
-    batches.clear()
-
-    def client(index: int) -> None:
-        for request in range(12):
-            assert worker.submit([f"{index}.{request}"], vectors=False).result(TIMEOUT) == [f"{index}.{request}"]
-
-    clients = [threading.Thread(target=client, args=(index,)) for index in range(8)]
-    for thread in clients:
-        thread.start()
-    for thread in clients:
-        thread.join()
-    assert sum(batches) == 96
-    assert len(batches) <= 96 / 6, f"batches of {batches}"
-    assert worker.close(TIMEOUT)
-
-
-def test_clients_that_come_back_one_after_another_still_share_one_batch() -> None:
-    """An event loop answers a batch's requests one at a time and reads the next ones the same way:
-    8 clients returning 3 ms apart (21 ms in all, against RETURN_WAIT of a 40 ms batch) join one
-    batch, where a wait that ran from the first of them took half (batches of 4 on average)."""
-    batches: List[int] = []
-
-    def run(texts: Sequence[str], vectors: Sequence[bool]) -> List[Any]:
-        batches.append(len(texts))
-        threading.Event().wait(0.04)
+        threading.Event().wait(batch_seconds)
         return list(texts)
 
     worker = Worker(lambda: run, warm_up_texts=("warm-up",))
@@ -144,18 +115,34 @@ def test_clients_that_come_back_one_after_another_still_share_one_batch() -> Non
     pause = threading.Event()
 
     def client(index: int) -> None:
-        for request in range(6):
+        for request in range(requests):
             assert worker.submit([f"{index}.{request}"], vectors=False).result(TIMEOUT) == [f"{index}.{request}"]
-            pause.wait(0.003 * index)
+            pause.wait(index * client_delay)
 
     clients = [threading.Thread(target=client, args=(index,)) for index in range(8)]
     for thread in clients:
         thread.start()
     for thread in clients:
         thread.join()
+    assert worker.close(TIMEOUT)
+    return batches
+
+
+def test_clients_that_send_again_once_answered_share_batches_in_one_cohort() -> None:
+    """8 clients each sending 12 requests one after another: those a batch answered join the next
+    batch, rather than two halves taking turns (batches of 4 on average)."""
+    batches = looping_clients_batches(batch_seconds=0.01, requests=12, client_delay=0.0)
+    assert sum(batches) == 96
+    assert len(batches) <= 96 / 6, f"batches of {batches}"
+
+
+def test_clients_that_come_back_one_after_another_still_share_one_batch() -> None:
+    """An event loop answers a batch's requests one at a time and reads the next ones the same way:
+    8 clients returning 3 ms apart (21 ms in all, against RETURN_WAIT of a 40 ms batch) join one
+    batch, where a wait that ran from the first of them took half (batches of 4 on average)."""
+    batches = looping_clients_batches(batch_seconds=0.04, requests=6, client_delay=0.003)
     assert sum(batches) == 48
     assert len(batches) <= 48 / 6, f"batches of {batches}"
-    assert worker.close(TIMEOUT)
 
 
 def test_a_worker_that_owns_its_process_freezes_the_warm_pipeline_out_of_the_collector() -> None:
