@@ -10,10 +10,14 @@ runs at a time, so torch's threads are never oversubscribed by concurrent calls.
 
 Callers that loop (a pool of threads working through requests) would otherwise split into two
 cohorts that take turns: those a call served come back while the next call, of the others, has
-begun, and wait a whole call for a call of half the rows. So the next call's leader waits for the
-threads the last call served to queue again, up to :data:`RETURN_WAIT` of that call's time, and the
-cohorts merge (Original size, 8 threads: calls of 4 docs on average before, twice the docs per
-second after). A lone caller is itself the thread its last call served: it waits for nothing.
+begun, and wait a whole call for a call of half the rows. So the next call's leader waits until as
+many requests queue as waited when the last call ended plus those it served, and the cohorts merge
+(Original size, 8 threads: calls of 4 docs on average before, twice the docs per second after). It
+counts requests, not threads: a web server's pool hands a client's next request to whichever
+thread is free. Requests come back spread out where an event loop answers them and reads the next
+ones one at a time (FastAPI's sync endpoints), so the wait goes on while they keep coming: it ends
+once :data:`RETURN_WAIT` of the last call's time passes without a new one, or after as long as the
+last call took in all. A lone caller is itself the request its last call served: it waits for nothing.
 
 A row's result does not depend on its companions (the precisions' products are per row: see
 docs/bilm.md), so a caller gets what it would have got alone. Where a joint call fails, each
@@ -23,17 +27,38 @@ caller's sentences run again alone, so that an error reaches the caller whose in
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, Hashable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 from torch import Tensor
 
 # Runs the biLM on sentences: (n_layers + 1 or 1, rows, time, width), positions past a row's
 # length zero (:class:`~spacy_elmo.bilm.BiLMOutput`'s ``layers``).
 Compute = Callable[[Sequence[Sequence[str]]], Tensor]
-# How long a call's leader waits for the threads the last call served to queue again, as a
-# fraction of that call's time: what a thread's return costs (the rest of its pipeline, its next
-# request) is small beside a biLM call, and a thread that does not come back costs at most this.
+# How long a call's leader waits for another request while those the last call served come back,
+# as a fraction of that call's time: what a return costs (the rest of a pipeline, the next request)
+# is small beside a biLM call, and a request that does not come back costs at most this.
 RETURN_WAIT = 0.25
+
+
+class ReturnPatience:
+    """How much longer a leader waits for the requests the last call served to come back: until
+    :data:`RETURN_WAIT` of that call's time passes without a new one, at most that call's time in
+    all (the service's worker waits for its clients so too)."""
+
+    def __init__(self, last_seconds: float) -> None:
+        now = time.perf_counter()
+        self._patience = RETURN_WAIT * last_seconds
+        self._latest = now + last_seconds
+        self._deadline = min(now + self._patience, self._latest)
+        self._seen = 0
+
+    def remaining(self, queued: int) -> float:
+        """Seconds left to wait with ``queued`` requests queued; more than at the last look restarts
+        the patience: the rest may be on their way."""
+        now = time.perf_counter()
+        if queued > self._seen:
+            self._seen, self._deadline = queued, min(now + self._patience, self._latest)
+        return self._deadline - now
 
 
 @dataclass(eq=False)  # requests are told apart by identity: two threads may send the same sentences
@@ -44,7 +69,6 @@ class _Request:
     done: bool = False
     result: Optional[Tensor] = None
     error: Optional[BaseException] = None
-    thread: int = field(default_factory=threading.get_ident)
     width: int = field(init=False)  # padded positions of this request alone, boundaries included
 
     def __post_init__(self) -> None:
@@ -61,7 +85,7 @@ class SharedCalls:
         self._lock = threading.Condition()
         self._pending: List[_Request] = []
         self._running = False
-        self._served: FrozenSet[int] = frozenset()  # the threads of the last call's requests
+        self._expected = 0  # requests the next call waits for: those queued when the last ended and those it served
         self._last_seconds = 0.0  # how long the last call took
 
     def __reduce__(self) -> Tuple[type, Tuple[()]]:
@@ -78,7 +102,7 @@ class SharedCalls:
         request = _Request(key, sentences, compute)
         with self._lock:
             self._pending.append(request)
-            self._lock.notify_all()  # a leader may be waiting for this thread
+            self._lock.notify_all()  # a leader may be waiting for this request
             while not request.done and self._running:
                 self._lock.wait()
             if not request.done:
@@ -97,28 +121,30 @@ class SharedCalls:
         began = time.perf_counter()
         try:
             with self._lock:
-                self._wait_for_served(own, max_tokens)
+                self._wait_for_returning(own, max_tokens)
                 group = self._next_group(own, max_tokens)
             began = time.perf_counter()
             _run_group(group)
         finally:
             with self._lock:
-                self._served = frozenset(request.thread for request in group)
+                self._expected = len(self._pending) + len(group)
                 self._last_seconds = time.perf_counter() - began
                 self._running = False
                 self._lock.notify_all()
 
-    def _wait_for_served(self, own: _Request, max_tokens: int) -> None:
-        """Wait (the lock held, released while waiting) until every thread the last call served has
-        a request of ``own``'s key queued, the queue fills ``max_tokens``, or :data:`RETURN_WAIT`
-        of the last call's time has passed."""
-        deadline = time.perf_counter() + RETURN_WAIT * self._last_seconds
+    def _wait_for_returning(self, own: _Request, max_tokens: int) -> None:
+        """Wait (the lock held, released while waiting) until the requests the next call expects
+        have queued with ``own``'s key or they fill ``max_tokens``, or patience runs out
+        (:class:`ReturnPatience`)."""
+        patience = ReturnPatience(self._last_seconds)
         while True:
             queued = [request for request in self._pending if request.key == own.key]
             width = max(request.width for request in queued)
             full = width * sum(len(request.sentences) for request in queued) >= max_tokens
-            remaining = deadline - time.perf_counter()
-            if full or remaining <= 0 or self._served <= {request.thread for request in queued}:
+            if full or len(queued) >= self._expected:
+                return
+            remaining = patience.remaining(len(queued))
+            if remaining <= 0:
                 return
             self._lock.wait(remaining)
 

@@ -14,9 +14,8 @@ waiting a whole batch for a batch of half the requests. So before a batch the wo
 as many requests queue as waited when the last batch ended plus those it answered; a lone client
 waits for nothing. The event loop answers a batch's requests one after another and reads their
 next ones the same way, so they come back spread out (over up to 15 ms for 8 clients of ``en``,
-whose batches take 25): the wait goes on while they keep coming, and ends once
-:data:`~spacy_elmo.layers.shared_calls.RETURN_WAIT` of the last batch's time passes without a new
-request, or after as long as the last batch took in all.
+whose batches take 25): the wait goes on while they keep coming
+(:class:`~spacy_elmo.layers.shared_calls.ReturnPatience`, as threads sharing biLM calls wait).
 
 A batch that raises is run again request by request, so that an error reaches only the request
 whose text caused it. A full queue refuses a request at once (:class:`Overloaded`, with a
@@ -37,7 +36,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, List, Optional, Sequence
 
-from ..layers.shared_calls import RETURN_WAIT
+from ..layers.shared_calls import ReturnPatience
 from .memory import HEAP_TRIM_AVAILABLE, freeze_long_lived, release_free_heap, resident_mib
 from .settings import BatchLimits
 
@@ -256,21 +255,14 @@ class Worker:
 
     def _wait_for_returning(self) -> None:
         """Wait (the lock held, released while waiting) until the requests the next batch expects
-        have queued, a batch is full or the server closes; or until no request has come for
-        RETURN_WAIT of the last batch's time, or the wait has lasted as long as that batch."""
+        have queued, a batch is full or the server closes, or patience runs out (:class:`ReturnPatience`)."""
         expected = min(self._expected, self.limits.max_batch_texts)
-        patience = RETURN_WAIT * self._last_seconds
-        now = time.perf_counter()
-        latest, queued = now + self._last_seconds, len(self._pending)
-        deadline = min(now + patience, latest)
-        while queued < expected and not self._closing:
-            remaining = deadline - time.perf_counter()
+        patience = ReturnPatience(self._last_seconds)
+        while len(self._pending) < expected and not self._closing:
+            remaining = patience.remaining(len(self._pending))
             if remaining <= 0:
                 return
             self._cond.wait(remaining)
-            if len(self._pending) > queued:  # another came back: the rest may be on their way
-                queued = len(self._pending)
-                deadline = min(time.perf_counter() + patience, latest)
 
     def _run_batch(self, run: BatchRun, jobs: List[Job]) -> None:
         start = time.perf_counter()

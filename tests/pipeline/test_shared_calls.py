@@ -141,6 +141,33 @@ def test_threads_that_loop_share_calls_in_one_cohort() -> None:
     assert len(calls) <= 96 / 6, f"calls of {calls}"
 
 
+def test_requests_a_pool_hands_out_as_an_event_loop_returns_them_share_one_call() -> None:
+    """A web server's sync endpoints: 8 clients, each request run on whichever of 32 threads is free,
+    the clients coming back 3 ms apart (as an event loop answers and reads them one at a time)
+    beside 40 ms calls. Threads the last call served need not come back, so a wait for them, from
+    the first arrival, cut calls of 4 on average."""
+    shared, calls = SharedCalls(), []
+
+    def compute(sentences: Sequence[Sequence[str]]) -> torch.Tensor:
+        calls.append(len(sentences))
+        time.sleep(0.04)
+        return expected_layers(sentences, max(map(len, sentences)) + 2)
+
+    with ThreadPoolExecutor(32) as server:
+
+        def client(index: int) -> None:
+            for request_index in range(6):
+                request = [[f"c{index}", f"r{request_index}"]]
+                answer = server.submit(shared.run, None, request, compute, 10_000).result()
+                assert torch.equal(answer, expected_layers(request, 4))
+                time.sleep(0.003 * index)
+
+        with ThreadPoolExecutor(8) as clients:
+            list(clients.map(client, range(8)))
+    assert sum(calls) == 48
+    assert len(calls) <= 48 / 6, f"calls of {calls}"
+
+
 def test_a_lone_thread_that_loops_waits_for_nothing() -> None:
     shared, seconds = SharedCalls(), []
 
