@@ -261,9 +261,8 @@ def _compute_and_place(
         if bilm.state_mode == "carry":  # a row's result depends on the calls before it: never shared
             output = compute(batch_sentences)
         else:
-            output = shared.run(
-                None if weights is None else tuple(weights), batch_sentences, compute, bilm.max_batch_tokens
-            )
+            key = None if weights is None else tuple(weights)
+            output = shared.run(key, batch_sentences, compute, bilm.max_batch_tokens, bilm.device.type == "cpu")
         layers = torch2xp(output.float(), ops=ops)  # (n_layers + 1, rows, time, width)
         del output
         n_layers, rows, n_steps, width = layers.shape

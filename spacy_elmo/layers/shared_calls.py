@@ -19,6 +19,10 @@ ones one at a time (FastAPI's sync endpoints), so the wait goes on while they ke
 once :data:`RETURN_WAIT` of the last call's time passes without a new one, or after as long as the
 last call took in all. A lone caller is itself the request its last call served: it waits for nothing.
 
+On a CPU every call runs on one thread of the process, whichever caller leads it
+(:mod:`.compute_thread`): torch's OpenMP threads then stay hot between the small operations of
+the biLM's step loop.
+
 A row's result does not depend on its companions (the precisions' products are per row: see
 docs/bilm.md), so a caller gets what it would have got alone. Where a joint call fails, each
 caller's sentences run again alone, so that an error reaches the caller whose input caused it.
@@ -30,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 from torch import Tensor
+
+from .compute_thread import on_compute_thread
 
 # Runs the biLM on sentences: (n_layers + 1 or 1, rows, time, width), positions past a row's
 # length zero (:class:`~spacy_elmo.bilm.BiLMOutput`'s ``layers``).
@@ -94,9 +100,12 @@ class SharedCalls:
     def __deepcopy__(self, memo: Dict) -> "SharedCalls":
         return SharedCalls()
 
-    def run(self, key: Hashable, sentences: Sequence[Sequence[str]], compute: Compute, max_tokens: int) -> Tensor:
+    def run(
+        self, key: Hashable, sentences: Sequence[Sequence[str]], compute: Compute, max_tokens: int, on_cpu: bool = True
+    ) -> Tensor:
         """``compute(sentences)``, run alone or within a call shared with other threads' sentences:
-        (n_layers + 1 or 1, len(sentences), time, width), ``time`` that of ``sentences`` alone."""
+        (n_layers + 1 or 1, len(sentences), time, width), ``time`` that of ``sentences`` alone.
+        ``on_cpu``: the call runs on a CPU, so on this object's own thread (elsewhere in the leader's)."""
         if not sentences:
             return compute(sentences)
         request = _Request(key, sentences, compute)
@@ -108,13 +117,13 @@ class SharedCalls:
             if not request.done:
                 self._running = True
         if not request.done:
-            self._lead(request, max_tokens)
+            self._lead(request, max_tokens, on_cpu)
         if request.error is not None:
             raise request.error
         assert request.result is not None
         return request.result
 
-    def _lead(self, own: _Request, max_tokens: int) -> None:
+    def _lead(self, own: _Request, max_tokens: int, on_cpu: bool) -> None:
         """Run one shared call, ``own`` and the requests waiting beside it, then let a waiting
         thread lead the next."""
         group = [own]
@@ -124,7 +133,10 @@ class SharedCalls:
                 self._wait_for_returning(own, max_tokens)
                 group = self._next_group(own, max_tokens)
             began = time.perf_counter()
-            _run_group(group)
+            if on_cpu:
+                on_compute_thread(_run_group, group)
+            else:
+                _run_group(group)
         finally:
             with self._lock:
                 self._expected = len(self._pending) + len(group)

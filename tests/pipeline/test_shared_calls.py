@@ -13,6 +13,7 @@ import torch
 
 from spacy_elmo.bilm import BiLM
 from spacy_elmo.bilm.kernels.int8_packs import int8_available
+from spacy_elmo.bilm.precision import autotune
 from spacy_elmo.layers import shared_calls
 from spacy_elmo.layers.shared_calls import SharedCalls
 
@@ -184,6 +185,38 @@ def test_a_lone_thread_that_loops_waits_for_nothing() -> None:
 
 def test_an_empty_call_is_not_queued() -> None:
     assert SharedCalls().run(None, [], lambda sentences: torch.zeros(1, 0, 2, WIDTH), 10).shape == (1, 0, 2, WIDTH)
+
+
+def test_calls_on_a_cpu_run_on_one_thread_at_the_leaders_thread_count_and_context() -> None:
+    """Led by one thread after another, every call runs on the process's one compute thread (so
+    that its OpenMP threads are the only ones: see spacy_elmo.threads.release_openmp_threads), at
+    the leader's torch thread count and with its context variables; off the CPU, in the leader."""
+    ran_on: List[threading.Thread] = []
+    counts: List[int] = []
+    planned: List[int] = []
+
+    def compute(sentences: Sequence[Sequence[str]]) -> torch.Tensor:
+        ran_on.append(threading.current_thread())
+        counts.append(torch.get_num_threads())
+        planned.append(autotune.decision_threads())
+        return expected_layers(sentences, max(map(len, sentences)) + 2)
+
+    shared, callers = SharedCalls(), []
+
+    def lead(index: int, on_cpu: bool) -> None:
+        callers.append(threading.current_thread())
+        torch.set_num_threads(1 + index % 2)
+        with autotune.deciding_for_threads(10 + index):
+            request = [[f"r{index}"]]
+            assert torch.equal(shared.run(None, request, compute, 100, on_cpu), expected_layers(request, 3))
+
+    for index, on_cpu in enumerate([True, True, True, False]):
+        caller = threading.Thread(target=lead, args=(index, on_cpu))
+        caller.start()
+        caller.join()
+    assert len(set(ran_on[:3])) == 1 and not set(ran_on[:3]) & set(callers)
+    assert ran_on[3] is callers[3]
+    assert counts == [1, 2, 1, 2] and planned == [10, 11, 12, 13]
 
 
 PRECISIONS = ["fp32", "bf16"] + (["int8"] if int8_available() else [])
