@@ -8,9 +8,8 @@ precision, three times for one sentence of 16 words (18 steps with its boundarie
 - ``lone``: the biLM's whole pass (``embed_sentences``: characters, CNN, LSTM, outputs);
 - ``products``: the LSTM's products alone, as the precision's kernel runs them at one row, on the
   model's own weight copies (int8: the quantized kernel on pre-scaled rows, without the per-row
-  scaling around it; bf16 and fp32: the kernel's product, packed where it packs): the recurrent
-  and projection products of both directions of every layer at every step, and each layer's input
-  product over the sentence's steps;
+  scaling around it; bf16 and fp32: the kernel's product, packed where it packs), both directions
+  of every layer at every step, and each layer's input product;
 - ``bandwidth``: the time to read those weights once per step at this machine's memory bandwidth,
   measured by a copy of 512 MiB (a weight that stays in cache reads faster than that).
 
@@ -31,7 +30,6 @@ import typer
 from harness import interleaved, machine
 from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm.kernels import Bf16Kernel, Float32Kernel, int8
-from spacy_elmo.bilm.kernels.layer import LSTMLayer
 from spacy_elmo.bilm.memory.weight_copies import WeightCopies
 from spacy_elmo.bilm.model.options import ORIGINAL_SIZES
 from spacy_elmo.bilm.precision.autotune import cpu_auto_precision
@@ -61,10 +59,12 @@ def lstm_products(model: BiLM, precision: str, steps: int) -> Callable[[], objec
     runs: List[Callable[[], object]] = []
     for index, layer in enumerate(layers):
         if precision == "int8":
-            for packs in int8.make_packs(layer):
-                for pack in (packs.hidden, packs.projection):
-                    x = torch.rand(1, pack.prepacked.unpack()[0].shape[1]) * 2 - 1
-                    runs.append(lambda p=pack, x=x: torch.ops.quantized.linear_dynamic(x, p.prepacked, False))
+            gates, projection = int8.make_packs(layer)
+            x = torch.rand(1, gates[0].prepacked.unpack()[0].shape[1]) * 2 - 1
+            c = torch.rand(1, projection[0].prepacked.unpack()[0].shape[1]) * 2 - 1
+            for d in range(2):
+                runs.append(lambda g=gates[d], x=x: torch.ops.quantized.linear_dynamic(x, g.prepacked, False))
+                runs.append(lambda p=projection[d], c=c: torch.ops.quantized.linear_dynamic(c, p.prepacked, False))
             continue
         kernel = Bf16Kernel(WeightCopies(), out_major=True) if precision == "bf16" else Float32Kernel()
         weights = kernel.weights(index, layer)
@@ -73,7 +73,8 @@ def lstm_products(model: BiLM, precision: str, steps: int) -> Callable[[], objec
         c = torch.randn(2, 1, layer.projection.shape[1]).to(dtype)
         runs.append(lambda k=kernel, w=weights, h=h: k.product(h, w.hidden))
         runs.append(lambda k=kernel, w=weights, c=c: k.product(c, w.projection))
-    inputs = [input_product(layer, precision, steps) for layer in layers]
+    # int8 multiplies each step's input within its gates' product; the eager loop, once per window
+    inputs = [] if precision == "int8" else [input_product(layer, precision, steps) for layer in layers]
 
     def run() -> None:
         for _ in range(steps):
@@ -85,12 +86,8 @@ def lstm_products(model: BiLM, precision: str, steps: int) -> Callable[[], objec
     return run
 
 
-def input_product(layer: LSTMLayer, precision: str, steps: int) -> Callable[[], object]:
-    """A layer's input product over the sentence's steps, as the loops run it once per window."""
-    if precision == "int8":
-        packs = int8.make_packs(layer)
-        x = torch.rand(steps, packs[0].input.prepacked.unpack()[0].shape[1]) * 2 - 1
-        return lambda: [torch.ops.quantized.linear_dynamic(x, p.input.prepacked, False) for p in packs]
+def input_product(layer: torch.nn.Module, precision: str, steps: int) -> Callable[[], object]:
+    """A layer's input product over the sentence's steps, as the eager loop runs it once per window."""
     kernel = Bf16Kernel(WeightCopies(), out_major=True) if precision == "bf16" else Float32Kernel()
     weights = kernel.weights(0, layer)
     inputs, bias = kernel.lowered_inputs(torch.randn(steps, 2, 1, layer.input_weight.shape[1]), layer)
@@ -99,11 +96,13 @@ def input_product(layer: LSTMLayer, precision: str, steps: int) -> Callable[[], 
 
 
 def weight_bytes(model: BiLM, precision: str) -> int:
-    """Bytes of the LSTM's recurrent and projection weights, read at every step."""
+    """Bytes of the LSTM's recurrent and projection weights (the input's, int8 reads per step too) read per step."""
     per_value = {"int8": 1, "bf16": 2, "fp32": 4}[precision]
     total = 0
     for layer in model.lstm.layers:
         total += layer.hidden_weight.numel() + layer.projection.numel()
+        if precision == "int8":
+            total += layer.input_weight.numel()
     return total * per_value
 
 

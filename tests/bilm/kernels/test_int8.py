@@ -117,8 +117,8 @@ def test_a_pack_is_made_once_while_the_weights_are_unchanged(monkeypatch):
     model.embed_sentences(REAL_TEXT[:2])
     first = len(made)
     model.embed_sentences(REAL_TEXT[2:4])
-    # input, recurrent and projection weights x 2 directions per layer
-    assert first == 3 * 2 * model.options.n_layers and len(made) == first
+    # gates (input and recurrent weights stacked) and projection x 2 directions per layer
+    assert first == 2 * 2 * model.options.n_layers and len(made) == first
 
 
 @pytest.mark.parametrize(
