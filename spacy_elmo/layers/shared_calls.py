@@ -20,7 +20,7 @@ once :data:`RETURN_WAIT` of the last call's time passes without a new one, or af
 last call took in all. A lone caller is itself the request its last call served: it waits for nothing.
 
 On a CPU every call runs on one thread of the process, whichever caller leads it
-(:mod:`.compute_thread`): torch's OpenMP threads then stay hot between the small operations of
+(:mod:`spacy_elmo.bilm.compute_thread`): torch's OpenMP threads then stay hot between the small operations of
 the biLM's step loop.
 
 A row's result does not depend on its companions (the precisions' products are per row: see
@@ -35,7 +35,7 @@ from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 from torch import Tensor
 
-from .compute_thread import on_compute_thread
+from ..bilm.compute_thread import on_compute_thread
 
 # Runs the biLM on sentences: (n_layers + 1 or 1, rows, time, width), positions past a row's
 # length zero (:class:`~spacy_elmo.bilm.BiLMOutput`'s ``layers``).

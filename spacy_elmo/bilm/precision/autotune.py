@@ -51,6 +51,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
+from ..compute_thread import on_compute_thread
 from ..formats.identity import model_digest
 from ..model.options import ElmoOptions
 from ..settings import PRECISION_ENV, switches
@@ -129,8 +130,10 @@ def decision_threads() -> int:
 
 def cpu_auto_precision(model: TunedModel, training: bool = False) -> str:
     """What ``auto`` means for ``model``'s inference (or training) on this CPU: ``fp32``,
-    ``bf16`` or ``int8`` (inference only)."""
-    return decide(model, training=training).choice
+    ``bf16`` or ``int8`` (inference only); measured on the compute thread, where the biLM's calls
+    run (:mod:`spacy_elmo.bilm.compute_thread`: from another thread, beside its OpenMP threads,
+    every precision measured slower, and int8 most)."""
+    return on_compute_thread(decide, model, None, time.perf_counter, training).choice
 
 
 def decide(
@@ -168,6 +171,10 @@ def remeasure(
     """Measure now, whatever is recorded or set (``spacy-elmo bench``); with ``record``, the
     decision replaces the recorded one, as this process's too. Without (random weights, whose
     accuracy says nothing of a trained model's), it is only returned."""
+    return on_compute_thread(_remeasure, model, record, run, clock, training)
+
+
+def _remeasure(model: TunedModel, record: bool, run: Optional[Run], clock: Clock, training: bool) -> Decision:
     passes = model_passes(model, run, training)
     if not record:
         trials = measure(passes, _candidates_for(training, candidates()), BATCH_ROWS * BATCH_WORDS, clock)

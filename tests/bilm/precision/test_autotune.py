@@ -6,6 +6,7 @@ measurement is (``autotune.measure``), so that the suite stays deterministic on 
 
 import hashlib
 import json
+import threading
 from typing import Dict, List
 
 import pytest
@@ -13,7 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm import settings
+from spacy_elmo.bilm import compute_thread, settings
 from spacy_elmo.bilm.formats.identity import weights_digest
 from spacy_elmo.bilm.kernels.int8_packs import int8_available
 from spacy_elmo.bilm.precision import autotune, compat, timed_passes
@@ -228,6 +229,23 @@ def test_a_decision_is_for_the_planned_thread_count_and_measured_at_it(monkeypat
     assert seen == [before + 2] and torch.get_num_threads() == before
     (entry,) = json.loads(autotune.decisions_path().read_text()).values()
     assert entry["fields"]["threads"] == before + 2
+
+
+def test_auto_measures_on_the_compute_thread_at_the_callers_plan(monkeypatch):
+    """The biLM's calls run on the compute thread, so ``auto`` measures there too (from another
+    thread, beside its OpenMP threads, every precision ran slower), for the caller's planned count."""
+    seen: List[tuple] = []
+
+    def measure(passes, precisions, n_tokens, clock):
+        seen.append((threading.current_thread().name, torch.get_num_threads()))
+        return {p: Trial(100.0, 1.0) for p in precisions}
+
+    monkeypatch.setattr(autotune, "measure", measure)
+    threads = torch.get_num_threads() + 1
+    with autotune.deciding_for_threads(threads):
+        autotune.cpu_auto_precision(measured_bilm())
+    ((name, count),) = seen
+    assert name.startswith(compute_thread.THREAD_NAME) and count == threads
 
 
 def clocked(machine: FakeMachine):

@@ -1,4 +1,5 @@
-"""The one thread of a process that runs the biLM's calls on a CPU, and why it must be one.
+"""The one thread of a process that runs the biLM's calls on a CPU (a pipeline's shared calls,
+``precision = "auto"``'s measurements), and why it must be one.
 
 torch multiplies on OpenMP threads, and each Python thread that runs a parallel torch operation
 gets a team of them of its own, kept for the thread's life. While a process holds no more OpenMP

@@ -10,7 +10,7 @@ from typing import List
 import pytest
 import torch
 
-from spacy_elmo.layers import compute_thread
+from spacy_elmo.bilm import compute_thread
 
 
 def own_thread_count() -> int:
