@@ -10,7 +10,9 @@ cores an elementwise operation over (2, 8, 4096) values took 50 us instead of 5 
 thread's team beside the main thread's, and the same 25 biLM calls of 8 sentences took 0.62 s
 from a second thread against 0.36 from a thread whose team was alone. So every call runs on one
 thread, and the threads that hand it over first free their own team
-(:func:`release_openmp_threads`): it is made again at their next parallel operation, if any.
+(:func:`release_openmp_threads`): it is made again at their next parallel operation, if any. The
+compute thread frees its own after each call, so that torch work of other threads between calls
+(training, ``embed``) is not slowed by it.
 """
 
 import contextvars
@@ -61,11 +63,16 @@ def on_compute_thread(function: Callable[..., Result], *args: Any) -> Result:
 
 
 def _with_threads(threads: int, function: Callable[..., Result], *args: Any) -> Result:
-    """``function(*args)`` at ``threads`` torch threads: a count set in one thread does not reach
-    a thread that already ran torch, so the caller's is set here."""
+    """``function(*args)`` at ``threads`` torch threads (a count set in one thread does not reach
+    a thread that already ran torch, so the caller's is set here), the compute thread's OpenMP
+    team freed after it: torch work of other threads between calls (training, ``embed``, after
+    ``auto`` measured here) then has the cores' spinning to itself."""
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
-    return function(*args)
+    try:
+        return function(*args)
+    finally:
+        release_openmp_threads()
 
 
 def release_openmp_threads() -> None:

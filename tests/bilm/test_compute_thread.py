@@ -4,6 +4,7 @@ handing calls over leave alone."""
 import multiprocessing
 import os
 import threading
+import time
 from pathlib import Path
 from typing import List
 
@@ -17,14 +18,33 @@ def own_thread_count() -> int:
     return len(list(Path("/proc/self/task").iterdir()))
 
 
-@pytest.mark.skipif(compute_thread._libgomp() is None, reason="torch does not run on GNU OpenMP here")
+def thread_count_once_down_to(expected: int) -> int:
+    """The process's thread count once it is ``expected`` or after a second: a freed OpenMP thread
+    leaves /proc a moment after libgomp lets it go."""
+    deadline = time.monotonic() + 1.0
+    while own_thread_count() > expected and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return own_thread_count()
+
+
+needs_libgomp = pytest.mark.skipif(compute_thread._libgomp() is None, reason="torch does not run on GNU OpenMP here")
+
+
+def parallel_operation() -> None:
+    torch.ones(2**20).mul_(2.0)  # above torch's grain: runs on the thread's OpenMP team
+
+
+def in_a_thread(work) -> None:
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+
+
+@needs_libgomp
 def test_a_thread_frees_its_openmp_threads_and_gets_them_back_at_its_next_parallel_operation() -> None:
     """libgomp throttles every team once the process holds more OpenMP threads than cores, so the
     threads handing calls to the compute thread free theirs (layers/shared_calls.py)."""
     counts: List[int] = []
-
-    def parallel_operation() -> None:
-        torch.ones(2**20).mul_(2.0)  # above torch's grain: runs on the thread's OpenMP team
 
     def work() -> None:
         torch.set_num_threads(2)
@@ -32,15 +52,34 @@ def test_a_thread_frees_its_openmp_threads_and_gets_them_back_at_its_next_parall
         parallel_operation()
         counts.extend([before, own_thread_count()])
         compute_thread.release_openmp_threads()
-        counts.append(own_thread_count())
+        counts.append(thread_count_once_down_to(before))
         parallel_operation()
         counts.append(own_thread_count())
 
-    thread = threading.Thread(target=work)
-    thread.start()
-    thread.join()
+    in_a_thread(work)
     before, with_team, released, again = counts
     assert with_team == before + 1 and released == before and again == with_team
+
+
+@needs_libgomp
+def test_the_compute_thread_frees_its_openmp_threads_after_each_call() -> None:
+    """Between calls its team would throttle torch work of other threads (training, embed)."""
+    counts: List[int] = []
+
+    def call() -> None:
+        parallel_operation()
+        counts.append(own_thread_count())
+
+    def caller() -> None:
+        torch.set_num_threads(2)  # the compute thread runs at its caller's count
+        compute_thread.on_compute_thread(lambda: None)  # the compute thread exists
+        counts.append(own_thread_count())
+        compute_thread.on_compute_thread(call)
+        counts.append(thread_count_once_down_to(counts[0]))
+
+    in_a_thread(caller)
+    before, during, after = counts
+    assert during == before + 1 and after == before, counts
 
 
 def _thread_name() -> str:
