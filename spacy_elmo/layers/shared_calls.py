@@ -20,8 +20,8 @@ once :data:`RETURN_WAIT` of the last call's time passes without a new one, or af
 last call took in all. A lone caller is itself the request its last call served: it waits for nothing.
 
 On a CPU every call runs on one thread of the process, whichever caller leads it
-(:mod:`spacy_elmo.bilm.compute_thread`): torch's OpenMP threads then stay hot between the small operations of
-the biLM's step loop.
+(:mod:`spacy_elmo.bilm.compute_thread`): torch's OpenMP threads then stay hot between the small
+operations of the biLM's step loop.
 
 A row's result does not depend on its companions (the precisions' products are per row: see
 docs/bilm.md), so a caller gets what it would have got alone. Where a joint call fails, each
@@ -105,7 +105,7 @@ class SharedCalls:
     ) -> Tensor:
         """``compute(sentences)``, run alone or within a call shared with other threads' sentences:
         (n_layers + 1 or 1, len(sentences), time, width), ``time`` that of ``sentences`` alone.
-        ``on_cpu``: the call runs on a CPU, so on this object's own thread (elsewhere in the leader's)."""
+        ``on_cpu``: the call runs on a CPU, so on the process's compute thread (elsewhere in the leader's)."""
         if not sentences:
             return compute(sentences)
         request = _Request(key, sentences, compute)
