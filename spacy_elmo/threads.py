@@ -7,12 +7,13 @@ parks one of them, and throughput collapses far below a fair share (measured by
 counts the runnable threads of other processes before each biLM call and leaves them their
 cores: all cores on an idle machine, fewer when others are busy.
 
-torch's thread count belongs to the process: set from one thread, it reaches the torch calls of
-the others (those that never set their own count). So ``"auto"`` changes it only while the
-process runs a single Python thread (:func:`shares_torch`); beside other threads (a server's
-workers) it runs at torch's count as it finds it, and leaves it alone: set it once yourself
-(``torch.set_num_threads``), or set a fixed ``threads``, which each call sets and restores,
-other threads' torch calls meanwhile included.
+torch's thread count, set from one thread, reaches the threads that have not run torch yet (a
+thread that has keeps its own), and the biLM's calls run at the count of the thread that calls
+(:mod:`spacy_elmo.bilm.compute_thread`). So ``"auto"`` changes it only while the process runs a
+single Python thread (:func:`shares_torch`); beside other threads (a server's workers) it runs at
+torch's count as it finds it, and leaves it alone: set it once yourself
+(``torch.set_num_threads``, before the threads start), or set a fixed ``threads``, which each call
+sets and restores.
 
 ``precision = "auto"`` decides for the count a setting plans (:func:`planned_threads`), not for
 the count of the moment: a busy machine runs a call on fewer threads, but neither changes the
