@@ -40,10 +40,23 @@ def in_a_thread(work) -> None:
     thread.join()
 
 
-@needs_libgomp
-def test_a_thread_frees_its_openmp_threads_and_gets_them_back_at_its_next_parallel_operation() -> None:
-    """libgomp throttles every team once the process holds more OpenMP threads than cores, so the
-    threads handing calls to the compute thread free theirs (layers/shared_calls.py)."""
+def counts_in_a_fresh_process(function) -> List[int]:
+    """``function()``'s thread counts, run in a fresh process: in the test run's own, threads that
+    other tests left end at any moment."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=_put_result, args=(function, queue))
+    child.start()
+    counts = queue.get(timeout=120)
+    child.join(30)
+    return counts
+
+
+def _put_result(function, queue) -> None:
+    queue.put(function())
+
+
+def _released_and_made_again() -> List[int]:
     counts: List[int] = []
 
     def work() -> None:
@@ -57,13 +70,10 @@ def test_a_thread_frees_its_openmp_threads_and_gets_them_back_at_its_next_parall
         counts.append(own_thread_count())
 
     in_a_thread(work)
-    before, with_team, released, again = counts
-    assert with_team == before + 1 and released == before and again == with_team
+    return counts
 
 
-@needs_libgomp
-def test_the_compute_thread_frees_its_openmp_threads_after_each_call() -> None:
-    """Between calls its team would throttle torch work of other threads (training, embed)."""
+def _around_a_compute_thread_call() -> List[int]:
     counts: List[int] = []
 
     def call() -> None:
@@ -78,7 +88,21 @@ def test_the_compute_thread_frees_its_openmp_threads_after_each_call() -> None:
         counts.append(thread_count_once_down_to(counts[0]))
 
     in_a_thread(caller)
-    before, during, after = counts
+    return counts
+
+
+@needs_libgomp
+def test_a_thread_frees_its_openmp_threads_and_gets_them_back_at_its_next_parallel_operation() -> None:
+    """libgomp throttles every team once the process holds more OpenMP threads than cores, so the
+    threads handing calls to the compute thread free theirs (layers/shared_calls.py)."""
+    before, with_team, released, again = counts = counts_in_a_fresh_process(_released_and_made_again)
+    assert with_team == before + 1 and released == before and again == with_team, counts
+
+
+@needs_libgomp
+def test_the_compute_thread_frees_its_openmp_threads_after_each_call() -> None:
+    """Between calls its team would throttle torch work of other threads (training, embed)."""
+    before, during, after = counts = counts_in_a_fresh_process(_around_a_compute_thread_call)
     assert during == before + 1 and after == before, counts
 
 
