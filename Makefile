@@ -102,7 +102,7 @@ $(GPU_BIN)/.installed: setup.cfg pyproject.toml
 	$(GPU_BIN)/pip install --quiet -e ".[test,cuda12x]"
 	touch $@
 
-# The GPU suite (tests/gpu, marked gpu; 62 s of tests on one H200). It runs on cuda:0 (pick
+# The GPU suite (tests/gpu, marked gpu; 91 s of tests on one H200). It runs on cuda:0 (pick
 # the GPU with CUDA_VISIBLE_DEVICES) and is skipped, with the reason, where torch sees no CUDA GPU
 # or CuPy cannot reach it: the first line says what this environment sees.
 test-gpu: $(GPU_BIN)/.installed

@@ -13,7 +13,8 @@ every call under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (needs ``pip in
 ``precision = "auto"``. Each in-process row: words/s (median of ``--rounds``, range) and its
 fraction of the configuration's ``nlp.pipe``; for ``elmo``, the smallest token cosine of the
 vectors from many threads to the serial ones; each service row: requests/s, words/s, p50 / p99
-latency of one text per request, after a few untimed requests per client.
+latency of one text per request, after a few untimed requests per client. ``--gpu-id N`` runs
+every pipeline, in-process and served (``spacy-elmo serve --gpu-id N``), on GPU N.
 """
 
 import contextlib
@@ -32,6 +33,7 @@ import spacy
 import torch
 import typer
 from spacy.language import Language
+from thinc.util import to_numpy
 
 from harness import interleaved, machine, word_sense_texts
 from memory import wait_healthy
@@ -105,9 +107,9 @@ def in_process_runs(
 def thread_agreement(nlp: Language, texts: Sequence[str], threads: int) -> float:
     """The smallest cosine of a token's vector from ``threads`` threads at once to the same
     token's from serial ``nlp(text)`` calls (the issue's bar: 0.995)."""
-    serial = [nlp(text).tensor for text in texts]
+    serial = [to_numpy(nlp(text).tensor) for text in texts]
     with ThreadPoolExecutor(threads) as pool:
-        concurrent = [doc.tensor for doc in pool.map(nlp, texts)]
+        concurrent = [to_numpy(doc.tensor) for doc in pool.map(nlp, texts)]
     worst = 1.0
     for a, b in zip(concurrent, serial):
         if len(a):
@@ -116,10 +118,13 @@ def thread_agreement(nlp: Language, texts: Sequence[str], threads: int) -> float
     return worst
 
 
-def service_rows(path: Path, texts: Sequence[str], n_words: int, clients: Sequence[int], port: int) -> List[str]:
+def service_rows(
+    path: Path, texts: Sequence[str], n_words: int, clients: Sequence[int], port: int, gpu_id: int
+) -> List[str]:
     """Rows of ``spacy-elmo serve`` at each number of concurrent clients, one text per request; with
     a lone client among them, each p99 as a multiple of its p50 (the issue's bar: 3x at 8 clients)."""
     command = [sys.executable, "-m", "spacy_elmo", "serve", str(path), "--port", str(port), "--log-level", "warning"]
+    command += ["--gpu-id", str(gpu_id)]
     server = subprocess.Popen(command)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -170,11 +175,16 @@ def main(
     torch_threads: int = typer.Option(2, help="torch's threads"),
     rounds: int = typer.Option(2, help="Interleaved timed rounds"),
     port: int = typer.Option(8765, help="The service's port on 127.0.0.1"),
+    gpu_id: int = typer.Option(-1, help="The GPU that runs the pipelines (spacy.require_gpu); -1: the CPU"),
 ) -> None:
     chosen = [c.strip() for c in configs.split(",") if c.strip()]
     if not chosen or set(chosen) - set(CONFIGS):
         raise typer.BadParameter(f"choose among {', '.join(CONFIGS)}", param_hint="--configs")
     torch.set_num_threads(torch_threads)
+    device = None
+    if gpu_id >= 0:
+        spacy.require_gpu(gpu_id)  # this thread's; the in-process runs' other threads use each model's own ops
+        device = torch.device("cuda", gpu_id)
     sentences = word_sense_texts(texts)
     print(machine())
     with tempfile.TemporaryDirectory() as tmp:
@@ -185,14 +195,14 @@ def main(
             print(
                 f"\n{config}: {len(sentences)} sentences, {n_words:,} words; {rounds} rounds, {torch_threads} threads"
             )
-            timings = interleaved(in_process_runs(nlp, context, sentences, threads), rounds)
+            timings = interleaved(in_process_runs(nlp, context, sentences, threads), rounds, device=device)
             batch = timings["nlp.pipe"].median
             for label, timing in timings.items():
                 print(f"{label}: {timing.rate(n_words, ' words/s')}, {batch / timing.median:.2f} of nlp.pipe")
             if not config.startswith("trf"):
                 agreement = thread_agreement(nlp, sentences, threads)
                 print(f"nlp(text) from {threads} threads against serial: token cosine at least {agreement:.5f}")
-                for row in service_rows(path, sentences, n_words, clients, port):
+                for row in service_rows(path, sentences, n_words, clients, port, gpu_id):
                     print(row)
             del nlp
 

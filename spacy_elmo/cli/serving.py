@@ -65,6 +65,9 @@ def serve(
         help="Seconds that requests in flight get to finish after SIGTERM",
     ),
     log_level: str = typer.Option(_SETTINGS.log_level, envvar=_env("log_level"), help="debug, info, warning"),
+    gpu_id: int = typer.Option(
+        _SETTINGS.gpu_id, envvar=_env("gpu_id"), help="The GPU that runs the pipeline (needs CuPy); -1: the CPU"
+    ),
     ray_replicas: int = typer.Option(
         _RAY.replicas,
         envvar=_env("ray_replicas"),
@@ -95,6 +98,7 @@ def serve(
         batches=BatchLimits(max_batch_texts, max_batch_chars, queue_size),
         shutdown_timeout=shutdown_timeout,
         log_level=log_level,
+        gpu_id=gpu_id,
         ray=RaySettings(ray_replicas, ray_threads, ray_address),
     )
     with reported(ValueError):

@@ -20,7 +20,8 @@ from typing import Any, Dict, List, Sequence
 import spacy
 from spacy.language import Language
 from spacy.tokens import Doc
-from thinc.util import to_numpy
+from thinc.api import require_gpu
+from thinc.util import has_cupy_gpu, to_numpy
 
 from ..layers import get_bilm
 from ..pipeline_component import Elmo
@@ -56,6 +57,23 @@ def find_source(spec: str) -> PipelineSource:
         f"PIPELINE {spec!r} is neither a directory, an installed pipeline package (pip list), nor a published "
         "biLM (spacy-elmo models lists them)"
     )
+
+
+def check_gpu(gpu_id: int) -> None:
+    """A ValueError saying what to install where ``--gpu-id`` names a GPU that spaCy cannot use
+    (-1, the CPU, always works): before the service starts, not at its first load."""
+    if gpu_id >= 0 and not has_cupy_gpu:
+        raise ValueError(
+            f"--gpu-id {gpu_id}: spaCy finds no GPU here (it runs on one through CuPy: pip install "
+            '"spacy-elmo[cuda12x]" on a machine with a CUDA GPU); leave --gpu-id out to serve from the CPU'
+        )
+
+
+def use_gpu(gpu_id: int) -> None:
+    """thinc's ops on GPU ``gpu_id`` (nothing for -1) for the calling thread alone: thinc keeps
+    its current ops per thread, so the worker's thread, which loads and runs the pipeline, calls it."""
+    if gpu_id >= 0:
+        require_gpu(gpu_id)
 
 
 def load_pipeline(source: PipelineSource) -> Language:

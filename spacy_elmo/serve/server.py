@@ -15,7 +15,7 @@ from typing import Iterator
 import uvicorn
 
 from .app import create_app
-from .pipeline import PipelineRun, PipelineSource, load_pipeline
+from .pipeline import PipelineRun, PipelineSource, check_gpu, load_pipeline, use_gpu
 from .settings import ServeSettings
 from .worker import BatchRun, Worker, logger
 
@@ -29,10 +29,12 @@ class PipelineFailed(RuntimeError):
 def serve(source: PipelineSource, settings: ServeSettings) -> None:
     """Serve ``source``'s pipeline until SIGTERM or SIGINT; :class:`PipelineFailed` if it never loads."""
     settings.check()
+    check_gpu(settings.gpu_id)
     logging.basicConfig(level=settings.log_level.upper(), format=LOG_FORMAT)
     logger.info("serving the %s %r with %s", source.kind, source.spec, asdict(settings))
 
     def load() -> BatchRun:
+        use_gpu(settings.gpu_id)
         return PipelineRun(load_pipeline(source))
 
     def stop(error: BaseException) -> None:

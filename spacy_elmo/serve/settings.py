@@ -83,7 +83,8 @@ class RaySettings:
 
 @dataclass(frozen=True)
 class ServeSettings:
-    """Everything ``spacy-elmo serve`` is given beside its pipeline."""
+    """Everything ``spacy-elmo serve`` is given beside its pipeline. ``gpu_id`` -1 serves from
+    the CPU, N from GPU N (spaCy's ``--gpu-id``)."""
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -91,6 +92,7 @@ class ServeSettings:
     batches: BatchLimits = BatchLimits()
     shutdown_timeout: float = 30.0
     log_level: str = "info"
+    gpu_id: int = -1
     ray: RaySettings = RaySettings()
 
     def check(self) -> None:
@@ -110,4 +112,11 @@ class ServeSettings:
             raise ValueError(f"--port must be 0 to 65535, got {self.port}")
         if self.shutdown_timeout <= 0:
             raise ValueError(f"--shutdown-timeout must be positive (seconds), got {self.shutdown_timeout}")
+        if self.gpu_id < -1:
+            raise ValueError(f"--gpu-id must be -1 (the CPU) or a GPU's index, got {self.gpu_id}")
+        if self.gpu_id >= 0 and self.ray.replicas:
+            raise ValueError(
+                "--gpu-id puts this process's pipeline on a GPU, and --ray-replicas serves from replicas "
+                "that Ray places on CPUs: leave one of them out"
+            )
         self.ray.check()

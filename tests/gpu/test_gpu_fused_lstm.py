@@ -95,10 +95,14 @@ def eager_of(layer: ProjectedLSTM, batch, dtype: torch.dtype) -> Tuple[Tensor, .
         return kernel(0, layer, inputs, active, hidden.clone(), memory.clone())
 
 
-def eager_and_graphed(layer: ProjectedLSTM, batch, dtype: torch.dtype) -> Tuple[Tuple[Tensor, ...], Tuple[Tensor, ...]]:
-    """The eager loop's results, and the fused kernel's (graphed where one serves)."""
+def eager_and_graphed(
+    layer: ProjectedLSTM, batch, dtype: torch.dtype, copies: WeightCopies
+) -> Tuple[Tuple[Tensor, ...], Tuple[Tensor, ...]]:
+    """The eager loop's results, and the fused kernel's (graphed where one serves). ``copies``:
+    the layer's weight copies, kept across calls as a biLM keeps them (a bf16 graph is keyed on
+    its copies' storage: fresh copies at every call would never be replayed)."""
     with torch.no_grad():
-        return eager_of(layer, batch, dtype), FusedKernel(WeightCopies(), dtype)(0, layer, *batch)
+        return eager_of(layer, batch, dtype), FusedKernel(copies, dtype)(0, layer, *batch)
 
 
 def assert_layer_close(fused, eager, dtype: torch.dtype, exact=None) -> None:
@@ -119,11 +123,11 @@ LENGTHS_B = [39, 38, 20, 11, 2] * 8
 def test_the_graphed_loop_gives_the_eager_results_on_the_real_rows(graphs, dtype) -> None:
     """First call launched, second captured and replayed, third replayed: each the eager loop's;
     then another batch of the same bucket gets its own results, and the first its own again."""
-    layer = gpu_layer(0)
+    layer, copies = gpu_layer(0), WeightCopies()
     batches = [random_batch(seed, sorted(lengths, reverse=True)) for seed, lengths in enumerate((LENGTHS_A, LENGTHS_B))]
     exact = [eager_of(layer, batch, torch.float32) for batch in batches]
     for call, index in enumerate((0, 0, 0, 1, 0)):
-        eager, graphed = eager_and_graphed(layer, batches[index], dtype)
+        eager, graphed = eager_and_graphed(layer, batches[index], dtype, copies)
         assert_layer_close(graphed, eager, dtype, exact[index])
         assert graphs() == (0 if call == 0 else 1), call
         for row, length in enumerate(sorted((LENGTHS_A, LENGTHS_B)[index], reverse=True)):
@@ -132,16 +136,16 @@ def test_the_graphed_loop_gives_the_eager_results_on_the_real_rows(graphs, dtype
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_weight_changed_in_place_is_never_replayed_stale(graphs, dtype) -> None:
-    layer = gpu_layer(1)
+    layer, copies = gpu_layer(1), WeightCopies()
     batch = random_batch(2, sorted(LENGTHS_A, reverse=True))
     for _ in range(2):
-        before = eager_and_graphed(layer, batch, dtype)[1]
+        before = eager_and_graphed(layer, batch, dtype, copies)[1]
     assert graphs() == 1
     with torch.no_grad():
         layer.hidden_weight.mul_(-1.0)  # as an optimizer step writes it: its version advances
     exact = eager_of(layer, batch, torch.float32)
     for _ in range(3):  # the new weights' first use, their capture, a replay
-        eager, graphed = eager_and_graphed(layer, batch, dtype)
+        eager, graphed = eager_and_graphed(layer, batch, dtype, copies)
         assert_layer_close(graphed, eager, dtype, exact)
     assert graphs() == 1
     assert (graphed[0] - before[0]).abs().max() > 0.1
@@ -152,7 +156,7 @@ def test_without_graphs_the_fused_loop_is_launched(graphs, monkeypatch) -> None:
     layer = gpu_layer(3)
     batch = random_batch(4, sorted(LENGTHS_B, reverse=True))
     for _ in range(3):
-        eager, fused = eager_and_graphed(layer, batch, torch.float32)
+        eager, fused = eager_and_graphed(layer, batch, torch.float32, WeightCopies())
         assert_layer_close(fused, eager, torch.float32)
     assert graphs() == 0 and not cuda_graphs._CACHES
 

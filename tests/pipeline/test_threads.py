@@ -106,6 +106,24 @@ def test_auto_leaves_torchs_count_alone_beside_other_python_threads(bilm_files, 
     assert seen and set(seen) == {torch.get_num_threads()}
 
 
+def test_a_biLM_on_a_gpu_leaves_torchs_count_alone_and_reads_no_load(bilm_files, monkeypatch, alone) -> None:
+    """Its products run on the GPU: torch's CPU threads are kept, and /proc is not read per call.
+    (The ops claim a GPU here; the model is the CPU's: the logic tested, not the device.)"""
+
+    def no_load() -> int:
+        raise AssertionError("a call on a GPU read the machine's load")
+
+    monkeypatch.setattr(threads_module, "available_cores", lambda: torch.get_num_threads() + 1)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config=elmo_config(bilm_files))
+    nlp.initialize()
+    seen = recording_threads(monkeypatch)
+    monkeypatch.setattr(threads_module, "busy_elsewhere", no_load)
+    monkeypatch.setattr(nlp.get_pipe("elmo").model.ops, "device_type", "gpu")
+    nlp("A call on a GPU .")
+    assert seen == [torch.get_num_threads()]
+
+
 def test_a_pipe_that_decided_on_an_idle_machine_measures_nothing_new_beside_a_busy_one(
     bilm_files, monkeypatch, tmp_path, alone
 ) -> None:

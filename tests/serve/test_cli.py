@@ -4,6 +4,7 @@ a setting that cannot work (from a flag or its SPACY_ELMO_SERVE_* variable)."""
 import sys
 
 import pytest
+from thinc.util import has_cupy_gpu
 from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
@@ -43,6 +44,8 @@ def test_ray_replicas_without_ray_serve_say_what_to_install(monkeypatch) -> None
     [
         (["--ray-replicas", "-1"], "--ray-replicas must be 0 (no Ray) or more, got -1"),
         (["--ray-replicas", "2", "--ray-threads", "0"], "--ray-threads must be at least 1 (torch threads per replica)"),
+        (["--ray-replicas", "2", "--gpu-id", "0"], "--gpu-id puts this process's pipeline on a GPU"),
+        (["--gpu-id", "-2"], "--gpu-id must be -1 (the CPU) or a GPU's index, got -2"),
     ],
 )
 def test_ray_settings_are_checked_before_ray_starts(args, message) -> None:
@@ -58,3 +61,13 @@ def test_replicas_that_the_local_ray_cannot_place_are_refused_with_how_many_fit(
         r"--ray-replicas to 2",
     ):
         RaySettings(replicas=3, threads=2).check_fits(available=4.0)
+
+
+@pytest.mark.skipif(has_cupy_gpu, reason="spaCy finds a GPU here: tests/gpu serves from it")
+@pytest.mark.parametrize("args,env", [(["--gpu-id", "0"], {}), ([], {"SPACY_ELMO_SERVE_GPU_ID": "0"})])
+def test_a_gpu_that_spacy_cannot_use_is_refused_before_anything_loads(args, env, monkeypatch) -> None:
+    from spacy_elmo.serve import server
+
+    monkeypatch.setattr(server, "Worker", None)  # reaching the worker would fail with another error
+    result = CliRunner().invoke(app, ["serve", "en", *args], env=env)
+    assert result.exit_code == 1 and "--gpu-id 0: spaCy finds no GPU here" in result.output, result.output

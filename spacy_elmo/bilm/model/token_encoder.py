@@ -27,8 +27,19 @@ SENTENCE_START: Hashable = ("<boundary>", "start")
 SENTENCE_END: Hashable = ("<boundary>", "end")
 
 # Tokens are encoded in chunks whose largest convolution's unfolded windows and products take at
-# most this many bytes: bounded working memory whatever the batch and the token lengths.
+# most this many bytes: bounded working memory whatever the batch and the token lengths. A GPU
+# takes larger chunks: each chunk launches a few dozen kernels, and their host cost bounds a GPU's
+# pass. With 16 MiB there, a bf16 pass at the Original size on an H200 ran at 229-244 k tokens/s,
+# its GPU busy 45 ms of 212 and the token encoder 74% of the host's time (63 chunks for 2,000
+# sentences; the device run of 2026-11-28). 256 MiB holds 1,024 tokens of the longest, the chunks
+# of the fused loop's 641 k tokens/s (benchmarks/results/gpu_h200_fused.txt).
 CHUNK_BYTES = 16 * 2**20
+GPU_CHUNK_BYTES = 256 * 2**20
+
+
+def chunk_bytes(device: torch.device) -> int:
+    """The working memory of one chunk of :meth:`TokenEncoder.encode` on ``device``."""
+    return CHUNK_BYTES if device.type == "cpu" else GPU_CHUNK_BYTES
 
 
 # The biLM's token encoder's weights were named ``char_cnn.*`` before it was ``token_encoder``:
@@ -95,7 +106,7 @@ class TokenEncoder(nn.Module, abc.ABC):
         """The vectors of ``tokens``, products in ``dtype`` (float32 or bf16: the biLM chooses it,
         see :attr:`.precision.ResolvedPrecision.token_encoder_dtype`). Shape: (len(tokens), projection_dim).
 
-        Tokens go through shortest first, in chunks of at most :data:`CHUNK_BYTES` of working
+        Tokens go through shortest first, in chunks of at most :func:`chunk_bytes` of working
         memory, each cut at its padding on the host (:meth:`positions_needed`), so that a GPU's
         work is not waited for to read how long the tokens are.
         """
@@ -106,7 +117,8 @@ class TokenEncoder(nn.Module, abc.ABC):
         written = (ids.chars != self.padding_char).sum(axis=1)
         order = numpy.argsort(written, kind="stable")
         encoded = []
-        for chunk in _chunks(self.positions_per_token(written[order]), self.bytes_per_position()):
+        budget = chunk_bytes(device) // self.bytes_per_position()  # positions a chunk may hold
+        for chunk in _chunks(self.positions_per_token(written[order]), budget):
             rows = order[chunk]
             chunk_ids = ids.chars[rows]
             chars = torch.from_numpy(chunk_ids[:, : self.positions_needed(chunk_ids)]).to(device)
@@ -216,13 +228,12 @@ def positions_needed(char_ids: numpy.ndarray, padding: int, filters: Sequence[Tu
     return min(char_ids.shape[1], longest + widest)
 
 
-def _chunks(positions: numpy.ndarray, bytes_per_position: int) -> Iterator[slice]:
-    """Consecutive slices of tokens, each needing at most :data:`CHUNK_BYTES` (or one token).
+def _chunks(positions: numpy.ndarray, budget: int) -> Iterator[slice]:
+    """Consecutive slices of tokens, each needing at most ``budget`` positions (or one token).
 
     ``positions``: the character positions each token needs, non-decreasing (tokens sorted by
     length), so a chunk's padded width is that of its last token.
     """
-    budget = CHUNK_BYTES // bytes_per_position  # positions a chunk may hold
     begin = 0
     while begin < len(positions):
         padded = numpy.arange(1, len(positions) - begin + 1) * positions[begin:]  # a chunk ending at each token

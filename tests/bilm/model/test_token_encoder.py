@@ -4,11 +4,14 @@ every token the vector of all its positions, in the order asked."""
 
 from typing import List, Tuple
 
+import numpy
 import pytest
 import torch
 
-from spacy_elmo import BiLM
+from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm.model import token_encoder
+from spacy_elmo.bilm.model.char_cnn import CharCNN
+from spacy_elmo.bilm.model.options import ORIGINAL_SIZES
 from spacy_elmo.bilm.model.token_encoder import SENTENCE_END, SENTENCE_START, TokenEncoder
 
 from ...helpers import assert_float32_close, random_bilm
@@ -69,3 +72,17 @@ def test_a_state_dict_from_before_the_rename_loads_and_digests_name_the_old_tens
         if array.numel():
             before.update(memoryview(array.view(-1).view(torch.uint8).numpy()))
     assert weights_digest(source) == before.hexdigest()
+
+
+def test_a_gpu_encodes_1024_tokens_of_the_longest_in_one_chunk_at_the_original_size() -> None:
+    """Each chunk launches a few dozen kernels, whose host cost bounds a GPU's pass: a GPU takes
+    chunks of 1,024 tokens of the longest, a CPU far fewer (the logic; tests/gpu runs a device)."""
+    options = ElmoOptions(**ORIGINAL_SIZES)
+    per_position = CharCNN(options).bytes_per_position()
+    longest = numpy.full(4096, options.max_characters_per_token)
+
+    def first_chunk(device: torch.device) -> int:
+        chunk = next(token_encoder._chunks(longest, token_encoder.chunk_bytes(device) // per_position))
+        return chunk.stop - chunk.start
+
+    assert first_chunk(torch.device("cuda", 0)) >= 1024 > 4 * first_chunk(torch.device("cpu"))
