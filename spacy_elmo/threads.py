@@ -10,10 +10,10 @@ cores: all cores on an idle machine, fewer when others are busy.
 torch's thread count, set from one thread, reaches the threads that have not run torch yet (a
 thread that has keeps its own), and the biLM's calls run at the count of the thread that calls
 (:mod:`spacy_elmo.bilm.compute_thread`). So ``"auto"`` changes it only while the process runs a
-single Python thread (:func:`shares_torch`); beside other threads (a server's workers) it runs at
-torch's count as it finds it, and leaves it alone: set it once yourself
-(``torch.set_num_threads``, before the threads start), or set a fixed ``threads``, which each call
-sets and restores.
+single Python thread besides the compute thread (:func:`shares_torch`); beside other threads (a
+server's workers) it runs at torch's count as it finds it, and leaves it alone: set it once
+yourself (``torch.set_num_threads``, before the threads start), or set a fixed ``threads``, which
+each call sets and restores.
 
 ``precision = "auto"`` decides for the count a setting plans (:func:`planned_threads`), not for
 the count of the moment: a busy machine runs a call on fewer threads, but neither changes the
@@ -28,6 +28,7 @@ from typing import Iterator, Literal, Optional, Union
 
 import torch
 
+from .bilm.compute_thread import is_compute_thread
 from .bilm.precision.autotune import deciding_for_threads
 
 Threads = Union[int, Literal["auto"]]
@@ -65,8 +66,9 @@ def busy_elsewhere() -> Optional[int]:
 
 def shares_torch() -> bool:
     """Whether other Python threads run in this process: their torch calls would feel a change of
-    torch's thread count, so ``"auto"`` makes none."""
-    return threading.active_count() > 1
+    torch's thread count, so ``"auto"`` makes none. The biLM's compute thread is not one of them:
+    it runs every call at its caller's count."""
+    return sum(1 for thread in threading.enumerate() if not is_compute_thread(thread)) > 1
 
 
 def planned_threads(threads: Threads) -> int:

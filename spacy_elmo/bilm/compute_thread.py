@@ -51,11 +51,16 @@ class _ComputeThread:
 _COMPUTE_THREAD = _ComputeThread()
 
 
+def is_compute_thread(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is the compute thread."""
+    return thread.name.startswith(THREAD_NAME)
+
+
 def on_compute_thread(function: Callable[..., Result], *args: Any) -> Result:
     """``function(*args)`` on the compute thread (inline where already on it), at the calling
     thread's torch thread count and in its context variables (the precision decision's planned
     threads, thinc's ops); the calling thread's OpenMP team freed first."""
-    if threading.current_thread().name.startswith(THREAD_NAME):
+    if is_compute_thread(threading.current_thread()):
         return function(*args)
     threads, context = torch.get_num_threads(), contextvars.copy_context()
     release_openmp_threads()

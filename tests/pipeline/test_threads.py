@@ -1,6 +1,7 @@
 """The ``threads`` setting: fixed counts are honoured, ``"auto"`` leaves busy cores to others, never
 changes torch's count under other threads' feet, and ``precision = "auto"`` decides for its plan."""
 
+import multiprocessing
 import subprocess
 import sys
 import threading
@@ -122,6 +123,43 @@ def test_a_biLM_on_a_gpu_leaves_torchs_count_alone_and_reads_no_load(bilm_files,
     monkeypatch.setattr(nlp.get_pipe("elmo").model.ops, "device_type", "gpu")
     nlp("A call on a GPU .")
     assert seen == [torch.get_num_threads()]
+
+
+def _counts_beside_a_busy_process(options_file: str, weight_file: str, queue) -> None:
+    """In a fresh process: torch's thread count at a call on 2 idle cores and at one beside a busy
+    process, once the biLM's compute thread runs (made at ``initialize``)."""
+    from spacy_elmo.bilm.compute_thread import THREAD_NAME
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": {"options_file": options_file, "weight_file": weight_file}})
+    nlp.initialize()
+    nlp("The first call .")
+    threads_module.available_cores = lambda: 2
+    seen: List[int] = []
+    forward = BiLM.forward
+
+    def recording_forward(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return forward(self, *args, **kwargs)
+
+    BiLM.forward = recording_forward
+    for others in (0, 1):
+        threads_module.busy_elsewhere = lambda: others  # noqa: B023 - called before the loop moves on
+        nlp("A call .")
+    queue.put((seen, any(thread.name.startswith(THREAD_NAME) for thread in threading.enumerate())))
+
+
+def test_auto_leaves_a_busy_core_once_the_biLMs_compute_thread_runs(bilm_files) -> None:
+    """The compute thread runs each call at its caller's count: it is no other thread whose torch
+    a change of the count would reach, and ``auto`` goes on adapting beside it."""
+    context = multiprocessing.get_context("spawn")  # this test run's own threads would count
+    queue = context.Queue()
+    child = context.Process(target=_counts_beside_a_busy_process, args=(*map(str, bilm_files), queue))
+    child.start()
+    child.join(120)  # the result is a few bytes: the queue holds it while the child exits
+    assert child.exitcode == 0
+    seen, compute_thread = queue.get(timeout=10)
+    assert compute_thread and seen == [2, 1]
 
 
 def test_a_pipe_that_decided_on_an_idle_machine_measures_nothing_new_beside_a_busy_one(
