@@ -1,12 +1,13 @@
 """How close a lone sentence, a service's request, gets to the floor of its LSTM products.
 
-    python benchmarks/request_floor.py [--sizes en,original] [--precisions auto] [--threads 2]
+    python benchmarks/request_floor.py [--sizes en,original] [--precisions auto] [--rows 1] [--threads 2]
 
 For each biLM (``en``, the bundled one; ``original``, the Original sizes with random weights) and
-precision, three times for one sentence of 16 words (18 steps with its boundaries):
+precision, three times for a call of ``--rows`` sentences of 16 words (18 steps with their
+boundaries; 1: a lone request, 8: a call 8 concurrent requests share):
 
-- ``lone``: the biLM's whole pass (``embed_sentences``: characters, CNN, LSTM, outputs);
-- ``products``: the LSTM's products alone, as the precision's kernel runs them at one row, on the
+- ``call``: the biLM's whole pass (``embed_sentences``: characters, CNN, LSTM, outputs);
+- ``products``: the LSTM's products alone, as the precision's kernel runs them at those rows, on the
   model's own weight copies (int8: the quantized kernel on pre-scaled rows, without the per-row
   scaling around it; bf16 and fp32: the kernel's product, packed where it packs), both directions
   of every layer at every step, and each layer's input product;
@@ -15,8 +16,9 @@ precision, three times for one sentence of 16 words (18 steps with its boundarie
 
 The first two take turns over ``--rounds`` rounds (medians).
 
-The fraction printed is ``products / lone``: how much of a request the products are; the issue's
-target for the Original size is 0.8 of that floor.
+The fraction printed is ``products / call``: how much of a request the products are; the issue's
+target for the Original size is 0.8 of that floor. The last column, the products' time per row
+and step, compares row counts: run with ``--rows 1``, ``8`` and ``64``.
 """
 
 import statistics
@@ -53,15 +55,15 @@ def load(size: str) -> BiLM:
     return model.eval().requires_grad_(False)
 
 
-def lstm_products(model: BiLM, precision: str, steps: int) -> Callable[[], object]:
-    """One sentence's LSTM products at one row, as ``precision``'s kernel runs them."""
+def lstm_products(model: BiLM, precision: str, steps: int, rows: int) -> Callable[[], object]:
+    """A call's LSTM products at ``rows`` rows, as ``precision``'s kernel runs them."""
     layers = list(model.lstm.layers)
     runs: List[Callable[[], object]] = []
     for index, layer in enumerate(layers):
         if precision == "int8":
             gates, projection = int8.make_packs(layer)
-            x = torch.rand(1, gates[0].prepacked.unpack()[0].shape[1]) * 2 - 1
-            c = torch.rand(1, projection[0].prepacked.unpack()[0].shape[1]) * 2 - 1
+            x = torch.rand(rows, gates[0].prepacked.unpack()[0].shape[1]) * 2 - 1
+            c = torch.rand(rows, projection[0].prepacked.unpack()[0].shape[1]) * 2 - 1
             for d in range(2):
                 runs.append(lambda g=gates[d], x=x: torch.ops.quantized.linear_dynamic(x, g.prepacked, False))
                 runs.append(lambda p=projection[d], c=c: torch.ops.quantized.linear_dynamic(c, p.prepacked, False))
@@ -69,12 +71,12 @@ def lstm_products(model: BiLM, precision: str, steps: int) -> Callable[[], objec
         kernel = Bf16Kernel(WeightCopies(), out_major=True) if precision == "bf16" else Float32Kernel()
         weights = kernel.weights(index, layer)
         dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-        h = torch.randn(2, 1, layer.hidden_weight.shape[1]).to(dtype)
-        c = torch.randn(2, 1, layer.projection.shape[1]).to(dtype)
+        h = torch.randn(2, rows, layer.hidden_weight.shape[1]).to(dtype)
+        c = torch.randn(2, rows, layer.projection.shape[1]).to(dtype)
         runs.append(lambda k=kernel, w=weights, h=h: k.product(h, w.hidden))
         runs.append(lambda k=kernel, w=weights, c=c: k.product(c, w.projection))
     # int8 multiplies each step's input within its gates' product; the eager loop, once per window
-    inputs = [] if precision == "int8" else [input_product(layer, precision, steps) for layer in layers]
+    inputs = [] if precision == "int8" else [input_product(layer, precision, steps, rows) for layer in layers]
 
     def run() -> None:
         for _ in range(steps):
@@ -86,12 +88,12 @@ def lstm_products(model: BiLM, precision: str, steps: int) -> Callable[[], objec
     return run
 
 
-def input_product(layer: torch.nn.Module, precision: str, steps: int) -> Callable[[], object]:
-    """A layer's input product over the sentence's steps, as the eager loop runs it once per window."""
+def input_product(layer: torch.nn.Module, precision: str, steps: int, rows: int) -> Callable[[], object]:
+    """A layer's input product over the call's steps, as the eager loop runs it once per window."""
     kernel = Bf16Kernel(WeightCopies(), out_major=True) if precision == "bf16" else Float32Kernel()
     weights = kernel.weights(0, layer)
-    inputs, bias = kernel.lowered_inputs(torch.randn(steps, 2, 1, layer.input_weight.shape[1]), layer)
-    flat = inputs.transpose(0, 1).reshape(2, steps, -1)
+    inputs, bias = kernel.lowered_inputs(torch.randn(steps, 2, rows, layer.input_weight.shape[1]), layer)
+    flat = inputs.transpose(0, 1).reshape(2, steps * rows, -1)
     return lambda: kernel.input_gates(flat, weights.input, bias, None)
 
 
@@ -124,15 +126,18 @@ def main(
     precisions: str = typer.Option("auto", help="Comma-separated: auto, fp32, bf16, int8"),
     threads: int = typer.Option(2, help="torch's threads"),
     rounds: int = typer.Option(15, help="Timed rounds of each"),
+    rows: int = typer.Option(1, help="Sentences in the call (1: a lone request)"),
 ) -> None:
     torch.set_num_threads(threads)
     print(machine())
     bytes_per_s = bandwidth()
     print(f"memory bandwidth (a 512 MiB copy): {bytes_per_s / 1e9:.1f} GB/s")
     steps = len(SENTENCE) + 2
-    print(f"one sentence of {len(SENTENCE)} words ({steps} steps)\n")
-    print("| biLM | precision | lone, ms | products, ms | bandwidth, ms | products / lone |")
-    print("|---|---|---|---|---|---|")
+    print(f"a call of {rows} sentences of {len(SENTENCE)} words ({steps} steps)\n")
+    print(
+        "| biLM | precision | call, ms | products, ms | bandwidth, ms | products / call | products a row and step, us |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for size in sizes.split(","):
         model = load(size)
         for asked in precisions.split(","):
@@ -140,14 +145,18 @@ def main(
             model.precision = precision
             with torch.no_grad():
                 runs = {
-                    "lone": partial(model.embed_sentences, [SENTENCE]),
-                    "products": lstm_products(model, precision, steps),
+                    "call": partial(model.embed_sentences, [SENTENCE] * rows),
+                    "products": lstm_products(model, precision, steps, rows),
                 }
                 timings = interleaved(runs, rounds)
-            lone, products = (1000 * timings[label].median for label in runs)
+            call, products = (1000 * timings[label].median for label in runs)
             floor = 1000 * steps * weight_bytes(model, precision) / bytes_per_s
             label = f"{precision} (auto)" if asked == "auto" else precision
-            print(f"| {size} | {label} | {lone:.1f} | {products:.1f} | {floor:.1f} | {products / lone:.2f} |")
+            per_row = 1000 * products / (rows * steps)
+            print(
+                f"| {size} | {label} | {call:.1f} | {products:.1f} | {floor:.1f} "
+                f"| {products / call:.2f} | {per_row:.0f} |"
+            )
 
 
 if __name__ == "__main__":
