@@ -8,9 +8,9 @@ boundaries; 1: a lone request, 8: a call 8 concurrent requests share):
 
 - ``call``: the biLM's whole pass (``embed_sentences``: characters, CNN, LSTM, outputs);
 - ``products``: the LSTM's products alone, as the precision's kernel runs them at those rows, on the
-  model's own weight copies (int8: the quantized kernel on pre-scaled rows, without the per-row
-  scaling around it; bf16 and fp32: the kernel's product, packed where it packs), both directions
-  of every layer at every step, and each layer's input product;
+  model's own weight copies (int8: the quantized kernel with its rows' scaling, on the pack it
+  takes at those rows; bf16 and fp32: the kernel's product, packed where it packs), both
+  directions of every layer at every step, and each layer's input product;
 - ``bandwidth``: the time to read those weights once per step at this machine's memory bandwidth,
   measured by a copy of 512 MiB (a weight that stays in cache reads faster than that).
 
@@ -31,7 +31,7 @@ import typer
 
 from harness import interleaved, machine
 from spacy_elmo import BiLM, ElmoOptions
-from spacy_elmo.bilm.kernels import Bf16Kernel, Float32Kernel, int8
+from spacy_elmo.bilm.kernels import Bf16Kernel, Float32Kernel, int8, int8_packs
 from spacy_elmo.bilm.memory.weight_copies import WeightCopies
 from spacy_elmo.bilm.model.options import ORIGINAL_SIZES
 from spacy_elmo.bilm.precision.autotune import cpu_auto_precision
@@ -62,11 +62,13 @@ def lstm_products(model: BiLM, precision: str, steps: int, rows: int) -> Callabl
     for index, layer in enumerate(layers):
         if precision == "int8":
             gates, projection = int8.make_packs(layer)
-            x = torch.rand(rows, gates[0].prepacked.unpack()[0].shape[1]) * 2 - 1
-            c = torch.rand(rows, projection[0].prepacked.unpack()[0].shape[1]) * 2 - 1
             for d in range(2):
-                runs.append(lambda g=gates[d], x=x: torch.ops.quantized.linear_dynamic(x, g.prepacked, False))
-                runs.append(lambda p=projection[d], c=c: torch.ops.quantized.linear_dynamic(c, p.prepacked, False))
+                for pack, width in (
+                    (gates[d], layer.input_weight.shape[1] + layer.hidden_weight.shape[1]),
+                    (projection[d], layer.lstm_dim),
+                ):
+                    staged = int8_packs.StagedRows(rows, width)
+                    runs.append(partial(staged.linear, torch.rand(rows, width) * 2 - 1, pack))
             continue
         kernel = Bf16Kernel(WeightCopies(), out_major=True) if precision == "bf16" else Float32Kernel()
         weights = kernel.weights(index, layer)

@@ -45,10 +45,20 @@ ONEDNN_FEATURES = ("avx512_vnni", "amx_int8")
 _engine_lock = threading.Lock()
 
 # The values each row of a product's input carries beyond its own, by weights of zero: they fix the
-# kernel's activation range to [-1, 1] (see linear). Four keep a width divisible by four so.
+# kernel's activation range to [0, 255/128], so its scale to 2^-7 and its zero point to 0 (see
+# StagedRows). Four keep a width divisible by four so.
 PIN_COLUMNS = 4
-PIN_VALUES = torch.tensor([1.0, -1.0, 0.0, 0.0])
+PIN_VALUES = torch.tensor([0.0, 255 / 128, 0.0, 0.0])
+# A row's values, divided by its magnitude, lie in [-1, 1]; times this, plus 1, in [1/128, 255/128]:
+# the kernel's 8-bit values 1 to 255, 128 for zero.
+ROW_RANGE = 127 / 128
 TINY = torch.finfo(torch.float32).tiny  # an all-zero row's magnitude: its values stay 0, not NaN
+_ONE = torch.tensor(1.0)
+# Products of up to this many rows run on fbgemm's packs where the weights are packed for oneDNN:
+# fbgemm's dynamic linear is about twice as fast at few rows (the Original size's gates, 16,384 x
+# 1,028: 149 against 269 us at one row, 376 against 731 at 8), oneDNN's from 64 rows (3,063 against
+# 3,299 us); both give the same results to the bit (see pack).
+FEW_ROWS = 16
 
 
 def int8_available() -> bool:
@@ -97,7 +107,9 @@ def _packing_for(engine: str) -> Iterator[None]:
 
 class Packed(NamedTuple):
     """A weight quantized per output channel to int8 and prepacked for :func:`pack_engine`
-    (``torch.ops.quantized.linear_prepack``, without bias), with its float32 bias (out,) or None.
+    (``torch.ops.quantized.linear_prepack``, the pins' correction as its bias, see :func:`pack`),
+    with its float32 bias (out,) or None. ``few_rows``: the same weight packed for fbgemm, for
+    products of up to :data:`FEW_ROWS` rows, where the main pack is oneDNN's (else None).
 
     ``lock``: held around each product by a oneDNN pack. oneDNN's dynamic int8 linear keeps one
     primitive per pack, made at its first call and reused by later calls at the same torch thread
@@ -109,22 +121,39 @@ class Packed(NamedTuple):
     prepacked: Any
     bias: Optional[Tensor]
     lock: Optional[threading.Lock]
+    few_rows: Any = None
 
 
 def pack(weight: Tensor, bias: Optional[Tensor]) -> Packed:
     """A float32 weight (out, in) quantized per output channel to int8 and prepacked for
-    :func:`pack_engine`, with its bias (out,); :data:`PIN_COLUMNS` zero columns appended."""
+    :func:`pack_engine`, with its bias (out,); :data:`PIN_COLUMNS` zero columns appended.
+
+    Each channel's scale is a power of two (its largest magnitude / 127, rounded up), and the
+    kernel's bias takes away what the inputs' shift adds (128 times the channel's int8 weights,
+    see :class:`StagedRows`). With the input's scale 2^-7 and its zero point 0, the kernel's result
+    is then its int32 sum times powers of two, exact in float32 (while the sum stays under 2^24),
+    so that every engine and row count gives it to the bit: fbgemm's packs can serve few rows
+    beside oneDNN's (:data:`FEW_ROWS`). The scales use 64 to 127 of int8's levels where free ones
+    would use 127: the LSTM's products keep a per-token cosine of 0.9999 to float32.
+    """
     weight = torch.cat([weight.detach().float(), weight.new_zeros(weight.shape[0], PIN_COLUMNS)], dim=1)
-    scales = (weight.abs().amax(dim=1) / 127.0).clamp_min(torch.finfo(torch.float32).tiny).double()
+    tiny = torch.finfo(torch.float32).tiny  # a power of two: an all-zero channel's scale
+    scales = torch.exp2(torch.ceil(torch.log2(weight.abs().amax(dim=1).double() / 127.0))).clamp_min(tiny)
     zero_points = torch.zeros(weight.shape[0], dtype=torch.long)
     with warnings.catch_warnings():  # the quantized tensor type is deprecated; the kernels are not
         warnings.filterwarnings("ignore", message=".*quantize_per_channel.*deprecated")
         quantized = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)
+    # 128 (the shifted zero) x 2^-7 (the input's scale) x the channel's int8 weights x its scale
+    shift = -(quantized.int_repr().sum(dim=1).double() * scales).float()
     engine = pack_engine()
     with _packing_for(engine):
-        prepacked = torch.ops.quantized.linear_prepack(quantized, None)
+        prepacked = torch.ops.quantized.linear_prepack(quantized, shift)
+    few_rows = None
+    if engine == "onednn" and "fbgemm" in torch.backends.quantized.supported_engines:
+        with _packing_for("fbgemm"):
+            few_rows = torch.ops.quantized.linear_prepack(quantized, shift)
     lock = threading.Lock() if engine == "onednn" else None
-    return Packed(prepacked, None if bias is None else bias.detach().float(), lock)
+    return Packed(prepacked, None if bias is None else bias.detach().float(), lock, few_rows)
 
 
 def linear(x: Tensor, packed: Packed) -> Tensor:
@@ -138,18 +167,20 @@ class StagedRows:
     """The kernel's input buffer of products of up to ``rows`` rows of ``width`` values, kept
     across the steps of a loop so that each product writes its scaled rows into it in one pass.
 
-    The kernel quantizes its input with one scale per tensor, from the tensor's minimum and
-    maximum. Each row is divided by its largest magnitude, so its values lie in [-1, 1], and every
-    row carries :data:`PIN_COLUMNS` more values, 1 and -1 among them, whose weights are zero: -1
-    and 1 are then the tensor's minimum and maximum whatever the other rows, so every row is
-    quantized by the same fixed scale, which is its own once the result is multiplied back by its
-    magnitude. Products run on :mod:`.row_buckets`' padded counts: the rows past a product's own
-    hold zeros or an earlier product's scaled rows, within [-1, 1] too, and their results are cut off.
+    The kernel quantizes its input to 8 bits with one scale and zero point per tensor, from the
+    tensor's minimum and maximum. Each row is divided by its largest magnitude over
+    :data:`ROW_RANGE` and shifted by 1, so its values lie in [1/128, 255/128], and every row
+    carries :data:`PIN_COLUMNS` more values, 0 and 255/128 among them, whose weights are zero: those
+    are then the tensor's minimum and maximum whatever the other rows, so every row is quantized
+    with the scale 2^-7 and the zero point 0, which is its own once the pack's bias has taken the
+    shift away and the result is multiplied back by its magnitude. Products run on
+    :mod:`.row_buckets`' padded counts: the rows past a product's own hold the shifted zero or an
+    earlier product's rows, within the range too, and their results are cut off.
     """
 
     def __init__(self, rows: int, width: int) -> None:
         self.width = width
-        self.scaled = torch.zeros(padded_rows(rows), width + PIN_COLUMNS)  # (padded rows, width + pins)
+        self.scaled = torch.ones(padded_rows(rows), width + PIN_COLUMNS)  # (padded rows, width + pins)
         self.scaled[:, width:] = PIN_VALUES
 
     def linear(self, x: Tensor, packed: Packed) -> Tensor:
@@ -157,8 +188,8 @@ class StagedRows:
         buffer's rows -> (n, out) float32."""
         rows = x.shape[0]
         # (n, 1); torch's infinity norm over rows ran 14x slower (349 against 25 us at 64 x 4096)
-        magnitudes = x.abs().amax(dim=1, keepdim=True).clamp_min_(TINY)
-        torch.div(x, magnitudes, out=self.scaled[:rows, : self.width])
+        magnitudes = x.abs().amax(dim=1, keepdim=True).clamp_min_(TINY).div_(ROW_RANGE)
+        torch.addcdiv(_ONE, x, magnitudes, out=self.scaled[:rows, : self.width])
         result = _product(self.scaled[: padded_rows(rows)], packed)[:rows]
         if packed.bias is None:
             return result.mul_(magnitudes)
@@ -166,6 +197,9 @@ class StagedRows:
 
 
 def _product(x: Tensor, packed: Packed) -> Tensor:
-    """The kernel's product of ``x`` (n, in) by the pack, (n, out), under the pack's lock if it has one."""
+    """The kernel's product of ``x`` (n, in) by the pack, (n, out): on its fbgemm pack for up to
+    :data:`FEW_ROWS` rows where it has one, else under the pack's lock if it has one."""
+    if packed.few_rows is not None and x.shape[0] <= FEW_ROWS:
+        return torch.ops.quantized.linear_dynamic(x, packed.few_rows, False)
     with packed.lock or contextlib.nullcontext():
         return torch.ops.quantized.linear_dynamic(x, packed.prepacked, False)

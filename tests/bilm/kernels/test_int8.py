@@ -170,3 +170,27 @@ def test_packs_are_made_for_onednn_where_the_cpu_has_int8_dot_products(monkeypat
         return
     expected = x @ weight.T + bias
     assert (int8_packs.linear(x, packed) - expected).norm() < 0.02 * expected.norm()  # int8's rounding only
+
+
+@pytest.mark.skipif(
+    int8_packs.pack_engine() != "onednn", reason="packs are made for oneDNN where the CPU has VNNI or AMX"
+)
+def test_few_rows_run_on_fbgemm_beside_onednn_and_give_its_results_to_the_bit():
+    """Where the weights are packed for oneDNN, products of up to FEW_ROWS rows run on fbgemm's
+    pack of the same weight (twice as fast there): the two must agree to the bit at every row
+    count, or a sentence's vectors would depend on its batch."""
+    generator = torch.Generator().manual_seed(0)
+    rows = int8_packs.FEW_ROWS + 8
+    weight, bias, x = (torch.randn(*shape, generator=generator) for shape in ((96, 40), (96,), (rows, 40)))
+    packed = int8_packs.pack(weight * 0.1, bias)
+    assert packed.few_rows is not None
+    staged = int8_packs.StagedRows(rows, 40)
+    staged.linear(x, packed)  # the scaled rows the kernels read, as a product leaves them
+    for count in (1, 3, int8_packs.FEW_ROWS, int8_packs.FEW_ROWS + 1, rows):
+        scaled = staged.scaled[:count]
+        by_fbgemm = torch.ops.quantized.linear_dynamic(scaled, packed.few_rows, False)
+        by_onednn = torch.ops.quantized.linear_dynamic(scaled, packed.prepacked, False)
+        assert torch.equal(by_fbgemm, by_onednn), count
+    together = int8_packs.linear(x, packed)
+    for count in range(1, rows + 1):
+        assert torch.equal(int8_packs.linear(x[:count], packed), together[:count]), count
