@@ -52,7 +52,10 @@ PIN_VALUES = torch.tensor([0.0, 255 / 128, 0.0, 0.0])
 # A row's values, divided by its magnitude, lie in [-1, 1]; times this, plus 1, in [1/128, 255/128]:
 # the kernel's 8-bit values 1 to 255, 128 for zero.
 ROW_RANGE = 127 / 128
-_OVER_ROW_RANGE, _ONE = torch.tensor(1 / ROW_RANGE), torch.tensor(1.0)
+# Each magnitude is multiplied by this, a hair over 1 / ROW_RANGE: by 1 / ROW_RANGE in float32 a
+# row's largest value came out one ulp over ROW_RANGE for a fifth of magnitudes, and the pins must
+# stay the tensor's extremes.
+_OVER_ROW_RANGE, _ONE = torch.tensor(1 / ROW_RANGE * (1 + 2**-20)), torch.tensor(1.0)
 TINY = torch.finfo(torch.float32).tiny  # an all-zero row's magnitude: its values stay 0, not NaN
 # Products of up to this many rows run on fbgemm's packs where the weights are packed for oneDNN:
 # fbgemm's dynamic linear is about twice as fast at few rows (the Original size's gates, 16,384 x

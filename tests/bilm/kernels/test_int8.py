@@ -194,3 +194,14 @@ def test_few_rows_run_on_fbgemm_beside_onednn_and_give_its_results_to_the_bit():
     together = int8_packs.linear(x, packed)
     for count in range(1, rows + 1):
         assert torch.equal(int8_packs.linear(x[:count], packed), together[:count]), count
+
+
+def test_every_staged_row_lies_within_the_pins_whatever_its_magnitude():
+    """The pins must stay the tensor's extremes, or one row would set the others' scale."""
+    generator = torch.Generator().manual_seed(0)
+    magnitudes = torch.rand(20_000, 1, generator=generator) * 100 + 1e-6
+    x = torch.cat([magnitudes, -magnitudes, magnitudes * 0.5, torch.zeros_like(magnitudes)], dim=1)
+    staged = int8_packs.StagedRows(len(x), 4)
+    staged.linear(x, int8_packs.pack(torch.randn(8, 4, generator=generator), None))
+    assert staged.scaled[:, :4].min() >= int8_packs.PIN_VALUES.min()
+    assert staged.scaled[:, :4].max() <= int8_packs.PIN_VALUES.max()
