@@ -12,13 +12,14 @@ products run on bounded row counts (:mod:`..row_buckets`).
 """
 
 from functools import partial
-from typing import Optional, Tuple
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
 
 from ..memory.weight_copies import WeightCopies
 from . import onednn_packs
+from .cell import double_cell_input_
 from .eager import Float32Kernel, LSTMWeights, Weight
 from .gathered_gradients import GatheredWeight
 from .layer import LSTMLayer
@@ -38,20 +39,30 @@ class Bf16Kernel(Float32Kernel):
         self.dtype = dtype
 
     def weights(self, index: int, layer: LSTMLayer) -> LSTMWeights:
-        """The three weights in :attr:`dtype`, without the bias, from :attr:`copies`."""
-        return product_copies(self.copies, index, layer, self.dtype, self.out_major)
+        """The three weights in :attr:`dtype` from :attr:`copies`, and the bias, which that dtype
+        would round: float32, added where the input product is converted to float32; all scaled
+        for :func:`.cell.cell_in_place`."""
+        weights = product_copies(self.copies, index, layer, self.dtype, self.out_major, scaled=True)
+        return weights._replace(bias=double_cell_input_(layer.gate_bias()).unsqueeze(1))
 
-    def gathered_weights(self, index: int, layer: LSTMLayer) -> LSTMWeights:
-        """Copies made for this pass outside autograd, laid out as :meth:`weights` lays them out;
-        where a parameter is trained, its gradient gathered into it in float32."""
+    def gathered_weights(self, layer: LSTMLayer) -> LSTMWeights:
+        """Copies made for this pass outside autograd, laid out as :meth:`weights` lays them out,
+        unscaled; where a parameter is trained, its gradient gathered into it in float32."""
         sources = (layer.input_weight, layer.hidden_weight, layer.projection)
         copies = [_copy(source, self.dtype, self.out_major) for source in sources]
-        return LSTMWeights(*(GatheredWeight(s, c) if s.requires_grad else c for s, c in zip(sources, copies)))
+        input_weight, hidden, projection = (
+            GatheredWeight(s, c) if s.requires_grad else c for s, c in zip(sources, copies)
+        )
+        return LSTMWeights(input_weight, hidden, projection, bias=layer.gate_bias().unsqueeze(1))
 
-    def lowered_inputs(self, inputs: Tensor, layer: LSTMLayer) -> Tuple[Tensor, Optional[Tensor]]:
-        """The inputs in :attr:`dtype`, and the bias, which it would round: float32, (2, 1, 4 * lstm_dim),
-        added where the input product is converted to float32."""
-        return inputs.to(self.dtype), layer.gate_bias().unsqueeze(1)
+    def lowered_inputs(self, inputs: Tensor) -> Tensor:
+        """The inputs in :attr:`dtype`."""
+        return inputs.to(self.dtype)
+
+    def lowered_state(self, hidden: Tensor) -> Tensor:
+        """A copy of ``hidden`` in :attr:`dtype`, which each step writes its output into: the
+        float32 states are gathered from the outputs once the steps are done."""
+        return hidden.to(self.dtype)
 
     def product(self, x: Tensor, weight: Weight) -> Tensor:
         """The product in :attr:`dtype` (its result in it too), on bounded row counts.
@@ -73,27 +84,50 @@ class Bf16Kernel(Float32Kernel):
 
 
 def product_copies(
-    copies: WeightCopies, index: int, layer: LSTMLayer, dtype: torch.dtype, out_major: bool
+    copies: WeightCopies, index: int, layer: LSTMLayer, dtype: torch.dtype, out_major: bool, scaled: bool
 ) -> LSTMWeights:
     """Layer ``index``'s three product weights as stored, (2, in, out), in ``dtype``, kept in
     ``copies`` while the parameters are unchanged; ``out_major`` (on a CPU): laid out (2, out, in)
     in memory and returned as transposed views, or, where :func:`.onednn_packs.serves` them, packed
-    for oneDNN's linear (a GPU's loops take them as stored)."""
+    for oneDNN's linear (a GPU's loops take them as stored). ``scaled``: for
+    :func:`.cell.cell_in_place` (the cell input's columns of the input and recurrent weights
+    doubled, the projection doubled), scaled in ``dtype``, where doubling is exact."""
 
-    def copy(name: str, weight: Tensor) -> Weight:
+    def copy(name: str, weight: Tensor, double: Callable[[Tensor, int], Tensor]) -> Weight:
+        if scaled:
+            name += ".scaled"
+        else:
+            double = _as_is
         if not out_major:
-            return copies.cast(f"{index}.{name}", dtype, [weight], lambda: weight)
+            return copies.cast(
+                f"{index}.{name}", dtype, [weight], lambda: double(weight.detach().to(dtype, copy=True), -1)
+            )
         if onednn_packs.serves(weight):
-            make = partial(onednn_packs.pack_directions, weight, dtype)
+            make = partial(onednn_packs.pack_directions, weight, dtype, lambda out_in: double(out_in, 0))
             return copies.get(f"{index}.{name}.packed", ("oneDNN", dtype), [weight], make)
-        laid_out = copies.cast(f"{index}.{name}.T", dtype, [weight], lambda: weight.transpose(1, 2).contiguous())
+        laid_out = copies.cast(f"{index}.{name}.T", dtype, [weight], lambda: double(_laid_out(weight, dtype), 1))
         return laid_out.transpose(1, 2)
 
     return LSTMWeights(
-        copy("input_weight", layer.input_weight),
-        copy("hidden_weight", layer.hidden_weight),
-        copy("projection", layer.projection),
+        copy("input_weight", layer.input_weight, double_cell_input_),
+        copy("hidden_weight", layer.hidden_weight, double_cell_input_),
+        copy("projection", layer.projection, _doubled_),
     )
+
+
+def _laid_out(weight: Tensor, dtype: torch.dtype) -> Tensor:
+    """A copy of ``weight`` (2, in, out) in ``dtype``, laid out (2, out, in) in memory."""
+    return weight.detach().transpose(1, 2).to(dtype, memory_format=torch.contiguous_format, copy=True)
+
+
+def _as_is(values: Tensor, dim: int) -> Tensor:
+    """``values`` unscaled (the fused GPU loop's copies)."""
+    return values
+
+
+def _doubled_(values: Tensor, dim: int) -> Tensor:
+    """``values`` times 2, in place (a projection weight for :func:`.cell.cell_in_place`)."""
+    return values.mul_(2.0)
 
 
 def _copy(source: Tensor, dtype: torch.dtype, out_major: bool) -> Tensor:

@@ -5,22 +5,23 @@ the window's positions; the loop then steps through time doing only the recurren
 cell, for both directions at once and, rows sorted longest first, only for the prefix of rows still
 running, so padding costs no recurrent work. With autograd, each weight's gradient is gathered
 over the steps into a few large products (:mod:`..gathered_gradients`). Without, each step writes
-its gates and states in place, and every window's gates go into one workspace that all layers of
-a pass reuse (a fresh allocation this large costs page faults).
+its gates and states in place, on the scaled values of :func:`.cell.cell_in_place` (its weight
+copies scaled to match), and every window's gates go into one workspace that all layers of a pass
+reuse (a fresh allocation this large costs page faults).
 
 :class:`~.bf16.Bf16Kernel` runs this loop with its products in bf16: the methods it replaces are
 the products and the weights they multiply by.
 """
 
 from functools import partial
-from typing import List, NamedTuple, Optional, Sequence, Tuple, Union, cast
+from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from ..memory.weight_copies import WeightCopies, gradient_reaches
-from .cell import Project, cell, cell_in_place
+from ..memory.weight_copies import WeightCopies
+from .cell import cell, cell_in_place, double_cell_input_
 from .gathered_gradients import GatheredWeight
 from .layer import LSTMLayer
 from .onednn_packs import DirectionPacks
@@ -41,11 +42,15 @@ Result = Tuple[Tensor, Tensor, Tensor]
 class LSTMWeights(NamedTuple):
     """A layer's product weights. Shapes (direction first): ``input`` (2, input_dim [+ 1 bias
     row], 4 * lstm_dim), ``hidden`` (2, projection_dim, 4 * lstm_dim), ``projection`` (2,
-    lstm_dim, projection_dim)."""
+    lstm_dim, projection_dim); ``bias``, float32 (2, 1, 4 * lstm_dim), where the input product
+    leaves it to add (else None: it rides in ``input``). Inference's are scaled for
+    :func:`.cell.cell_in_place`: the cell input's columns of ``input``, ``hidden`` and ``bias``
+    doubled, ``projection`` doubled."""
 
     input: Weight
     hidden: Weight
     projection: Weight
+    bias: Optional[Tensor] = None
 
 
 class Float32Kernel:
@@ -64,38 +69,53 @@ class Float32Kernel:
         self, index: int, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
     ) -> Result:
         if torch.is_grad_enabled():
-            return self._loop(layer, inputs, active, hidden, memory, self.gathered_weights(index, layer), None)
-        workspace = self._workspace_for(inputs, layer.lstm_dim)
-        weights = self.weights(index, layer)
-        return self._loop(layer, inputs, active, hidden, memory, weights, workspace)
+            return self._loop(layer, inputs, active, hidden, memory, self.gathered_weights(layer))
+        return self._infer(index, layer, inputs, active, hidden, memory)
 
     # -------------------------------------------------------------- the products, in float32
     def weights(self, index: int, layer: LSTMLayer) -> LSTMWeights:
-        """Inference's product weights; the input weight with the bias row (+ forget bias), kept
-        in :attr:`copies` while the parameters are unchanged (made afresh in a pass with gradients):
-        made at every call, it copied 4 MB a layer at the bundled size, 67 MB at the Original's."""
+        """Inference's product weights, scaled for :func:`.cell.cell_in_place`, the input weight
+        with the bias row (+ forget bias); kept in :attr:`copies` while the parameters are
+        unchanged (the float32 parameters then move to disk where frozen). Made at every call,
+        the input weight alone copied 4 MB a layer at the bundled size, 67 MB at the Original's."""
 
-        def with_bias() -> Tensor:
-            return torch.cat([layer.input_weight, layer.gate_bias().unsqueeze(1)], dim=1)
+        def input_with_bias() -> Tensor:
+            return double_cell_input_(_with_bias(layer))
 
-        sources = [layer.input_weight, layer.bias]
-        if gradient_reaches(sources):
-            input_weight = with_bias()
-        else:
-            input_weight = self.copies.get(f"{index}.input_weight+bias", torch.float32, sources, with_bias)
-        return LSTMWeights(input_weight, layer.hidden_weight, layer.projection)
+        def hidden() -> Tensor:
+            return double_cell_input_(layer.hidden_weight.detach().clone())
 
-    def gathered_weights(self, index: int, layer: LSTMLayer) -> LSTMWeights:
-        """:meth:`weights` for a pass with autograd: each weight whose parameters are trained is a
+        def projection() -> Tensor:
+            return layer.projection.detach() * 2.0
+
+        return LSTMWeights(
+            self.copies.get(
+                f"{index}.input_weight+bias.scaled", torch.float32, [layer.input_weight, layer.bias], input_with_bias
+            ),
+            self.copies.get(f"{index}.hidden_weight.scaled", torch.float32, [layer.hidden_weight], hidden),
+            self.copies.get(f"{index}.projection.scaled", torch.float32, [layer.projection], projection),
+        )
+
+    def gathered_weights(self, layer: LSTMLayer) -> LSTMWeights:
+        """The product weights of a pass with autograd, unscaled (it steps by :func:`.cell.cell`),
+        the input weight with the bias row: each weight whose parameters are trained is a
         :class:`GatheredWeight`, its gradient gathered over the steps."""
-        sources = [cast(Tensor, weight) for weight in self.weights(index, layer)]  # plain tensors, as made above
-        return LSTMWeights(*(GatheredWeight(s, s.detach()) if s.requires_grad else s.detach() for s in sources))
+        input_weight, hidden, projection = (
+            GatheredWeight(s, s.detach()) if s.requires_grad else s.detach()
+            for s in (_with_bias(layer), layer.hidden_weight, layer.projection)
+        )
+        return LSTMWeights(input_weight, hidden, projection)
 
-    def lowered_inputs(self, inputs: Tensor, layer: LSTMLayer) -> Tuple[Tensor, Optional[Tensor]]:
-        """The inputs of the input product and the bias it leaves to add: here the constant-1
-        input of the bias row appended, (time, 2, batch, input_dim + 1), and no bias."""
+    def lowered_inputs(self, inputs: Tensor) -> Tensor:
+        """The inputs of the input product: here with the constant-1 input of the bias row
+        appended, (time, 2, batch, input_dim + 1)."""
         n_steps, _, batch, _ = inputs.shape
-        return torch.cat([inputs, inputs.new_ones(n_steps, 2, batch, 1)], dim=-1), None
+        return torch.cat([inputs, inputs.new_ones(n_steps, 2, batch, 1)], dim=-1)
+
+    def lowered_state(self, hidden: Tensor) -> Tensor:
+        """The recurrent product's input in inference, which each step writes its output into:
+        here ``hidden`` (2, batch, projection_dim) itself, so the steps keep it current."""
+        return hidden
 
     def product(self, x: Tensor, weight: Weight) -> Tensor:
         """``torch.bmm(x, weight)``: the gradient gathered where ``weight`` is a :class:`GatheredWeight`,
@@ -106,7 +126,7 @@ class Float32Kernel:
 
     def input_gates(self, flat: Tensor, weight: Weight, bias: Optional[Tensor], out: Optional[Tensor]) -> Tensor:
         """The input half of a window's gates, float32, into ``out`` if given: (2, n, input_dim) ->
-        (2, n, 4 * lstm_dim). ``bias``: what :meth:`lowered_inputs` left to add (none here)."""
+        (2, n, 4 * lstm_dim). ``bias``: what the weight leaves to add (none here)."""
         if out is None:
             return self.product(flat, weight)
         assert isinstance(weight, Tensor)  # a workspace serves inference only: no gathered gradient
@@ -115,13 +135,6 @@ class Float32Kernel:
     def recurrent(self, hidden: Tensor, weight: Weight) -> Tensor:
         """``hidden @ weight``: (2, rows, projection_dim) float32 -> (2, rows, 4 * lstm_dim)."""
         return self.product(hidden, weight)
-
-    def add_recurrent_(self, gates: Tensor, hidden: Tensor, weight: Weight) -> Tensor:
-        """``gates += hidden @ weight``, in the storage of ``gates`` (2, rows, 4 * lstm_dim): the
-        product apart, then added. A step's gates are a strided view of its window's, which
-        ``baddbmm_`` multiplies into one direction at a time (at one row of the bundled size, 97 us
-        against 60)."""
-        return gates.add_(self.recurrent(hidden, weight))
 
     def project(self, cell_output: Tensor, weight: Weight) -> Tensor:
         """(2, rows, lstm_dim) float32 -> (2, rows, projection_dim) float32."""
@@ -137,6 +150,23 @@ class Float32Kernel:
             self._workspace = inputs.new_empty(size, dtype=torch.float32)
         return self._workspace
 
+    def _windows(
+        self, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], weights: LSTMWeights, workspace: Optional[Tensor]
+    ) -> Iterator[Tuple[int, Tensor]]:
+        """Each window's first step and its input gates, (2, window steps, the window's rows, 4 *
+        lstm_dim) float32, in ``workspace`` where given."""
+        lowered = self.lowered_inputs(inputs)
+        n_steps, _, batch, _ = inputs.shape
+        chunk = window_steps(n_steps, batch, layer.lstm_dim)
+        for start in range(0, n_steps, chunk):
+            rows = active[start]  # the window's later steps need no more rows than its first
+            window = lowered[start : start + chunk, :, :rows]
+            flat = window.transpose(0, 1).reshape(2, -1, window.shape[-1])
+            out = None
+            if workspace is not None:
+                out = workspace[: 2 * flat.shape[1] * 4 * layer.lstm_dim].view(2, flat.shape[1], -1)
+            yield start, self.input_gates(flat, weights.input, weights.bias, out).view(2, window.shape[0], rows, -1)
+
     def _loop(
         self,
         layer: LSTMLayer,
@@ -145,64 +175,70 @@ class Float32Kernel:
         hidden: Tensor,
         memory: Tensor,
         weights: LSTMWeights,
-        workspace: Optional[Tensor],
     ) -> Result:
-        """Windows of input gates, then the steps; in place in ``hidden``, ``memory`` and
-        ``workspace`` where a workspace is given (no autograd), else on fresh tensors."""
-        lowered, bias = self.lowered_inputs(inputs, layer)
-        n_steps, _, batch, _ = inputs.shape
-        chunk = window_steps(n_steps, batch, layer.lstm_dim)
+        """The loop with autograd, on fresh tensors: the steps' outputs stacked."""
+        batch = inputs.shape[2]
         project = partial(self.project, weight=weights.projection)
-        # In place, each step writes its rows of one zeroed output; with autograd, the steps are stacked.
-        written = hidden.new_zeros((n_steps, 2, batch, hidden.shape[-1])) if workspace is not None else None
         steps: List[Tensor] = []
-        for start in range(0, n_steps, chunk):
-            rows = active[start]  # the window's later steps need no more rows than its first
-            window = lowered[start : start + chunk, :, :rows]
-            flat = window.transpose(0, 1).reshape(2, -1, window.shape[-1])
-            out = None
-            if workspace is not None:
-                out = workspace[: 2 * flat.shape[1] * 4 * layer.lstm_dim].view(2, flat.shape[1], -1)
-            pre_gates = self.input_gates(flat, weights.input, bias, out).view(2, window.shape[0], rows, -1)
+        for start, pre_gates in self._windows(layer, inputs, active, weights, None):
             # Each step's view by unbind: its backward stacks the steps' gradients once, where an
             # index per step would write a window-sized gradient (zeros and one step) per step.
             for offset, step_gates in enumerate(pre_gates.unbind(1)):
                 running = active[start + offset]
+                gates = step_gates[:, :running] + self.recurrent(hidden[:, :running], weights.hidden)
+                new_hidden, new_memory = cell(gates, memory[:, :running], project, layer.cell_clip, layer.proj_clip)
+                hidden, memory = _update_rows(hidden, new_hidden), _update_rows(memory, new_memory)
+                steps.append(F.pad(new_hidden, (0, 0, 0, batch - running)))
+        return torch.stack(steps), hidden, memory
+
+    def _infer(
+        self, index: int, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
+    ) -> Result:
+        """The loop without autograd, in place: each step writes its gates over the window's in
+        the workspace, its output into the layer's and its states over ``hidden`` and ``memory``,
+        stepping by :func:`.cell.cell_in_place` (the memory doubled from the first step to the last)."""
+        weights = self.weights(index, layer)
+        n_steps, _, batch, _ = inputs.shape
+        written = hidden.new_zeros((n_steps, 2, batch, hidden.shape[-1]))
+        state = self.lowered_state(hidden)
+        halved_output = state.new_empty((2, batch, layer.lstm_dim))
+        memory.mul_(2.0)
+        workspace = self._workspace_for(inputs, layer.lstm_dim)
+        for start, pre_gates in self._windows(layer, inputs, active, weights, workspace):
+            for step, step_gates in enumerate(pre_gates.unbind(1), start):
+                running = active[step]
                 gates = step_gates[:, :running]
-                if written is not None:
-                    written[start + offset, :, :running] = self._step_in_place(
-                        layer, gates, hidden, memory, weights, project
-                    )
-                else:
-                    new_hidden, new_memory = self._step(layer, gates, hidden, memory, weights, project)
-                    hidden, memory = _update_rows(hidden, new_hidden), _update_rows(memory, new_memory)
-                    steps.append(F.pad(new_hidden, (0, 0, 0, batch - running)))
-        return written if written is not None else torch.stack(steps), hidden, memory
+                gates.add_(self.product(state[:, :running], weights.hidden))
+                cell_in_place(gates, memory[:, :running], halved_output[:, :running], layer.cell_clip)
+                output = written[step, :, :running]
+                output.copy_(self.product(halved_output[:, :running], weights.projection))
+                output.clamp_(-layer.proj_clip, layer.proj_clip)
+                state[:, :running] = output
+        memory.mul_(0.5)
+        if state is not hidden:
+            _final_outputs(written, active, hidden)
+        return written, hidden, memory
 
-    def _step(
-        self, layer: LSTMLayer, gates: Tensor, hidden: Tensor, memory: Tensor, weights: LSTMWeights, project: Project
-    ) -> Tuple[Tensor, Tensor]:
-        """One step of the running rows (``gates``' rows), as new tensors: output and memory."""
-        running = gates.shape[1]
-        gates = gates + self.recurrent(hidden[:, :running], weights.hidden)
-        return cell(gates, memory[:, :running], project, layer.cell_clip, layer.proj_clip)
 
-    def _step_in_place(
-        self, layer: LSTMLayer, gates: Tensor, hidden: Tensor, memory: Tensor, weights: LSTMWeights, project: Project
-    ) -> Tensor:
-        """One step of the running rows, over ``gates``, the rows of ``hidden`` and ``memory``
-        overwritten; returns the output."""
-        running = gates.shape[1]
-        gates = self.add_recurrent_(gates, hidden[:, :running], weights.hidden)
-        new_hidden = cell_in_place(gates, memory[:, :running], project, layer.cell_clip, layer.proj_clip)
-        hidden[:, :running] = new_hidden
-        return new_hidden
+def _with_bias(layer: LSTMLayer) -> Tensor:
+    """The input weight with the bias row (+ forget bias) below it: (2, input_dim + 1, 4 * lstm_dim)."""
+    return torch.cat([layer.input_weight, layer.gate_bias().unsqueeze(1)], dim=1)
 
 
 def window_steps(n_steps: int, batch: int, lstm_dim: int) -> int:
     """Timesteps whose input products are computed together (see ``WINDOW_GATES_BYTES``)."""
     positions = WINDOW_GATES_BYTES // (2 * 4 * lstm_dim * 4)  # both directions, 4 gates, float32
     return min(n_steps, max(1, positions // batch))
+
+
+def _final_outputs(written: Tensor, active: Sequence[int], hidden: Tensor) -> None:
+    """Each row's output at its last step, from the layer's outputs ``written`` (time, 2, batch,
+    width), into ``hidden`` (2, batch, width); rows that never ran keep theirs. Rows sorted
+    longest first stop in runs: those from ``active[step + 1]`` to ``active[step]`` at ``step``."""
+    for step, running in enumerate(active):
+        after = active[step + 1] if step + 1 < len(active) else 0
+        if after < running:
+            hidden[:, after:running] = written[step, :, after:running]
 
 
 def _update_rows(state: Tensor, new_rows: Tensor) -> Tensor:

@@ -4,7 +4,8 @@ Each step's gates come from one product, of the step's input beside the previous
 input_dim + projection_dim), by both weights stacked, with the bias: no window of input gates to
 keep and no pass adding the recurrent product to them, at the cost of one activation scale for
 both halves (within the accuracy contract). Each direction runs all its steps before the other,
-so a step reads one direction's weights, which can stay in the CPU's cache.
+so a step reads one direction's weights, which can stay in the CPU's cache. The packs are scaled
+for :func:`.cell.cell_in_place` (exact in their power-of-two scales).
 """
 
 from typing import Sequence, Tuple
@@ -14,7 +15,7 @@ from torch import Tensor
 
 from ..memory.weight_copies import WeightCopies
 from . import int8_packs
-from .cell import cell_in_place
+from .cell import cell_in_place, double_cell_input_
 from .layer import LSTMLayer
 
 # Per direction: the gates' pack (the input weight over the recurrent one, with the bias), then the projection's.
@@ -45,16 +46,15 @@ class Int8Kernel:
 
 
 def make_packs(layer: LSTMLayer) -> Packs:
-    """The layer's int8 packs, per direction, each (out, in): the gates' and the projection's."""
-    bias = layer.gate_bias()
+    """The layer's int8 packs, per direction, each (out, in): the gates' and the projection's,
+    scaled for :func:`.cell.cell_in_place`."""
+    bias = double_cell_input_(layer.gate_bias().detach())
     # One direction's stacked float32 weight at a time, made (out, in) as the pack reads it: the
     # only transient copy of a weight (64 MB at the Original size), freed once packed.
+    stacked = (torch.cat([layer.input_weight[d].T, layer.hidden_weight[d].T], 1).detach() for d in range(2))
     return (
-        tuple(
-            int8_packs.pack(torch.cat([layer.input_weight[d].T, layer.hidden_weight[d].T], 1), bias[d])
-            for d in range(2)
-        ),
-        tuple(int8_packs.pack(layer.projection[d].T, None) for d in range(2)),
+        tuple(int8_packs.pack(double_cell_input_(weight, dim=0), bias[d]) for d, weight in enumerate(stacked)),
+        tuple(int8_packs.pack(layer.projection[d].T.detach() * 2.0, None) for d in range(2)),
     )
 
 
@@ -75,21 +75,22 @@ def _direction(
 
     ``step_inputs`` (batch, input_dim + projection_dim) holds each step's input beside the previous
     output, where the step writes its output: the rows that stop keep their last. Each product
-    keeps its kernel input buffer over the steps (:class:`.int8_packs.StagedRows`).
+    keeps its kernel input buffer over the steps (:class:`.int8_packs.StagedRows`). The memory is
+    kept doubled over the steps (:func:`.cell.cell_in_place`).
     """
     n_steps, batch, input_dim = inputs.shape
     step_inputs = torch.cat([inputs.new_zeros(batch, input_dim), hidden], dim=1)
     gates_rows = int8_packs.StagedRows(batch, step_inputs.shape[1])
     projection_rows = int8_packs.StagedRows(batch, layer.lstm_dim)
-
-    def project(cell_output: Tensor) -> Tensor:  # (1, rows, lstm_dim) -> (1, rows, projection_dim)
-        return projection_rows.linear(cell_output[0], projection_pack).unsqueeze(0)
-
+    halved_output = memory.new_empty((1, batch, layer.lstm_dim))
+    memory.mul_(2.0)
     for step in range(n_steps):
         running = active[step]
         step_inputs[:running, :input_dim] = inputs[step, :running]
         gates = gates_rows.linear(step_inputs[:running], gates_pack).unsqueeze(0)  # (1, running, 4 * lstm_dim)
-        new_hidden = cell_in_place(gates, memory[None, :running], project, layer.cell_clip, layer.proj_clip)[0]
-        step_inputs[:running, input_dim:] = new_hidden
-        outputs[step, :running] = new_hidden
+        cell_output = cell_in_place(gates, memory[None, :running], halved_output[:, :running], layer.cell_clip)[0]
+        output = outputs[step, :running]
+        output.copy_(projection_rows.linear(cell_output, projection_pack)).clamp_(-layer.proj_clip, layer.proj_clip)
+        step_inputs[:running, input_dim:] = output
+    memory.mul_(0.5)
     hidden.copy_(step_inputs[:, input_dim:])

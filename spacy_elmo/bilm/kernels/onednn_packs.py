@@ -25,7 +25,7 @@ emulated), the bf16 kernel multiplies by plain copies (:func:`available`).
 """
 
 import functools
-from typing import NamedTuple, Tuple
+from typing import Callable, NamedTuple, Tuple
 
 import torch
 from torch import Tensor
@@ -69,11 +69,19 @@ class DirectionPacks(NamedTuple):
         return torch.stack([_linear(x[d], pack) for d, pack in enumerate(self.packs)])
 
 
-def pack_directions(weight: Tensor, dtype: torch.dtype) -> DirectionPacks:
-    """``weight`` (2, in, out), as a product weight takes it, cast to ``dtype`` and packed per direction."""
+def pack_directions(
+    weight: Tensor, dtype: torch.dtype, scale: Callable[[Tensor], Tensor] = lambda copy: copy
+) -> DirectionPacks:
+    """``weight`` (2, in, out), as a product weight takes it, cast to ``dtype``, each direction's
+    (out, in) copy passed through ``scale`` (which may change it in place), and packed."""
     with torch.no_grad():
         return DirectionPacks(
-            tuple(torch.ops.mkldnn._reorder_linear_weight(w.T.to(dtype).contiguous()) for w in weight.detach())
+            tuple(
+                torch.ops.mkldnn._reorder_linear_weight(
+                    scale(w.T.to(dtype, memory_format=torch.contiguous_format, copy=True))
+                )
+                for w in weight.detach()
+            )
         )
 
 

@@ -5,6 +5,7 @@ import torch
 
 from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.kernels import Bf16Kernel, Float32Kernel, FusedKernel, Int8Kernel, kernel_for
+from spacy_elmo.bilm.kernels.cell import cell_in_place, double_cell_input_
 from spacy_elmo.bilm.kernels.gpu import fused_lstm
 from spacy_elmo.bilm.kernels.int8_packs import int8_available
 from spacy_elmo.bilm.memory.weight_copies import WeightCopies
@@ -59,3 +60,27 @@ def test_the_stack_keeps_every_layers_weight_copies_in_one_place(precision):
     assert not caches  # no layer keeps copies of its own
     per_layer = 3 if precision == "bf16" else 1  # input, recurrent and projection copies; one entry of packs
     assert len(stack.copies) == per_layer * model.options.n_layers
+
+
+@pytest.mark.parametrize("product_dtype", [torch.float32, torch.bfloat16])
+def test_the_in_place_cell_on_scaled_values_gives_the_unscaled_arithmetic_to_the_bit(product_dtype):
+    """cell_in_place takes the cell input's gates doubled, keeps the memory doubled and halves the
+    output, for a doubled projection: powers of two, so every value is the unscaled one's exactly
+    (the unscaled steps below are the in-place cell as it was before the scaling)."""
+    torch.manual_seed(0)
+    gates, memory = torch.randn(2, 5, 4 * 40) * 3, torch.randn(2, 5, 40)
+    projection = torch.randn(2, 40, 8).to(product_dtype)
+
+    expected_memory, unscaled = memory.clone(), gates.clone()
+    i, j, f, o = unscaled.chunk(4, dim=-1)
+    j.mul_(2.0)
+    unscaled.sigmoid_()
+    j.mul_(2.0).sub_(1.0)
+    expected_memory.mul_(f).addcmul_(i, j).clamp_(-3.0, 3.0)
+    cell_output = o.mul_(torch.mul(expected_memory, 2.0, out=j).sigmoid_().mul_(2.0).sub_(1.0))
+    expected_output = torch.bmm(cell_output.to(product_dtype), projection)
+
+    doubled_memory, halved = memory * 2, torch.empty(2, 5, 40, dtype=product_dtype)
+    cell_in_place(double_cell_input_(gates.clone()), doubled_memory, halved, 3.0)
+    assert torch.equal(doubled_memory, expected_memory * 2)
+    assert torch.equal(torch.bmm(halved, projection * 2), expected_output)

@@ -47,7 +47,8 @@ def test_the_kernel_multiplies_by_packs_kept_with_the_stacks_copies(monkeypatch)
     layer = random_bilm().lstm.layers[0]
     copies = WeightCopies()
     weights = Bf16Kernel(copies, out_major=True).weights(0, layer)
-    assert all(isinstance(w, onednn_packs.DirectionPacks) for w in weights) and len(copies) == 3
+    products = (weights.input, weights.hidden, weights.projection)
+    assert all(isinstance(w, onednn_packs.DirectionPacks) for w in products) and len(copies) == 3
     assert Bf16Kernel(copies, out_major=True).weights(0, layer).hidden is weights.hidden  # kept, not packed again
     with torch.no_grad():
         layer.hidden_weight.add_(1.0)  # a changed parameter is packed again

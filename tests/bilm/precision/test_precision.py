@@ -15,6 +15,7 @@ import torch
 from spacy_elmo import BiLM, pretrained_files
 from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.kernels import kernel_for
+from spacy_elmo.bilm.kernels.cell import double_cell_input_
 from spacy_elmo.bilm.model import bilm as model_module
 from spacy_elmo.bilm.precision import compat, hardware, resolved
 
@@ -209,13 +210,18 @@ def test_bf16_weight_copies_follow_changed_weights():
 
 def test_bf16_lstm_copies_on_a_cpu_are_laid_out_output_major():
     """oneDNN's bf16 kernels read an (out, in) weight fastest: the copies are stored so, and
-    served as (in, out) views of the same values."""
+    served as (in, out) views of the same values, scaled for the in-place cell (exactly)."""
     stack = random_bilm().lstm
     layer = stack.layers[0]
     kernel = kernel_for(torch.bfloat16, torch.device("cpu"), stack.copies)
     with torch.no_grad():
         weights = kernel.weights(0, layer)
-    for weight, parameter in zip(weights, (layer.input_weight, layer.hidden_weight, layer.projection)):
+        scaled = (
+            double_cell_input_(layer.input_weight.clone()),
+            double_cell_input_(layer.hidden_weight.clone()),
+            layer.projection * 2.0,
+        )
+    for weight, parameter in zip(weights[:3], scaled):
         assert weight.dtype == torch.bfloat16 and weight.transpose(1, 2).is_contiguous()
         assert torch.equal(weight, parameter.to(torch.bfloat16))
 

@@ -45,4 +45,5 @@ def fused_weights(
     parameters in float32, else copies kept in ``copies``."""
     if dtype == torch.float32:
         return layer.input_weight, layer.hidden_weight, layer.projection
-    return tuple(product_copies(copies, index, layer, dtype, out_major=False))  # type: ignore[return-value]
+    copies_made = product_copies(copies, index, layer, dtype, out_major=False, scaled=False)
+    return copies_made.input, copies_made.hidden, copies_made.projection  # type: ignore[return-value]
