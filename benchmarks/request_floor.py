@@ -98,9 +98,9 @@ def input_product(layer: torch.nn.Module, precision: str, steps: int, rows: int)
     """A layer's input product over the call's steps, as the eager loop runs it once per window."""
     kernel = Bf16Kernel(WeightCopies(), out_major=True) if precision == "bf16" else Float32Kernel()
     weights = kernel.weights(0, layer)
-    inputs, bias = kernel.lowered_inputs(torch.randn(steps, 2, rows, layer.input_weight.shape[1]), layer)
+    inputs = kernel.lowered_inputs(torch.randn(steps, 2, rows, layer.input_weight.shape[1]))
     flat = inputs.transpose(0, 1).reshape(2, steps * rows, -1)
-    return lambda: kernel.input_gates(flat, weights.input, bias, None)
+    return lambda: kernel.input_gates(flat, weights.input, weights.bias, None)
 
 
 def weight_bytes(model: BiLM, precision: str) -> int:
