@@ -68,7 +68,7 @@ test-fast: install
 # make test-fast's selection as an AVX2-only CPU runs it (MKL's AVX2 kernels also run on many AMD CPUs),
 # on any CPU: the libraries capped before torch loads, spacy-elmo's view of the CPU in tests/conftest.py.
 test-avx2: install
-	SPACY_ELMO_TEST_CPU=avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
+	SPACY_ELMO_TEST_CPU=avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 FBGEMM_ENABLE_INSTRUCTIONS=AVX2 \
 		$(BIN)/python -m pytest -q -rsfE --timeout 600 $(FAST_TESTS)
 
 # torch found as install finds it (the CPU build from PyTorch's CPU index, else PyPI's CUDA build,

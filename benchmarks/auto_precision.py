@@ -15,6 +15,7 @@ a CPU with AVX512-BF16 and no AMX, 0.40 with AMX).
 
     python benchmarks/auto_precision.py [--threads 2] [--rows 64] [--words 20] [--max-words 30]
         [--batches 2] [--repeats 5] [--cache DIR]   # default: a fresh temporary directory, so that auto measures
+        [--as-avx2]   # the kernels of an AVX2-only CPU (harness.as_avx2_cpu)
 """
 
 import os
@@ -26,7 +27,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 import typer
 
-from harness import fresh_sentences, interleaved, machine
+from harness import as_avx2_cpu, fresh_sentences, interleaved, machine
 from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.model.options import ORIGINAL_SIZES
@@ -96,7 +97,10 @@ def main(
     batches: int = typer.Option(2, help="Batches per timed run"),
     repeats: int = typer.Option(5, help="Interleaved rounds; the median counts"),
     cache: Optional[Path] = typer.Option(None, help="SPACY_ELMO_CACHE for the decision [default: a fresh one]"),
+    as_avx2: bool = typer.Option(False, "--as-avx2", help="The kernels of an AVX2-only CPU (harness.as_avx2_cpu)"),
 ) -> None:
+    if as_avx2:
+        as_avx2_cpu()
     torch.set_num_threads(threads)
     os.environ.pop(settings.PRECISION_ENV, None)
     os.environ["SPACY_ELMO_CACHE"] = str(cache or tempfile.mkdtemp(prefix="spacy-elmo-auto-"))

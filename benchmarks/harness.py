@@ -47,6 +47,15 @@ NER_CONFIG = REPO / "spacy_elmo" / "configs" / "ner_elmo.cfg"
 NAMES = {"PERSON": ["Alice", "Bob", "Carol", "Dmitri", "Esther"], "GPE": ["Paris", "London", "Lagos", "Lima", "Oslo"]}
 # The CPU flags that decide which product kernels run (bf16 and int8 in hardware, AMX tiles).
 KERNEL_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+# What ``--as-avx2`` sets before torch loads, as `make test-avx2` does: the libraries run their AVX2
+# kernels (fbgemm's and oneDNN's int8 ones then add pairs of products in saturating int16).
+AVX2_CAPS = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+}
+BEYOND_AVX2 = ("avx512", "amx", "avx_vnni")  # the features an AVX2-only CPU lacks, as torch names them
 RESULT = "harness-result: "  # the child's last line of stdout with this prefix holds its JSON result
 MIB = 2**20
 
@@ -68,8 +77,22 @@ def cpu_description() -> Tuple[str, List[str]]:
     return name, [flag for flag in KERNEL_FLAGS if flag in flags]
 
 
+def as_avx2_cpu() -> None:
+    """Run this script as on an AVX2-only CPU, approximately: re-executed with :data:`AVX2_CAPS` in
+    its environment (they act only if set before torch loads; its subprocesses inherit them), then
+    torch's view of the CPU, which spacy-elmo reads, without :data:`BEYOND_AVX2` (in this process
+    only). The kernels are an AVX2-only CPU's; the cores, caches and memory stay this machine's."""
+    if any(os.environ.get(name) != value for name, value in AVX2_CAPS.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_CAPS})
+    import torch
+
+    probe = torch.cpu.get_capabilities
+    torch.cpu.get_capabilities = lambda: {n: v for n, v in probe().items() if not n.startswith(BEYOND_AVX2)}
+
+
 def machine() -> str:
-    """One line: CPU model, cores and kernel flags; torch, its CPU capability and threads; the GPU."""
+    """One line: CPU model, cores and kernel flags; torch, its CPU capability and threads; the GPU;
+    the caps of :func:`as_avx2_cpu` where they are set."""
     import torch
 
     name, flags = cpu_description()
@@ -77,6 +100,8 @@ def machine() -> str:
         f"CPU {name}, {os.cpu_count()} logical cores, flags {' '.join(flags) or 'none of ' + ' '.join(KERNEL_FLAGS)}; "
         f"torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), {torch.get_num_threads()} threads"
     )
+    if all(os.environ.get(name) == value for name, value in AVX2_CAPS.items()):
+        line += "; run as an AVX2-only CPU (libraries capped at AVX2)"
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         line += f"; GPU {props.name}, {props.total_memory / 2**30:.0f} GiB, CUDA {torch.version.cuda}"

@@ -71,7 +71,7 @@ def lstm_products(model: BiLM, precision: str, steps: int, rows: int) -> Callabl
                     (gates[d], layer.input_weight.shape[1] + layer.hidden_weight.shape[1]),
                     (projection[d], layer.lstm_dim),
                 ):
-                    staged = int8_packs.StagedRows(rows, width)
+                    staged = int8_packs.StagedRows(rows, width, pack.layout)
                     runs.append(partial(staged.linear, torch.rand(rows, width) * 2 - 1, pack))
             continue
         kernel = Bf16Kernel(WeightCopies(), out_major=True) if precision == "bf16" else Float32Kernel()

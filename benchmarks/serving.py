@@ -8,8 +8,10 @@ root, e.g.:
 Configurations: ``bundled``, the bundled English biLM (``en``); ``original``, the Original sizes
 with random weights (speed does not depend on the values); ``trf6-bf16``, the peer a spaCy user
 would compare with: spacy-transformers with a 6-layer BERT-base-sized model of random weights,
-every call under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (needs ``pip install
-"spacy-transformers==1.4.0"``; see benchmarks/peer_transformers.py). ``elmo`` runs with
+every call under ``torch.autocast("cpu", dtype=torch.bfloat16)``, and ``trf6-fp32``, the same in
+float32, as a CPU without bf16 in hardware runs it (both need ``pip install
+"spacy-transformers==1.4.0"``; see benchmarks/peer_transformers.py). ``--as-avx2``: the libraries'
+kernels capped at AVX2 and the CPU seen as AVX2-only (``harness.as_avx2_cpu``). ``elmo`` runs with
 ``precision = "auto"``. Each in-process row: words/s (median of ``--rounds``, range) and its
 fraction of the configuration's ``nlp.pipe``; for ``elmo``, the smallest token cosine of the
 vectors from many threads to the serial ones; each service row: requests/s, words/s, p50 / p99
@@ -35,12 +37,12 @@ import typer
 from spacy.language import Language
 from thinc.util import to_numpy
 
-from harness import interleaved, machine, word_sense_texts
+from harness import as_avx2_cpu, interleaved, machine, word_sense_texts
 from memory import wait_healthy
 from spacy_elmo import BiLM, ElmoOptions
 from spacy_elmo.bilm.model.options import ORIGINAL_SIZES
 
-CONFIGS = ("bundled", "original", "trf6-bf16")
+CONFIGS = ("bundled", "original", "trf6-bf16", "trf6-fp32")
 WARM_UP_REQUESTS = 4  # per client, before each service row is timed
 app = typer.Typer(add_completion=False)
 
@@ -71,9 +73,9 @@ def build(config: str, directory: Path, texts: List[str]) -> Path:
 
 
 def loaded(config: str, path: Path) -> "tuple[Language, Callable[[], ContextManager]]":
-    """The saved pipeline, and the context each of its calls runs in (bf16 autocast for the peer)."""
+    """The saved pipeline, and the context each of its calls runs in (bf16 autocast for the bf16 peer)."""
     nlp = spacy.load(path)
-    if not config.startswith("trf"):
+    if config != "trf6-bf16":
         return nlp, contextlib.nullcontext
     from peer_transformers import float32_outputs
 
@@ -176,7 +178,10 @@ def main(
     rounds: int = typer.Option(2, help="Interleaved timed rounds"),
     port: int = typer.Option(8765, help="The service's port on 127.0.0.1"),
     gpu_id: int = typer.Option(-1, help="The GPU that runs the pipelines (spacy.require_gpu); -1: the CPU"),
+    as_avx2: bool = typer.Option(False, "--as-avx2", help="The kernels of an AVX2-only CPU (harness.as_avx2_cpu)"),
 ) -> None:
+    if as_avx2:
+        as_avx2_cpu()
     chosen = [c.strip() for c in configs.split(",") if c.strip()]
     if not chosen or set(chosen) - set(CONFIGS):
         raise typer.BadParameter(f"choose among {', '.join(CONFIGS)}", param_hint="--configs")

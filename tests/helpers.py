@@ -267,10 +267,15 @@ def with_random_output_layers(nlp: Language, components: Sequence[str] = ("ner",
 
 
 # ---------------------------------------------------------------- another CPU kind, simulated
-# `make test-avx2`: the libraries capped at AVX2 before torch loads (ATen's kernels, oneDNN's,
+# `make test-avx2`: the libraries capped at AVX2 before torch loads (ATen's kernels, oneDNN's, fbgemm's,
 # MKL's, whose AVX2 kernels many AMD CPUs get too), and spacy-elmo's view of the CPU without the
 # features they no longer use, so a machine with AVX512 or AMX also tests what an AVX2-only one runs.
-AVX2_LIBRARIES = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+AVX2_LIBRARIES = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+}
 BEYOND_AVX2 = ("avx512", "amx", "avx_vnni")  # the prefixes of the features such a CPU lacks
 
 

@@ -80,8 +80,8 @@ def _direction(
     """
     n_steps, batch, input_dim = inputs.shape
     step_inputs = torch.cat([inputs.new_zeros(batch, input_dim), hidden], dim=1)
-    gates_rows = int8_packs.StagedRows(batch, step_inputs.shape[1])
-    projection_rows = int8_packs.StagedRows(batch, layer.lstm_dim)
+    gates_rows = int8_packs.StagedRows(batch, step_inputs.shape[1], gates_pack.layout)
+    projection_rows = int8_packs.StagedRows(batch, layer.lstm_dim, projection_pack.layout)
     halved_output = memory.new_empty((1, batch, layer.lstm_dim))
     memory.mul_(2.0)
     for step in range(n_steps):

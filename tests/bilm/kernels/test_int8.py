@@ -152,10 +152,11 @@ def test_copies_and_pickles_of_a_model_leave_the_packs_behind():
 )
 def test_packs_are_made_for_onednn_where_the_cpu_has_int8_dot_products(monkeypatch, features, expected):
     """oneDNN's kernels run the packs where VNNI or AMX int8 is; elsewhere torch's engine. A pack
-    runs whatever the current engine, which packing leaves as it was."""
+    runs whatever the current engine, which packing leaves as it was, and keeps int8's rounding
+    only on every CPU: where its engine saturates pairs of products (oneDNN or fbgemm without VNNI),
+    its products use the pair-safe layout."""
     if "onednn" not in torch.backends.quantized.supported_engines:
         pytest.skip("this torch build has no oneDNN quantized engine")
-    engine_here = int8_packs.pack_engine()
     monkeypatch.setattr(compat, "cpu_capabilities", lambda: features)
     current = torch.backends.quantized.engine
     engine = int8_packs.pack_engine()
@@ -164,12 +165,48 @@ def test_packs_are_made_for_onednn_where_the_cpu_has_int8_dot_products(monkeypat
     weight, bias, x = (torch.randn(*shape, generator=generator) for shape in ((64, 32), (64,), (5, 32)))
     packed = int8_packs.pack(weight, bias)
     assert torch.backends.quantized.engine == current
-    if engine == "onednn" and engine_here != "onednn":
-        # oneDNN on a CPU without int8 dot products (AVX2 only) sums pairs in saturating int16:
-        # its accuracy there is why packs are not made for it; only that packing ran is checked.
-        return
+    exact = int8_packs.sums_int8_products_exactly(engine)
+    assert packed.layout is (int8_packs.FULL_LAYOUT if exact else int8_packs.PAIR_SAFE_LAYOUT)
     expected = x @ weight.T + bias
     assert (int8_packs.linear(x, packed) - expected).norm() < 0.02 * expected.norm()  # int8's rounding only
+
+
+# The Original size's products: its gates (the step's input beside the previous output, 512 + 512,
+# by 4 x 4,096 gates) and its projection (4,096 -> 512).
+ORIGINAL_PRODUCTS = {"gates": (16384, 1024), "projection": (512, 4096)}
+
+
+@pytest.mark.parametrize("shape", ORIGINAL_PRODUCTS.values(), ids=ORIGINAL_PRODUCTS.keys())
+def test_int8_products_are_the_exact_integer_sums_of_their_quantized_values(shape):
+    """Each engine that runs a pack's products (its own, and fbgemm's for few rows beside
+    oneDNN's) gives every row the exact integer sum of its 8-bit values by the pack's int8 weights,
+    scaled, at the Original's shapes and with rows that fill the range. A kernel that sums pairs of
+    products in saturating int16 (x86 without VNNI: AVX2-only CPUs, ``make test-avx2``) fails it
+    by far unless the pack has the pair-safe layout; float32's roundings stay within 1e-6."""
+    out, width = shape
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(out, width, generator=generator) * 0.05
+    weight[1] = 0.05  # a channel of int8 weights of 127, which every full row multiplies by its largest values
+    rows = torch.randn(64, width, generator=generator)
+    rows[0], rows[1], rows[2] = weight[0].sign(), 1.0, -1.0  # at the range's ends: by sign, all high, all low
+    packed = int8_packs.pack(weight, None)
+    staged = int8_packs.StagedRows(len(rows), width, packed.layout)
+    magnitudes = rows.abs().amax(dim=1, keepdim=True) * packed.layout.over_half_width
+    found = staged.linear(rows, packed)
+    values = (staged.scaled * 128).round().double()  # the 8-bit values the kernel reads, pins included
+    for prepacked in [p for p in (packed.prepacked, packed.few_rows) if p is not None]:
+        weights, shift = torch.ops.quantized.linear_unpack(prepacked)
+        scales = weights.q_per_channel_scales()
+        if packed.layout.pair_sum is not None:
+            pairs = weights.int_repr().int().abs()[:, : width + 4].view(out, -1, 2).sum(dim=2)
+            assert int(pairs.max()) <= packed.layout.pair_sum
+        exact = (values @ weights.int_repr().double().T) * 2**-7 * scales + shift.double()  # (64, out)
+        for count in (1, 8, 64):
+            product = torch.ops.quantized.linear_dynamic(staged.scaled[:count], prepacked, False).double()
+            torch.testing.assert_close(product, exact[:count], rtol=1e-6, atol=1e-6 * float(exact.abs().max()))
+    torch.testing.assert_close(
+        found.double(), exact * magnitudes.double(), rtol=1e-5, atol=1e-5 * float(found.abs().max())
+    )
 
 
 @pytest.mark.skipif(
@@ -177,31 +214,66 @@ def test_packs_are_made_for_onednn_where_the_cpu_has_int8_dot_products(monkeypat
 )
 def test_few_rows_run_on_fbgemm_beside_onednn_and_give_its_results_to_the_bit():
     """Where the weights are packed for oneDNN, products of up to FEW_ROWS rows run on fbgemm's
-    pack of the same weight (twice as fast there): the two must agree to the bit at every row
-    count, or a sentence's vectors would depend on its batch."""
+    pack of the same weight (faster there), in the full layout: the two must agree to the bit at
+    every row count, or a sentence's vectors would depend on its batch. A pair-safe pack (where an
+    engine is capped below VNNI) keeps to one engine."""
     generator = torch.Generator().manual_seed(0)
     rows = int8_packs.FEW_ROWS + 8
     weight, bias, x = (torch.randn(*shape, generator=generator) for shape in ((96, 40), (96,), (rows, 40)))
-    packed = int8_packs.pack(weight * 0.1, bias)
+    packed = int8_packs.pack(weight * 0.1, bias, int8_packs.FULL_LAYOUT)
     assert packed.few_rows is not None
-    staged = int8_packs.StagedRows(rows, 40)
+    assert int8_packs.pack(weight * 0.1, bias, int8_packs.PAIR_SAFE_LAYOUT).few_rows is None
+    staged = int8_packs.StagedRows(rows, 40, packed.layout)
     staged.linear(x, packed)  # the scaled rows the kernels read, as a product leaves them
     for count in (1, 3, int8_packs.FEW_ROWS, int8_packs.FEW_ROWS + 1, rows):
         scaled = staged.scaled[:count]
         by_fbgemm = torch.ops.quantized.linear_dynamic(scaled, packed.few_rows, False)
         by_onednn = torch.ops.quantized.linear_dynamic(scaled, packed.prepacked, False)
         assert torch.equal(by_fbgemm, by_onednn), count
+
+
+@pytest.mark.parametrize("layout", [int8_packs.FULL_LAYOUT, int8_packs.PAIR_SAFE_LAYOUT], ids=["full", "pair-safe"])
+def test_a_rows_int8_product_is_its_own_whatever_the_rows_beside_it(layout):
+    generator = torch.Generator().manual_seed(0)
+    rows = int8_packs.FEW_ROWS + 8
+    weight, bias, x = (torch.randn(*shape, generator=generator) for shape in ((96, 40), (96,), (rows, 40)))
+    packed = int8_packs.pack(weight * 0.1, bias, layout)
     together = int8_packs.linear(x, packed)
     for count in range(1, rows + 1):
         assert torch.equal(int8_packs.linear(x[:count], packed), together[:count]), count
 
 
-def test_every_staged_row_lies_within_the_pins_whatever_its_magnitude():
-    """The pins must stay the tensor's extremes, or one row would set the others' scale."""
+@pytest.mark.parametrize("layout", [int8_packs.FULL_LAYOUT, int8_packs.PAIR_SAFE_LAYOUT], ids=["full", "pair-safe"])
+def test_every_staged_row_lies_within_its_range_and_the_pins_whatever_its_magnitude(layout):
+    """The pins must stay the tensor's extremes, or one row would set the others' scale; and a row
+    must stay within its range, or its pairs of products could saturate."""
     generator = torch.Generator().manual_seed(0)
     magnitudes = torch.rand(20_000, 1, generator=generator) * 100 + 1e-6
     x = torch.cat([magnitudes, -magnitudes, magnitudes * 0.5, torch.zeros_like(magnitudes)], dim=1)
-    staged = int8_packs.StagedRows(len(x), 4)
-    staged.linear(x, int8_packs.pack(torch.randn(8, 4, generator=generator), None))
-    assert staged.scaled[:, :4].min() >= int8_packs.PIN_VALUES.min()
-    assert staged.scaled[:, :4].max() <= int8_packs.PIN_VALUES.max()
+    staged = int8_packs.StagedRows(len(x), 4, layout)
+    staged.linear(x, int8_packs.pack(torch.randn(8, 4, generator=generator), None, layout))
+    assert staged.scaled[:, :4].min() >= layout.zero - layout.half_width >= int8_packs.PIN_VALUES.min()
+    assert staged.scaled[:, :4].max() <= layout.zero + layout.half_width <= int8_packs.PIN_VALUES.max()
+
+
+def test_a_buffer_serves_packs_of_its_own_layout_only():
+    packed = int8_packs.pack(torch.randn(8, 4), None, int8_packs.PAIR_SAFE_LAYOUT)
+    with pytest.raises(ValueError, match=r"StagedRows\(rows, width, pack.layout\)"):
+        int8_packs.StagedRows(2, 4, int8_packs.FULL_LAYOUT).linear(torch.randn(2, 4), packed)
+
+
+def test_the_probe_says_whether_a_pack_of_the_full_range_sums_exactly():
+    """A full row (8-bit values of 255) by int8 weights of 127, on each engine a pack runs on: its
+    product is the exact sum just where :func:`sums_int8_products_exactly` says so."""
+    packed = int8_packs.pack(torch.full((8, 8), 127 / 128), None, int8_packs.FULL_LAYOUT)  # int8 weights of 127
+    staged = int8_packs.StagedRows(1, 8, int8_packs.FULL_LAYOUT)
+    staged.linear(torch.ones(1, 8), packed)
+    values = (staged.scaled * 128).round().double()  # the 8-bit values the kernel reads
+    for prepacked, engine in ((packed.prepacked, int8_packs.pack_engine()), (packed.few_rows, "fbgemm")):
+        if prepacked is None:
+            continue
+        weights, shift = torch.ops.quantized.linear_unpack(prepacked)
+        exact = values @ weights.int_repr().double().T * 2**-7 * weights.q_per_channel_scales() + shift.double()
+        product = torch.ops.quantized.linear_dynamic(staged.scaled, prepacked, False).double()
+        exact_here = bool(torch.isclose(product, exact, rtol=1e-6, atol=0).all())
+        assert exact_here is int8_packs.sums_int8_products_exactly(engine), engine
