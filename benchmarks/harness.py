@@ -382,24 +382,19 @@ def _run_direction(model: Any, x: Any, lengths: List[int], direction: int) -> Li
     """One direction of every LSTM layer over ``x`` (batch, time, projection_dim), step by step."""
     import torch
 
+    from spacy_elmo.bilm.kernels.reference import reference_step
+
     opts = model.options
     batch, n_steps, _ = x.shape
     if direction == 1:
         x = torch.stack([torch.cat([x[r, : lengths[r]].flip(0), x[r, lengths[r] :]]) for r in range(batch)])
     results = []
     for index, layer in enumerate(model.lstm.layers):
-        input_weight, hidden_weight = layer.input_weight[direction], layer.hidden_weight[direction]
-        bias = layer.bias[direction] + layer.forget_bias
         h = torch.zeros(batch, opts.projection_dim, dtype=x.dtype)
         c = torch.zeros(batch, opts.lstm_dim, dtype=x.dtype)
         out = torch.zeros(batch, n_steps, opts.projection_dim, dtype=x.dtype)
         for t in range(n_steps):
-            gates = x[:, t] @ input_weight + h @ hidden_weight + bias
-            i, j, f, o = gates.chunk(4, 1)
-            new_c = (torch.sigmoid(i) * torch.tanh(j) + torch.sigmoid(f) * c).clamp(-opts.cell_clip, opts.cell_clip)
-            new_h = ((torch.sigmoid(o) * torch.tanh(new_c)) @ layer.projection[direction]).clamp(
-                -opts.proj_clip, opts.proj_clip
-            )
+            new_h, new_c = reference_step(layer, direction, x[:, t], h, c)
             running = torch.tensor([t < n for n in lengths]).unsqueeze(1)
             h = torch.where(running, new_h, h).clone()
             c = torch.where(running, new_c, c).clone()

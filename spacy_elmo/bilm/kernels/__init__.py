@@ -15,6 +15,8 @@ The weight copies the kernels multiply by (bf16 copies, int8 packs) are kept in 
 all layers: the stack's :attr:`~spacy_elmo.bilm.model.lstm.BiLSTMStack.copies`, named by layer index.
 """
 
+import hashlib
+from pathlib import Path
 from typing import Callable, Dict, Protocol, Sequence, Tuple
 
 import torch
@@ -58,6 +60,18 @@ KERNELS: Dict[str, KernelFactory] = {
 }
 
 
+def source_digest() -> str:
+    """A digest of the kernels' source files (this package): what ``auto``'s recorded decisions
+    are keyed by, so that any change to a kernel, which can make one precision faster or less
+    accurate than another, measures them again."""
+    root = Path(__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def kernel_for(dtype: torch.dtype, device: torch.device, copies: WeightCopies) -> LayerKernel:
     """The kernel of a pass with products in ``dtype`` (:attr:`.precision.ResolvedPrecision.dtype`) on
     ``device``, in the current gradient mode; ``copies``: where its weight copies are kept. The
@@ -70,4 +84,13 @@ def kernel_for(dtype: torch.dtype, device: torch.device, copies: WeightCopies) -
     return KERNELS[kind.kernel](copies, device, dtype)
 
 
-__all__ = ["Bf16Kernel", "Float32Kernel", "FusedKernel", "Int8Kernel", "LSTMLayer", "LayerKernel", "kernel_for"]
+__all__ = [
+    "Bf16Kernel",
+    "Float32Kernel",
+    "FusedKernel",
+    "Int8Kernel",
+    "LSTMLayer",
+    "LayerKernel",
+    "kernel_for",
+    "source_digest",
+]

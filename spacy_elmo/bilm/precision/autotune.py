@@ -51,6 +51,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
+from .. import kernels
 from ..compute_thread import on_compute_thread
 from ..formats.identity import model_digest
 from ..model.options import ElmoOptions
@@ -72,9 +73,6 @@ MIN_ROUNDS, MAX_ROUNDS, MIN_SECONDS = 3, 15, 0.5  # interleaved rounds: at least
 # How much faster a less accurate precision must be to be chosen: more than the noise of timings
 # on a shared machine.
 CLEAR_WIN = 1.10
-# The version of the biLM's CPU computation that decisions were measured with: raise it when a
-# change makes one precision's pass faster or slower than another's, so that caches measure again.
-KERNELS = 10
 # The two passes decided apart (``training`` in the functions below).
 PASSES = {False: "inference", True: "training"}
 
@@ -251,7 +249,7 @@ def _checked_override(value: str) -> str:
 
 def decision_fields(options: ElmoOptions, threads: int, training: bool = False) -> Dict[str, object]:
     """What the speeds of a decision depend on: the pass, the CPU, torch, the thread count, the
-    model's shapes, and how the biLM computes (:data:`KERNELS`). Its accuracy depends on the
+    model's shapes, and how the biLM computes (:func:`..kernels.source_digest`). Its accuracy depends on the
     weights too: the cache file keys a decision on these and the weights' digest."""
     capabilities = compat.cpu_capabilities()
     flags = sorted(name for name, value in capabilities.items() if value is True)
@@ -264,7 +262,7 @@ def decision_fields(options: ElmoOptions, threads: int, training: bool = False) 
         "torch": torch.__version__,
         "quantized_engine": torch.backends.quantized.engine,
         "shapes": shapes,
-        "kernels": KERNELS,
+        "kernels": kernels.source_digest(),
     }
 
 

@@ -8,7 +8,7 @@ import torch
 
 from spacy_elmo import BiLM
 from spacy_elmo.bilm.kernels import Float32Kernel, eager
-from spacy_elmo.bilm.model import lstm
+from spacy_elmo.bilm.kernels.reference import ReferenceKernel
 
 from ...helpers import REAL_TEXT, assert_float32_close, random_bilm, tiny_options
 
@@ -224,28 +224,6 @@ def test_inference_path_matches_the_autograd_path(monkeypatch, window_positions)
         assert_float32_close(fast_state, slow_state)
 
 
-def reference_layer(layer: lstm.ProjectedLSTM, inputs: torch.Tensor, lengths, hidden, memory):
-    """The layer's outputs, (time, 2, batch, projection_dim), and final states from the TF cell
-    written out step by step for one row and direction at a time: gates = [x; h] W + b (forget
-    bias + 1), clipped memory, clipped projection; zeros past a row's length."""
-    weights = [torch.cat([layer.input_weight[d], layer.hidden_weight[d]]) for d in range(2)]
-    bias = layer.gate_bias()
-    outputs = torch.zeros(inputs.shape[0], 2, inputs.shape[2], layer.projection.shape[2])
-    finals = []
-    for d in range(2):
-        for row, length in enumerate(lengths):
-            h, c = hidden[d, row], memory[d, row]
-            for t in range(length):
-                i, j, f, o = (torch.cat([inputs[t, d, row], h]) @ weights[d] + bias[d]).chunk(4)
-                c = (torch.sigmoid(i) * torch.tanh(j) + torch.sigmoid(f) * c).clamp(-layer.cell_clip, layer.cell_clip)
-                h = ((torch.sigmoid(o) * torch.tanh(c)) @ layer.projection[d]).clamp(-layer.proj_clip, layer.proj_clip)
-                outputs = outputs.index_put((torch.tensor(t), torch.tensor(d), torch.tensor(row)), h)
-            finals.append((h, c))
-    final_hidden = torch.stack([h for h, _ in finals]).view(hidden.shape)
-    final_memory = torch.stack([c for _, c in finals]).view(memory.shape)
-    return outputs, final_hidden, final_memory
-
-
 @pytest.mark.parametrize("window_steps", [1, 3, 100])
 def test_the_lstm_gradients_are_those_of_the_cell_written_out(monkeypatch, window_steps):
     """Gradients through windows of input gates (one, several, all timesteps), with rows ending at
@@ -260,7 +238,7 @@ def test_the_lstm_gradients_are_those_of_the_cell_written_out(monkeypatch, windo
     found = {}
     for name, run in (
         ("layer", lambda x, h, c: Float32Kernel()(0, layer, x, batch.active, h, c)),
-        ("reference", lambda x, h, c: reference_layer(layer, x, lengths, h, c)),
+        ("reference", lambda x, h, c: ReferenceKernel()(0, layer, x, batch.active, h, c)),
     ):
         leaves = [t.clone().requires_grad_() for t in (batch.inputs, batch.hidden, batch.memory)]
         torch.manual_seed(1)  # the same weights of the loss for both
