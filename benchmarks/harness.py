@@ -34,6 +34,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -79,15 +80,22 @@ def cpu_description() -> Tuple[str, List[str]]:
 
 def as_avx2_cpu() -> None:
     """Run this script as on an AVX2-only CPU, approximately: re-executed with :data:`AVX2_CAPS` in
-    its environment (they act only if set before torch loads; its subprocesses inherit them), then
-    torch's view of the CPU, which spacy-elmo reads, without :data:`BEYOND_AVX2` (in this process
-    only). The kernels are an AVX2-only CPU's; the cores, caches and memory stay this machine's."""
-    if any(os.environ.get(name) != value for name, value in AVX2_CAPS.items()):
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_CAPS})
-    import torch
-
-    probe = torch.cpu.get_capabilities
-    torch.cpu.get_capabilities = lambda: {n: v for n, v in probe().items() if not n.startswith(BEYOND_AVX2)}
+    its environment (they act only if set before torch loads), and with a ``sitecustomize`` on its
+    ``PYTHONPATH`` that takes :data:`BEYOND_AVX2` out of torch's view of the CPU, which spacy-elmo
+    reads; its Python subprocesses (a service, an isolated run) inherit both. The kernels are an
+    AVX2-only CPU's; the cores, caches and memory stay this machine's."""
+    if all(os.environ.get(name) == value for name, value in AVX2_CAPS.items()):
+        return
+    site = Path(tempfile.mkdtemp(prefix="spacy-elmo-avx2-"))
+    (site / "sitecustomize.py").write_text(
+        "import torch\n\n"
+        "_probe = torch.cpu.get_capabilities\n"
+        "torch.cpu.get_capabilities = lambda: {\n"
+        f"    n: v for n, v in _probe().items() if not n.startswith({BEYOND_AVX2!r})\n"
+        "}\n"
+    )
+    path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_CAPS, "PYTHONPATH": path})
 
 
 def machine() -> str:

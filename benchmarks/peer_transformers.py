@@ -40,6 +40,7 @@ Run from the repository root::
 
     python benchmarks/peer_transformers.py [--docs 480] [--rounds 3] [--threads 2] [--batch-size 64]
         [--configs trf-fp32,trf-bf16,elmo-original-auto,elmo-original-fp32,elmo-en]
+        [--as-avx2]   # the kernels of an AVX2-only CPU (harness.as_avx2_cpu)
 """
 
 import contextlib
@@ -51,7 +52,7 @@ from typing import Any, Dict, List
 
 import typer
 
-from harness import REPO, STARTED, WORD_SENSES, RssSampler, isolated, machine, rss_mib, word_sense_texts
+from harness import REPO, STARTED, WORD_SENSES, RssSampler, as_avx2_cpu, isolated, machine, rss_mib, word_sense_texts
 
 WARM_UP = "Apple is looking at buying a U.K. startup for one billion dollars."  # spaCy's first English example
 CONFIGS = ["trf-fp32", "trf-bf16", "elmo-original-auto", "elmo-original-fp32", "elmo-en"]
@@ -193,7 +194,10 @@ def main(
     threads: int = typer.Option(2, help="torch threads (torch.set_num_threads)"),
     batch_size: int = typer.Option(64, help="nlp.pipe batch_size"),
     configs: str = typer.Option(",".join(CONFIGS), help=f"Comma-separated, of {', '.join(CONFIGS + EXTRA_CONFIGS)}"),
+    as_avx2: bool = typer.Option(False, "--as-avx2", help="The kernels of an AVX2-only CPU (harness.as_avx2_cpu)"),
 ) -> None:
+    if as_avx2:
+        as_avx2_cpu()
     chosen = [c.strip() for c in configs.split(",") if c.strip()]
     unknown = sorted(set(chosen) - set(CONFIGS + EXTRA_CONFIGS))
     if unknown:
