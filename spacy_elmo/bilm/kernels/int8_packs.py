@@ -223,7 +223,8 @@ def pack(weight: Tensor, bias: Optional[Tensor], layout: Optional[Int8Layout] = 
     with _packing_for(engine):
         prepacked = torch.ops.quantized.linear_prepack(quantized, shift)
     few_rows = None
-    if engine == "onednn" and layout is FULL_LAYOUT and sums_int8_products_exactly("fbgemm"):
+    fbgemm_here = "fbgemm" in torch.backends.quantized.supported_engines
+    if engine == "onednn" and layout is FULL_LAYOUT and fbgemm_here and sums_int8_products_exactly("fbgemm"):
         with _packing_for("fbgemm"):
             few_rows = torch.ops.quantized.linear_prepack(quantized, shift)
     lock = threading.Lock() if engine == "onednn" else None
