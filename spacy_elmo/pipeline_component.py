@@ -254,7 +254,8 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
             return 1
         if self.model.ops.device_type != "cpu":
             # The products run on the GPU: torch's CPU threads are left as they are, and "auto"
-            # reads no /proc before each call (a lone call on an H200, 16-core host: 4.1 -> 2.9 ms).
+            # reads no /proc before each call, which on a many-threaded GPU host was a large share
+            # of a lone call's time (docs/performance.md, "Serving").
             return torch.get_num_threads()
         return self.cfg["threads"]
 

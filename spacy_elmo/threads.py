@@ -2,10 +2,10 @@
 
 Torch's default is one thread per core. Alone on the machine that is fastest; beside another
 CPU-bound job, the threads of one matrix product wait for each other whenever the scheduler
-parks one of them, and throughput collapses far below a fair share (measured by
-``benchmarks/shared_cpu.py`` at 9644f44, figures in docs/component.md). ``"auto"``
-counts the runnable threads of other processes before each biLM call and leaves them their
-cores: all cores on an idle machine, fewer when others are busy.
+parks one of them, and throughput collapses far below a fair share (figures and the retired
+script that measured them: project/docs/lab-notebook.md, "Speed experiments retired from
+benchmarks/"). ``"auto"`` counts the runnable threads of other processes before each biLM call
+and leaves them their cores: all cores on an idle machine, fewer when others are busy.
 
 torch's thread count, set from one thread, reaches the threads that have not run torch yet (a
 thread that has keeps its own), and the biLM's calls run at the count of the thread that calls

@@ -5,14 +5,13 @@ torch multiplies on OpenMP threads, and each Python thread that runs a parallel 
 gets a team of them of its own, kept for the thread's life. While a process holds no more OpenMP
 threads than cores, libgomp (the OpenMP of torch's Linux wheels) keeps a team spinning between
 parallel regions; once it holds more, it wakes every team through the kernel for each region.
-The biLM's step loop is made of small operations, so that is what a service's threads paid: on 2
-cores an elementwise operation over (2, 8, 4096) values took 50 us instead of 5 with a second
-thread's team beside the main thread's, and the same 25 biLM calls of 8 sentences took 0.62 s
-from a second thread against 0.36 from a thread whose team was alone. So every call runs on one
-thread, and the threads that hand it over first free their own team
-(:func:`release_openmp_threads`): it is made again at their next parallel operation, if any. The
-compute thread frees its own after each call, so that torch work of other threads between calls
-(training, ``embed``) is not slowed by it.
+The biLM's step loop is made of small operations, so that is what a service's threads paid: a
+small elementwise operation took many times as long with a second thread's team beside the main
+thread's, and the same biLM calls took much longer from a second thread than from a thread whose
+team was alone (docs/performance.md, "Serving"). So every call runs on one thread, and the
+threads that hand it over first free their own team (:func:`release_openmp_threads`): it is made
+again at their next parallel operation, if any. The compute thread frees its own after each
+call, so that torch work of other threads between calls (training, ``embed``) is not slowed by it.
 """
 
 import contextvars

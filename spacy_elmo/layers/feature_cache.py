@@ -11,8 +11,8 @@ Once full, the cache keeps what it holds and stores nothing new. Training reads 
 once an epoch, in a new order each time, and kept entries serve the cache's share of every later
 epoch. Evicting the least recently used entry instead would drop many sentences just before
 their next use once an epoch outgrows the cache: it serves a small share of an epoch larger than
-the cache, where keeping serves the cache's share (at the Original size, 512 MB hold 44,000
-tokens, less than WNUT-16's training set).
+the cache, where keeping serves the cache's share (at the Original size the default size holds
+less than WNUT-16's training set: docs/performance.md, "What to set").
 """
 
 from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple

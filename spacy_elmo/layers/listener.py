@@ -5,9 +5,9 @@ and a backprop callback (:meth:`ElmoListener.receive`). In prediction, the pipe 
 doc's layers in ``doc._.elmo_features``, with the ids of its listeners in
 ``doc._.elmo_features_unread``, and each listener reads them there. Once every listener has read
 them in prediction, the last one releases them: all layers of a doc take 4 * (n_layers + 1) *
-width bytes per token (12 KB at the Original size), on the GPU when the pipeline runs there, and
-a doc that the user keeps must not keep them too. A listener whose upstream did not run raises an
-error: it never guesses with zeros.
+width bytes per token (docs/component.md has the sizes), on the GPU when the pipeline runs there,
+and a doc that the user keeps must not keep them too. A listener whose upstream did not run
+raises an error: it never guesses with zeros.
 """
 
 from typing import Callable, Iterable, List, Optional, Tuple

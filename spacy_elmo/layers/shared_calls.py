@@ -12,7 +12,8 @@ Callers that loop (a pool of threads working through requests) would otherwise s
 cohorts that take turns: those a call served come back while the next call, of the others, has
 begun, and wait a whole call for a call of half the rows. So the next call's leader waits until as
 many requests queue as waited when the last call ended plus those it served, and the cohorts merge
-(Original size, 8 threads: calls of 4 docs on average before, twice the docs per second after). It
+into calls of every waiting request, at about twice the docs per second (docs/performance.md,
+"Serving"). It
 counts requests, not threads: a web server's pool hands a client's next request to whichever
 thread is free. Requests come back spread out where an event loop answers them and reads the next
 ones one at a time (FastAPI's sync endpoints), so the wait goes on while they keep coming: it ends

@@ -33,7 +33,7 @@ class Vocabulary:
         """Count words over a stream of documents and keep the most frequent.
 
         ``max_size`` counts the three markers too. Memory is one counter entry per distinct
-        word (about 100 bytes each: a few million distinct words still fit comfortably).
+        word (its string and its count: a few million distinct words still fit comfortably).
         """
         if max_size <= len(MARKER_NAMES):
             raise ValueError(f"vocabulary size must exceed {len(MARKER_NAMES)} (the markers), got {max_size}")

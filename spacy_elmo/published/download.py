@@ -11,7 +11,7 @@ fails at once with an error naming the URL. A TLS certificate that does not veri
 retried either.
 
 A connection that drops mid-file is continued with an HTTP ``Range`` request from the bytes
-already written (a 374 MB file is not restarted); that loop is this module's own: an attempt
+already written (a large weight file is not restarted); that loop is this module's own: an attempt
 that adds bytes resets its count, :data:`ATTEMPTS` attempts in a row that add none give up,
 keeping the bytes for the next run. What cannot be an ELMo file stops the transfer at once and
 leaves nothing behind: a 4xx answer, an HTML page (a login, error or "moved" page served with

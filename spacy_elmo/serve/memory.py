@@ -4,17 +4,16 @@ objects the garbage collector need not walk.
 glibc's allocator keeps what a process frees for its next allocations: after a batch, the pages
 of its docs, arrays and oneDNN's scratch stay resident, and each later batch of another size
 leaves more of the heap in pieces too small for the next one. A serving process then climbs to
-well above its live memory (``spacy-elmo serve en``, 8 clients: 1.37x its rest after four
-rounds, still rising). ``malloc_trim(0)`` after each batch returns every free page of every arena
-(docs/serving.md#memory has the figures); elsewhere than glibc it does not exist and nothing is
-done.
+well above its live memory, and keeps rising. ``malloc_trim(0)`` after each batch returns every
+free page of every arena (docs/serving.md#memory has the figures); elsewhere than glibc it does
+not exist and nothing is done.
 
-A serving process holds hundreds of thousands of Python objects (torch, spaCy, the HTTP stack:
-about 410,000 in ``spacy-elmo serve en``), and a full collection walks every one of them: 130-200
-ms on a 2-core AMD EPYC, during which no thread runs. A service allocates enough per request to start
-one every few hundred requests: those pauses were the slowest requests at 8 clients (p99 260 ms
-against a p50 of 37). What the pipeline holds once warm lives as long as the process, so the
-worker moves it out of the collector's reach (:func:`freeze_long_lived`).
+A serving process holds hundreds of thousands of Python objects (torch, spaCy, the HTTP stack),
+and a full collection walks every one of them, for longer than a request takes, during which no
+thread runs. A service allocates enough per request to start one every few hundred requests:
+those pauses were the slowest requests (docs/performance.md, "Serving"). What the pipeline holds
+once warm lives as long as the process, so the worker moves it out of the collector's reach
+(:func:`freeze_long_lived`).
 """
 
 import ctypes
@@ -48,8 +47,8 @@ HEAP_TRIM_AVAILABLE = _MALLOC_TRIM is not None
 
 
 def release_free_heap() -> bool:
-    """Return the allocator's free pages to the system (glibc's ``malloc_trim(0)``, a few ms on a
-    serving heap); whether any were returned. False, doing nothing, where it does not exist."""
+    """Return the allocator's free pages to the system (glibc's ``malloc_trim(0)``, short beside a
+    batch); whether any were returned. False, doing nothing, where it does not exist."""
     return bool(_MALLOC_TRIM(0)) if _MALLOC_TRIM is not None else False
 
 

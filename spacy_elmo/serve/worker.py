@@ -13,8 +13,8 @@ taking turns (those a batch answered come back while the next batch, of the othe
 waiting a whole batch for a batch of half the requests. So before a batch the worker waits until
 as many requests queue as waited when the last batch ended plus those it answered; a lone client
 waits for nothing. The event loop answers a batch's requests one after another and reads their
-next ones the same way, so they come back spread out (over up to 15 ms for 8 clients of ``en``,
-whose batches take 25): the wait goes on while they keep coming
+next ones the same way, so they come back spread out (at 8 clients the last up to more than half
+a batch's time after the first): the wait goes on while they keep coming
 (:class:`~spacy_elmo.layers.shared_calls.ReturnPatience`, as threads sharing biLM calls wait).
 
 A batch that raises is run again request by request, so that an error reaches only the request

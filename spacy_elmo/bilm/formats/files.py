@@ -127,8 +127,8 @@ def load_files(
 def _fresh_pages(model: Any, min_bytes: int = 1 << 22) -> None:
     """Give the large parameters that the file fills whole new, unwritten memory from NumPy's
     allocator, which asks Linux for huge pages (``madvise``) where torch's does not: the first
-    write of 374 MB then takes a few hundred page faults, not 90,000, and costs what h5py's own
-    arrays cost. Their values are undefined until read."""
+    write of the weights then faults once per huge page, not once per small page, and costs what
+    h5py's own arrays cost. Their values are undefined until read."""
     written: Dict[int, int] = {}
     for dataset in layout(model).values():
         for target in dataset.writes:
@@ -278,8 +278,8 @@ def _read_dataset(f: h5py.File, name: str, shape: Tuple[int, ...], path: Path) -
 def _checked_dataset(f: h5py.File, name: str, shape: Tuple[int, ...], path: Path) -> h5py.h5d.DatasetID:
     """The dataset ``name``, checked to exist, to have ``shape`` and to hold floating-point numbers.
 
-    HDF5's own handle (h5py's low-level ``h5d``): an ``h5py.Dataset`` costs some 20 µs more per
-    lookup and per read, 2 ms a file.
+    HDF5's own handle (h5py's low-level ``h5d``): an ``h5py.Dataset`` adds Python work to every
+    lookup and every read, which adds up over a file's datasets.
     """
     try:
         dataset = h5py.h5d.open(f.id, name.encode())

@@ -4,8 +4,8 @@ An ``embed`` manifest records it (:func:`spacy_elmo.embed.settings.model_identit
 store is served only to the biLM that computed it, and ``precision = "auto"`` keys its accuracy
 check on it (:mod:`.autotune`): two models of the same shapes share their speeds, never their
 accuracy. Unlike :meth:`BiLM.fingerprint`, which tells in-process changes apart at no cost, this
-reads every weight: about 0.4 s at the Original size (94 M parameters), so it is computed once
-per model where a decision needs it (:func:`model_digest`).
+reads every weight, which at the Original size takes several times as long as a warm load, so
+it is computed once per model where a decision needs it (:func:`model_digest`).
 """
 
 import hashlib

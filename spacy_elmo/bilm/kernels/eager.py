@@ -77,7 +77,7 @@ class Float32Kernel:
         """Inference's product weights, scaled for :func:`.cell.cell_in_place`, the input weight
         with the bias row (+ forget bias); kept in :attr:`copies` while the parameters are
         unchanged (the float32 parameters then move to disk where frozen). Made at every call,
-        the input weight alone copied 4 MB a layer at the bundled size, 67 MB at the Original's."""
+        the input weight alone was copied whole for every layer of every call."""
 
         def input_with_bias() -> Tensor:
             return double_cell_input_(_with_bias(layer))

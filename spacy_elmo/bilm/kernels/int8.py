@@ -50,7 +50,8 @@ def make_packs(layer: LSTMLayer) -> Packs:
     scaled for :func:`.cell.cell_in_place`."""
     bias = double_cell_input_(layer.gate_bias().detach())
     # One direction's stacked float32 weight at a time, made (out, in) as the pack reads it: the
-    # only transient copy of a weight (64 MB at the Original size), freed once packed.
+    # only transient copy of a weight, freed once packed, so that packing adds one direction's
+    # weight to the peak memory, not both directions'.
     stacked = (torch.cat([layer.input_weight[d].T, layer.hidden_weight[d].T], 1).detach() for d in range(2))
     return (
         tuple(int8_packs.pack(double_cell_input_(weight, dim=0), bias[d]) for d, weight in enumerate(stacked)),

@@ -4,16 +4,15 @@
 Packed once into oneDNN's own blocked layout (``torch.ops.mkldnn._reorder_linear_weight``, as
 torch's compiler packs the weights of the linears it fuses) and multiplied by
 ``torch.ops.mkldnn._linear_pointwise``, the same products run much faster wherever the rows are
-few, and no slower for batches: on an AMD EPYC with AVX512-BF16 at 2 threads, both directions of
-the Original size's recurrent product (512 x 16,384) took 405 us at one row against 1,811 us, 847
-against 2,457 at 8 rows, 5.3 against 7.4 ms at 64; the bundled ``en``'s (128 x 4,096) 60 against
-78 us at one row (``docs/performance.md``, "Serving"). Each product takes the same kernel whatever
-its rows, so a row's result does not depend on its companions (tests/bilm/kernels/test_own_rows.py).
+few, and no slower for batches, which is what a service's calls of one or a few sentences need
+(the figures per shape and row count: project/docs/lab-notebook.md, "A service's request"). Each
+product takes the same kernel whatever its rows, so a row's result does not depend on its
+companions (tests/bilm/kernels/test_own_rows.py).
 
 Small weights stay in the CPU's cache, and there the two calls per product (one per direction)
 and the stacking of their results cost more than the packing saves: the bundled ``en``'s
-projection (1,024 x 128) took 41 us packed against 30 at one row, and a lone sentence through the
-whole biLM 10% longer with every weight packed. So a weight is packed from
+projection ran slower packed at one row, and a lone sentence through the whole biLM took longer
+with every weight packed. So a weight is packed from
 :data:`MIN_PACKED_VALUES` values per direction (the Small and bundled sizes keep plain copies,
 the Original packs all three of a layer's weights), a rule of the shapes alone: every process
 and call multiplies a weight the same way, so that results do not depend on which one ran.

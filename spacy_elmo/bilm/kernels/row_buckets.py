@@ -1,10 +1,10 @@
 """Products on a CPU in bf16 or int8 run on a bounded set of row counts.
 
 oneDNN, which runs PyTorch's bf16 and int8 products on a CPU, compiles a kernel for every shape it
-meets and keeps it for the life of the process, about half a MB each. The biLM's products see
-every row count from one to a batch's rows (an LSTM step runs the rows still running; the char
-CNN's rows are tokens times positions), so a service fed batches of varying sizes would grow by
-tens of MB per thousand docs, without bound. Rounding the rows up to one of at most eight counts per
+meets and keeps it for the life of the process. The biLM's products see every row count from
+one to a batch's rows (an LSTM step runs the rows still running; the char CNN's rows are tokens
+times positions), so a service fed batches of varying sizes would grow with every new count,
+without bound. Rounding the rows up to one of at most eight counts per
 doubling bounds the kernels (72 up to 2,048 rows) for at most an eighth more rows. float32
 products (MKL) and GPUs compile nothing per shape and run unpadded.
 """

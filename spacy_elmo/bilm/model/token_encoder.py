@@ -29,10 +29,9 @@ SENTENCE_END: Hashable = ("<boundary>", "end")
 # Tokens are encoded in chunks whose largest convolution's unfolded windows and products take at
 # most this many bytes: bounded working memory whatever the batch and the token lengths. A GPU
 # takes larger chunks: each chunk launches a few dozen kernels, and their host cost bounds a GPU's
-# pass. With 16 MiB there, a bf16 pass at the Original size on an H200 ran at 229-244 k tokens/s,
-# its GPU busy 45 ms of 212 and the token encoder 74% of the host's time (63 chunks for 2,000
-# sentences; the device run of 2026-11-28). 256 MiB holds 1,024 tokens of the longest, the chunks
-# of the fused loop's 641 k tokens/s (benchmarks/results/gpu_h200_fused.txt).
+# pass. With the CPU's chunks, a bf16 pass on a GPU left the GPU idle most of the time, the token
+# encoder taking most of the host's (docs/performance.md, "NVIDIA H200"). 256 MiB holds 1,024
+# tokens of the longest, the chunks of the fused loop's fastest runs.
 CHUNK_BYTES = 16 * 2**20
 GPU_CHUNK_BYTES = 256 * 2**20
 
@@ -194,10 +193,11 @@ def filter_maxima(conv: nn.Conv1d, chars: Tensor, copies: WeightCopies, name: st
     row of ``char_dim * width`` values, times the filters as a (count, char_dim * width) matrix,
     and the maximum taken over positions, which then run along rows. After ``conv1d`` the
     maximum is a reduction over a few positions inside each (token, filter) pair, which ran slower
-    on a CPU than the convolution itself (``benchmarks/char_cnn_layout.py``; figures in
-    docs/bilm.md). The bias is added after the maximum (max(x + b) = max(x) + b), in float32, to
-    the (n_tokens, count) maxima only; in bf16 only those are converted to float32, since the
-    maximum keeps order. ``copies`` keeps the bf16 weight under ``name``.
+    on a CPU than the convolution itself (figures and the retired script that measured them:
+    project/docs/lab-notebook.md, "Speed experiments retired from benchmarks/"). The bias is
+    added after the maximum (max(x + b) = max(x) + b), in float32, to the (n_tokens, count)
+    maxima only; in bf16 only those are converted to float32, since the maximum keeps order.
+    ``copies`` keeps the bf16 weight under ``name``.
     """
     assert conv.bias is not None  # nn.Conv1d's default, which every token encoder keeps
     count, char_dim, width = conv.weight.shape

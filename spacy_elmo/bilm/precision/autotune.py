@@ -349,13 +349,14 @@ def choose(trials: Dict[str, Trial]) -> str:
     calls too, bulk work and a service weigh the same: "as fast" is the geometric mean of the
     speed ratio on the batch and the service's, itself the geometric mean of the ratios alone and
     for a few sentences together. A service runs calls of one or a few requests, and a precision
-    can win a batch and lose those by more (the bundled ``en`` biLM on an AVX512-VNNI EPYC at 2
-    threads: int8 8,824 tokens/s on the batch against bf16's 7,791, but 697 against 1,181 alone and
-    3,356 against 5,710 for 8 sentences; docs/bilm.md); and a service's two calls are two views of
-    one use, which, counted as two, outvoted the batch (fp32 against bf16, same machine: bf16 1.44x
-    on the batch and 1.17x for 8 sentences, 0.76x alone: 1.086 as three, 1.17 as two). A decision
-    is cached for good, and a margin within the noise of a busy machine would keep the less
-    accurate one on a coin toss."""
+    can win a batch and lose those by more (the bundled ``en`` biLM on an AVX512-VNNI EPYC: int8
+    won the batch narrowly over bf16 and lost a lone sentence and a few sentences by far more;
+    docs/bilm.md); and a service's two calls are two views of one use, which, counted as two,
+    outvoted the batch (on the same machine a clear bf16 win over fp32 on the batch fell under
+    :data:`CLEAR_WIN` once fp32's faster lone sentence counted as much as the batch;
+    project/docs/lab-notebook.md, "A service's slowest requests"). A decision is cached for good,
+    and a margin within the noise of a busy machine would keep the less accurate one on a coin
+    toss."""
     kept = sorted(
         (p for p, trial in trials.items() if p == "fp32" or trial.cosine >= MIN_MEAN_COSINE),
         key=lambda p: 1.0 if p == "fp32" else trials[p].cosine,

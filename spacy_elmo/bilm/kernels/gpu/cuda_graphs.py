@@ -53,7 +53,7 @@ MAX_GRAPHS = 32  # per device; a graph holds little beyond its kernels' argument
 MAX_SEEN = 256  # shapes remembered for the second-use rule
 # The product dtypes whose loops replay graphs. In float32 a step's products keep the GPU busy
 # longer than its launches take, so graphs save little and the padding of a bucket costs more
-# (benchmarks/gpu.py: slower than the launched loop on an H100; figures in docs/component.md).
+# (benchmarks/gpu.py: slower than the launched loop; figures in docs/performance.md, "NVIDIA H100").
 GRAPH_DTYPES = tuple(kind.dtype for kind in PRODUCT_PRECISIONS.values() if kind.cuda_graphs)
 
 Weights = Tuple[Tensor, Tensor, Tensor]

@@ -3,8 +3,8 @@
 Eager, one step of a :class:`~.lstm.ProjectedLSTM` is about a dozen CUDA kernels over the
 (2, rows, 4 * lstm_dim) gates: the bias and recurrent additions, three sigmoids, two tanhs,
 products, clipping, conversions and state copies, each a full pass through GPU memory and a launch
-from Python. On an H200 at the Original size these elementwise passes took three quarters of the
-GPU's time, and the launches as much host time again (benchmarks/results/gpu_h200_fused.txt). Here a step is
+from Python. At the Original size these elementwise passes took most of the GPU's time, and the
+launches as much host time again (benchmarks/results/gpu_h200_fused.txt). Here a step is
 four kernels:
 
 1. the recurrent product ``hidden @ W_h`` (cuBLAS, in the product dtype);
