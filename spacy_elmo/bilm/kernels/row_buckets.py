@@ -15,9 +15,11 @@ from torch import Tensor
 from torch.nn import functional as F
 
 
-def padded_rows(rows: int) -> int:
-    """``rows`` rounded up to one of at most eight counts per doubling, exact below 16."""
-    step = 1 << max(0, rows.bit_length() - 4)
+def padded_rows(rows: int, grain: int = 1) -> int:
+    """``rows`` rounded up to one of at most eight counts per doubling (exact below 16) and to a
+    multiple of ``grain`` (a power of two): at most ``max(grain - 1, rows / 8)`` of padding. The
+    CUDA graphs key their captures on such counts of steps and rows too (:mod:`.gpu.cuda_graphs`)."""
+    step = max(grain, 1 << max(0, rows.bit_length() - 4))
     return -(-rows // step) * step
 
 

@@ -17,6 +17,7 @@ import torch
 
 from spacy_elmo.bilm import kernels, settings
 from spacy_elmo.bilm.kernels.gpu import cuda_graphs
+from spacy_elmo.bilm.kernels.row_buckets import padded_rows
 from spacy_elmo.bilm.model.lstm import ProjectedLSTM
 
 from ...helpers import assert_float32_close, random_bilm, tiny_options
@@ -70,13 +71,13 @@ def assert_same(graphed, eager) -> None:
 
 
 def test_buckets_pad_by_at_most_an_eighth_or_the_grain() -> None:
-    assert [cuda_graphs.bucket(n, 4) for n in (1, 7, 9, 21, 47, 100)] == [4, 8, 12, 24, 48, 104]
-    assert [cuda_graphs.bucket(n, 16) for n in (1, 17, 334, 750)] == [16, 32, 352, 768]
+    assert [padded_rows(n, 4) for n in (1, 7, 9, 21, 47, 100)] == [4, 8, 12, 24, 48, 104]
+    assert [padded_rows(n, 16) for n in (1, 17, 334, 750)] == [16, 32, 352, 768]
     for grain in (4, 16):
-        buckets = {cuda_graphs.bucket(n, grain) for n in range(1, 4097)}
+        buckets = {padded_rows(n, grain) for n in range(1, 4097)}
         assert len(buckets) <= 8 * 13
         for n in range(1, 4097):
-            padded = cuda_graphs.bucket(n, grain)
+            padded = padded_rows(n, grain)
             assert padded % grain == 0 and 0 <= padded - n < max(grain, n / 8)
 
 

@@ -4,7 +4,7 @@ Launched from Python, a fused layer (:func:`.fused_lstm.fused_layer`) is four ke
 and the host cannot launch them as fast as the GPU runs them: the pass is host-bound. A CUDA graph
 of the whole loop is launched at once. A graph has fixed shapes and addresses, so:
 
-- **Buckets.** A batch is padded to a shape bucket, steps and rows rounded up (:func:`bucket`:
+- **Buckets.** A batch is padded to a shape bucket, steps and rows rounded up (:func:`..row_buckets.padded_rows`:
   at most an eighth more), so that buckets recur over a corpus of length-sorted batches. The
   captured loop is :func:`.fused_lstm.padded_layer`: every row runs every step, and the kernels
   mask each row by its length (a device tensor), so the real rows get the launched loop's results.
@@ -45,6 +45,7 @@ from torch import Tensor
 from ...memory.weight_copies import tensor_versions
 from ...precision.kinds import PRODUCT_PRECISIONS
 from ...settings import CUDA_GRAPHS_ENV, switches
+from ..row_buckets import padded_rows
 from .fused_lstm import GPU_PRECOMPUTED_POSITIONS, LayerBuffers, padded_layer
 
 STEP_GRAIN = 4  # steps are padded to a multiple of this at least
@@ -64,13 +65,6 @@ def use_cuda_graphs(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether the fused loop on ``device`` with products in ``dtype`` runs from CUDA graphs: on
     CUDA in :data:`GRAPH_DTYPES`, unless ``SPACY_ELMO_CUDA_GRAPHS=0``."""
     return device.type == "cuda" and dtype in GRAPH_DTYPES and switches().cuda_graphs
-
-
-def bucket(n: int, grain: int) -> int:
-    """``n`` rounded up to a multiple of ``grain`` and of an eighth of the power of two below it:
-    at most ``max(grain - 1, n / 8)`` of padding, and few distinct values (8 per octave)."""
-    unit = max(grain, 1 << max(0, n.bit_length() - 4))
-    return -(-n // unit) * unit
 
 
 class Runner(Protocol):
@@ -125,7 +119,9 @@ class Bucket(NamedTuple):
         """The bucket of a batch: ``inputs`` (time, 2, batch, input_dim), ``memory`` (2, batch,
         lstm_dim), ``hidden`` (2, batch, projection_dim)."""
         n_steps, _, batch, input_dim = inputs.shape
-        return cls(bucket(n_steps, STEP_GRAIN), bucket(batch, ROW_GRAIN), input_dim, memory.shape[2], hidden.shape[2])
+        return cls(
+            padded_rows(n_steps, STEP_GRAIN), padded_rows(batch, ROW_GRAIN), input_dim, memory.shape[2], hidden.shape[2]
+        )
 
     def buffer_shapes(self) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype]]:
         """Shape and dtype of each of :class:`.fused_lstm.LayerBuffers`."""
