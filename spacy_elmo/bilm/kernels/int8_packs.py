@@ -14,9 +14,10 @@ saturating int16 first, and get rows and weights that keep those pairs within it
 cell state, clipping, skip connections and outputs stay float32, as in bf16 mode.
 
 The char CNN does not run in int8: int8 highways and projection lose too much (its inputs, the
-filters' maxima, have outliers that one per-tensor scale serves badly; docs/bilm.md), while the
-LSTM products keep the accuracy contract. It runs in bf16 where the CPU multiplies bf16 in
-hardware, else in float32 (:attr:`~.precision.ResolvedPrecision.token_encoder_dtype`).
+filters' maxima, have outliers that one per-tensor scale serves badly; project/docs/lab-notebook.md,
+"Speed experiments retired from benchmarks/"), while the LSTM products keep the accuracy contract.
+It runs in bf16 where the CPU multiplies bf16 in hardware, else in float32
+(:attr:`~.precision.ResolvedPrecision.token_encoder_dtype`).
 
 There is no gradient through int8 products: training refuses the precision
 (:func:`check_no_gradient`). torch has deprecated its quantized tensor type (``quantize_per_channel``
