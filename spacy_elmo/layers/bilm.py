@@ -21,7 +21,9 @@ from spacy.tokens import Doc
 from thinc.api import ArgsKwargs, Model, Ops, get_array_module, get_torch_default_device, torch2xp, xp2torch
 from thinc.types import Floats1d, Floats2d, Floats3d
 
+from ..batching import Batcher, BatchPolicy, Request
 from ..bilm import BiLM, ElmoOptions
+from ..bilm.compute_thread import on_compute_thread
 from ..published.resolve import resolve_files
 from .arrays import no_backprop, split_by_lengths
 from .bilm_settings import ElmoBiLMSettings
@@ -29,7 +31,6 @@ from .bilm_shim import BiLMShim
 from .feature_cache import FeatureCache
 from .language import BUNDLED, DEFAULT_PRETRAINED
 from .segmentation import SKIPPED, Placement, SegmentPlan, plan_segments
-from .shared_calls import SharedCalls
 
 InT = List[Doc]
 OutT = List[Floats3d]  # per doc: (n_layers + 1, n_tokens, width)
@@ -73,7 +74,9 @@ def ElmoBiLMLayer(settings: ElmoBiLMSettings) -> Model[InT, OutT]:
             "window": settings.window,
             "overlap": settings.overlap,
             "feature_cache": FeatureCache(int(settings.feature_cache_mb * 2**20)),
-            "shared_calls": SharedCalls(),
+            # threads calling the pipeline at once share biLM calls; None: calls run as they come
+            # (a service's worker is the pipeline's only caller)
+            "batcher": Batcher(BatchPolicy(max_batch_tokens=settings.bilm_settings.max_batch_tokens)),
             "replace_listener_cfg": replace_listener_cfg,
         },
     )
@@ -255,14 +258,15 @@ def _compute_and_place(
     bilm, ops = get_bilm(model), model.ops
     weights = None if mix is None else [float(w) for w in ops.to_numpy(mix)]
     compute = partial(_predict, model.shims[0], weights)
-    shared: SharedCalls = model.attrs["shared_calls"]
+    batcher: Optional[Batcher] = model.attrs["batcher"]
     for batch in bilm.batches([sentences[group[0]] for group in todo]):
         batch_sentences = [sentences[todo[b][0]] for b in batch]
-        if bilm.state_mode == "carry":  # a row's result depends on the calls before it: never shared
+        if bilm.state_mode == "carry" or batcher is None:  # carry: a row's result depends on the calls before it
             output = compute(batch_sentences)
         else:
-            key = None if weights is None else tuple(weights)
-            output = shared.run(key, batch_sentences, compute, bilm.max_batch_tokens, bilm.device.type == "cpu")
+            run = partial(_run_joined, compute, bilm.device.type == "cpu")
+            width = max(len(sentence) for sentence in batch_sentences) + 2
+            output = batcher.call(Request(batch_sentences, width, run, key=None if weights is None else tuple(weights)))
         layers = torch2xp(output.float(), ops=ops)  # (n_layers + 1, rows, time, width)
         del output
         n_layers, rows, n_steps, width = layers.shape
@@ -280,6 +284,26 @@ def _compute_and_place(
 def _predict(shim: BiLMShim, mix: Optional[List[float]], sentences: Sequence[Sequence[str]]) -> torch.Tensor:
     """The biLM's layers of ``sentences``, mixed with ``mix`` if given: (n_layers + 1 or 1, rows, time, width)."""
     return shim.predict(ArgsKwargs(args=(sentences,), kwargs={"mix": mix})).layers
+
+
+def _run_joined(
+    compute: Callable[[Sequence[Sequence[str]]], torch.Tensor],
+    on_cpu: bool,
+    requests: Sequence[Sequence[Sequence[str]]],
+) -> List[torch.Tensor]:
+    """One biLM call for the sentences of ``requests`` (threads' calls the batcher joined), on the
+    process's compute thread where it runs on a CPU (:mod:`spacy_elmo.bilm.compute_thread`); each
+    request its own rows, as many positions as its own longest sentence."""
+    sentences = [sentence for request in requests for sentence in request]
+    layers = on_compute_thread(compute, sentences) if on_cpu else compute(sentences)
+    if len(requests) == 1:
+        return [layers]
+    found, first = [], 0
+    for request in requests:
+        width = max(len(sentence) for sentence in request) + 2
+        found.append(layers[:, first : first + len(request), :width])
+        first += len(request)
+    return found
 
 
 def _mixed(layers: Floats3d, mix: Optional[Floats1d]) -> Floats3d:

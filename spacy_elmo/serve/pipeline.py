@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Sequence
 import spacy
 from spacy.language import Language
 from spacy.tokens import Doc
-from thinc.api import require_gpu
+from thinc.api import Model, require_gpu
 from thinc.util import has_cupy_gpu, to_numpy
 
 from ..layers import get_bilm
@@ -89,6 +89,10 @@ def load_pipeline(source: PipelineSource) -> Language:
         ", ".join(nlp.pipe_names) or "none",
     )
     for name, component in nlp.pipeline:
+        model = getattr(component, "model", None)
+        for node in model.walk() if isinstance(model, Model) else ():
+            if "batcher" in node.attrs:  # the worker is the pipeline's only caller: no calls to join
+                node.attrs["batcher"] = None
         if isinstance(component, Elmo):
             bilm = get_bilm(component.model)  # the pipe predicts without gradients: inference's precision
             running = bilm.resolved_precision_for(training=False).precision

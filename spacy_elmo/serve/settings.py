@@ -6,6 +6,8 @@ command's flags and ``SPACY_ELMO_SERVE_*`` variables set them (docs/serving.md l
 
 from dataclasses import dataclass
 
+from ..batching import BatchPolicy
+
 ENV_PREFIX = "SPACY_ELMO_SERVE_"
 
 # A JSON string may spell one character in up to 12 bytes (a surrogate pair, "\ud83d\ude00"):
@@ -34,14 +36,21 @@ class BatchLimits:
     """How queued requests form the worker's batches, and how many may wait.
 
     A batch takes whole requests, in arrival order, while it holds at most ``max_batch_texts``
-    texts and ``max_batch_chars`` characters (characters stand for tokens, which are not known
-    before the tokenizer runs); a request larger than either runs alone. At most ``queue_size``
-    requests wait beside the running batch; one more is refused with 503 and ``Retry-After``.
+    texts and ``max_batch_chars`` characters, its texts counted as long as its longest
+    (characters stand for tokens, which are not known before the tokenizer runs); a request
+    larger than either runs alone. At most ``queue_size`` requests wait beside the running batch;
+    one more is refused with 503 and ``Retry-After``.
     """
 
     max_batch_texts: int = 64
     max_batch_chars: int = 100_000
     queue_size: int = 32
+
+    def policy(self) -> BatchPolicy:
+        """The worker's :class:`~spacy_elmo.batching.BatchPolicy`."""
+        return BatchPolicy(
+            max_batch_size=self.max_batch_texts, max_batch_tokens=self.max_batch_chars, max_queued=self.queue_size
+        )
 
 
 # The response header that names the Ray Serve replica that answered (spacy_elmo.serve.ray_deployment).

@@ -94,7 +94,7 @@ def _around_a_compute_thread_call() -> List[int]:
 @needs_libgomp
 def test_a_thread_frees_its_openmp_threads_and_gets_them_back_at_its_next_parallel_operation() -> None:
     """libgomp throttles every team once the process holds more OpenMP threads than cores, so the
-    threads handing calls to the compute thread free theirs (layers/shared_calls.py)."""
+    threads handing calls to the compute thread free theirs (layers/bilm.py, _run_joined)."""
     before, with_team, released, again = counts = counts_in_a_fresh_process(_released_and_made_again)
     assert with_team == before + 1 and released == before and again == with_team, counts
 

@@ -5,7 +5,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections import deque
 from concurrent.futures import Future
 from typing import Any, List, Sequence
 
@@ -13,17 +12,10 @@ import pytest
 import spacy
 from spacy.language import Language
 
+from spacy_elmo.batching import retry_after_seconds
 from spacy_elmo.serve.pipeline import PipelineRun, doc_output
 from spacy_elmo.serve.settings import BatchLimits
-from spacy_elmo.serve.worker import (
-    Job,
-    NotReady,
-    Overloaded,
-    ShuttingDown,
-    Worker,
-    form_batch,
-    retry_after_seconds,
-)
+from spacy_elmo.serve.worker import NotReady, Overloaded, ShuttingDown, Worker
 
 from ..helpers import elmo_config
 
@@ -70,12 +62,30 @@ def wait_ready(worker: Worker) -> None:
     assert worker.ready, worker.state
 
 
+def queued_batches(limits: BatchLimits, requests: Sequence[List[str]]) -> List[List[str]]:
+    """The batches a worker with ``limits`` runs for ``requests``, all queued behind a held batch."""
+    run = RecordingRun()
+    worker = started_worker(run, **vars(limits))
+    worker.submit(["held"], vectors=False)
+    assert run.first_started.wait(TIMEOUT)
+    futures = [worker.submit(texts, vectors=False) for texts in requests]
+    run.release.set()
+    [future.result(TIMEOUT) for future in futures]
+    assert worker.close(TIMEOUT)
+    return run.batches[1:]
+
+
 def test_a_batch_takes_whole_requests_in_order_within_its_limits() -> None:
-    jobs = deque(Job(texts, False) for texts in (["ab", "c"], ["d"], ["e", "f"], ["g"]))
-    assert [job.texts for job in form_batch(jobs, BatchLimits(max_batch_texts=3))] == [["ab", "c"], ["d"]]
-    assert [job.texts for job in form_batch(jobs, BatchLimits(max_batch_texts=3, max_batch_chars=2))] == [["e", "f"]]
-    big = deque([Job(["x" * 50], False), Job(["y"], False)])
-    assert [job.texts for job in form_batch(big, BatchLimits(max_batch_chars=10))] == [["x" * 50]]  # alone
+    requests = (["ab", "c"], ["d"], ["e", "f"], ["g"])
+    assert queued_batches(BatchLimits(max_batch_texts=3), requests) == [["ab", "c", "d"], ["e", "f", "g"]]
+    # characters: the texts counted as long as the batch's longest
+    assert queued_batches(BatchLimits(max_batch_texts=3, max_batch_chars=4), requests) == [
+        ["ab", "c"],
+        ["d", "e", "f"],
+        ["g"],
+    ]
+    big = (["x" * 50], ["y"])
+    assert queued_batches(BatchLimits(max_batch_chars=10), big) == [["x" * 50], ["y"]]  # alone
 
 
 def test_callers_that_arrive_during_a_batch_form_the_next_one_and_each_gets_its_own_outputs() -> None:

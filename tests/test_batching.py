@@ -1,9 +1,12 @@
-"""Concurrent callers share biLM calls: a lone caller runs at once, callers that arrive while a call
-runs join the next one, each gets exactly its own rows, and an error reaches its own caller only."""
+"""The one batcher (spacy_elmo.batching), driven by its callers as threads calling a pipeline drive
+it: a lone caller runs at once, callers that arrive while a batch runs join the next one, each gets
+exactly its own output, an error reaches its own caller only, and a request past its deadline or
+whose caller left is not run. (The service's worker drives it from a thread: tests/serve/test_worker.py.)"""
 
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import List, Sequence
 
 import numpy
@@ -11,13 +14,14 @@ import pytest
 import spacy
 import torch
 
+from spacy_elmo import batching
+from spacy_elmo.batching import Batcher, BatchPolicy, DeadlineExceeded, Request
 from spacy_elmo.bilm import BiLM
 from spacy_elmo.bilm.kernels.int8_packs import int8_available
 from spacy_elmo.bilm.precision import autotune
-from spacy_elmo.layers import shared_calls
-from spacy_elmo.layers.shared_calls import SharedCalls
+from spacy_elmo.layers.bilm import _run_joined
 
-from ..helpers import elmo_config
+from .helpers import elmo_config
 
 WIDTH = 3
 
@@ -50,15 +54,26 @@ def expected_layers(sentences: Sequence[Sequence[str]], time_steps: int) -> torc
     return layers
 
 
-def run_concurrently(shared: SharedCalls, fake: FakeBiLM, requests: List[List[List[str]]], keys=None):
+def call(batcher: Batcher, sentences, compute, key=None, on_cpu: bool = False) -> torch.Tensor:
+    """``compute(sentences)``'s layers, alone or in a batch with other callers', as the elmo layer
+    calls the biLM."""
+    width = max(len(sentence) for sentence in sentences) + 2
+    return batcher.call(Request(sentences, width, partial(_run_joined, compute, on_cpu), key=key))
+
+
+def tokens_batcher(max_tokens: int = 10_000) -> Batcher:
+    return Batcher(BatchPolicy(max_batch_tokens=max_tokens))
+
+
+def run_concurrently(batcher: Batcher, fake: FakeBiLM, requests: List[List[List[str]]], keys=None):
     """The first request runs (held); the rest arrive while it runs; then it is released."""
     keys = keys or [None] * len(requests)
     with ThreadPoolExecutor(len(requests)) as pool:
-        first = pool.submit(shared.run, keys[0], requests[0], fake, 10_000)
+        first = pool.submit(call, batcher, requests[0], fake, keys[0])
         while not fake.calls:
             time.sleep(0.001)
-        rest = [pool.submit(shared.run, key, request, fake, 10_000) for key, request in zip(keys[1:], requests[1:])]
-        while len(shared._pending) < len(rest):  # every later caller waits in the queue
+        rest = [pool.submit(call, batcher, request, fake, key) for key, request in zip(keys[1:], requests[1:])]
+        while batcher.queued < len(rest):  # every later caller waits in the queue
             time.sleep(0.001)
         fake.release.set()
         futures = [first] + rest
@@ -67,7 +82,7 @@ def run_concurrently(shared: SharedCalls, fake: FakeBiLM, requests: List[List[Li
 
 def test_a_lone_caller_runs_at_once_with_its_own_sentences() -> None:
     fake = FakeBiLM()
-    result = SharedCalls().run(None, [["one", "two"]], fake, 100)
+    result = call(tokens_batcher(100), [["one", "two"]], fake)
     assert fake.calls == [[["one", "two"]]]
     assert torch.equal(result, expected_layers([["one", "two"]], 4))
 
@@ -75,7 +90,7 @@ def test_a_lone_caller_runs_at_once_with_its_own_sentences() -> None:
 def test_callers_that_arrive_during_a_call_share_the_next_and_get_their_own_rows() -> None:
     fake = FakeBiLM(hold_first=True)
     requests = [[["first"]], [["a", "bb", "ccc"]], [["d"], ["e", "f"]], [["g", "h", "i", "j", "k"]]]
-    results = run_concurrently(SharedCalls(), fake, requests)
+    results = run_concurrently(tokens_batcher(), fake, requests)
     assert len(fake.calls) == 2 and sorted(map(len, fake.calls)) == [1, 4]  # the three waiting callers: one call
     for request, result in zip(requests, results):
         assert torch.equal(result, expected_layers(request, max(map(len, request)) + 2))
@@ -84,7 +99,7 @@ def test_callers_that_arrive_during_a_call_share_the_next_and_get_their_own_rows
 def test_callers_with_the_same_sentences_each_join_the_shared_call() -> None:
     fake = FakeBiLM(hold_first=True)
     requests = [[["first"]], [["same", "text"]], [["same", "text"]], [["same", "text"]]]
-    results = run_concurrently(SharedCalls(), fake, requests)
+    results = run_concurrently(tokens_batcher(), fake, requests)
     assert sorted(map(len, fake.calls)) == [1, 3]  # the three alike in one call, none run alone after it
     for request, result in zip(requests, results):
         assert torch.equal(result, expected_layers(request, max(map(len, request)) + 2))
@@ -93,38 +108,61 @@ def test_callers_with_the_same_sentences_each_join_the_shared_call() -> None:
 def test_an_error_reaches_the_caller_whose_sentence_caused_it_only() -> None:
     fake = FakeBiLM(hold_first=True)
     requests = [[["first"]], [["fine"]], [["BAD", "token"]], [["also", "fine"]]]
-    results = run_concurrently(SharedCalls(), fake, requests)
+    results = run_concurrently(tokens_batcher(), fake, requests)
     assert isinstance(results[2], ValueError)
     for k in (0, 1, 3):
         assert torch.equal(results[k], expected_layers(requests[k], max(map(len, requests[k])) + 2))
+    assert [len(c) for c in fake.calls] == [1, 3, 1, 1, 1]  # the batch, then each alone
 
 
 def test_calls_of_other_settings_are_not_joined() -> None:
     fake = FakeBiLM(hold_first=True)
     requests = [[["first"]], [["a"]], [["b"]], [["c"]]]
-    run_concurrently(SharedCalls(), fake, requests, keys=[None, (1.0,), (0.5,), (1.0,)])
+    run_concurrently(tokens_batcher(), fake, requests, keys=[None, (1.0,), (0.5,), (1.0,)])
     assert sorted(map(len, fake.calls)) == [1, 1, 2]
 
 
-def test_a_shared_call_stays_within_its_padded_tokens() -> None:
-    shared, fake = SharedCalls(), FakeBiLM(hold_first=True)
-    with ThreadPoolExecutor(4) as pool:
-        first = pool.submit(shared.run, None, [["x"]], fake, 8)
+def test_a_shared_call_stays_within_its_padded_tokens_and_takes_requests_in_order() -> None:
+    batcher, fake = tokens_batcher(8), FakeBiLM(hold_first=True)
+    with ThreadPoolExecutor(5) as pool:
+        first = pool.submit(call, batcher, [["x"]], fake)
         while not fake.calls:
             time.sleep(0.001)
-        rest = [pool.submit(shared.run, None, [["a", "b"]], fake, 8) for _ in range(3)]  # 4 positions each
-        while len(shared._pending) < 3:
-            time.sleep(0.001)
+        rest = []
+        for sentences in ([["a", "b"]], [["c", "d"]], [["e", "f", "g", "h", "i", "j"]], [["k"]]):
+            rest.append(pool.submit(call, batcher, sentences, fake))  # 4, 4, 8 and 3 positions
+            while batcher.queued < len(rest):
+                time.sleep(0.001)
         fake.release.set()
         [f.result() for f in [first] + rest]
-    assert all(len(call) * (max(map(len, call)) + 2) <= 8 for call in fake.calls[1:])
-    assert sorted(map(len, fake.calls)) == [1, 1, 2]
+    assert all(len(c) * (max(map(len, c)) + 2) <= 8 for c in fake.calls[1:])
+    assert [[s[0] for s in c] for c in fake.calls] == [["x"], ["a", "c"], ["e"], ["k"]]
+
+
+def test_a_request_whose_caller_left_or_whose_deadline_passed_is_not_run() -> None:
+    batcher, fake = tokens_batcher(), FakeBiLM(hold_first=True)
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(call, batcher, [["first"]], fake)
+        while not fake.calls:
+            time.sleep(0.001)
+        run = partial(_run_joined, fake, False)
+        late = batcher.submit(Request([["late"]], 3, run, deadline=time.monotonic() + 0.01))
+        left = batcher.submit(Request([["left"]], 3, run))
+        kept = batcher.submit(Request([["kept"]], 3, run))
+        assert left.cancel()
+        time.sleep(0.02)
+        fake.release.set()
+        first.result()
+        assert call(batcher, [["next"]], fake).shape[1] == 1
+    with pytest.raises(DeadlineExceeded, match="deadline passed"):
+        late.result(0)
+    assert kept.done() and [[s[0] for s in c] for c in fake.calls] == [["first"], ["kept", "next"]]
 
 
 def test_threads_that_loop_share_calls_in_one_cohort() -> None:
     """8 threads each sending 12 requests one after another: the threads a call served join the next
     call, rather than two halves taking turns (calls of 4 on average)."""
-    shared, calls = SharedCalls(), []
+    batcher, calls = tokens_batcher(), []
 
     def compute(sentences: Sequence[Sequence[str]]) -> torch.Tensor:
         calls.append(len(sentences))
@@ -134,7 +172,7 @@ def test_threads_that_loop_share_calls_in_one_cohort() -> None:
     def work(thread: int) -> None:
         for index in range(12):
             request = [[f"t{thread}", f"r{index}"]]
-            assert torch.equal(shared.run(None, request, compute, 10_000), expected_layers(request, 4))
+            assert torch.equal(call(batcher, request, compute), expected_layers(request, 4))
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(work, range(8)))
@@ -147,7 +185,7 @@ def test_requests_a_pool_hands_out_as_an_event_loop_returns_them_share_one_call(
     the clients coming back 3 ms apart (as an event loop answers and reads them one at a time)
     beside 40 ms calls. Threads the last call served need not come back, so a wait for them, from
     the first arrival, cut calls of 4 on average."""
-    shared, calls = SharedCalls(), []
+    batcher, calls = tokens_batcher(), []
 
     def compute(sentences: Sequence[Sequence[str]]) -> torch.Tensor:
         calls.append(len(sentences))
@@ -159,7 +197,7 @@ def test_requests_a_pool_hands_out_as_an_event_loop_returns_them_share_one_call(
         def client(index: int) -> None:
             for request_index in range(6):
                 request = [[f"c{index}", f"r{request_index}"]]
-                answer = server.submit(shared.run, None, request, compute, 10_000).result()
+                answer = server.submit(call, batcher, request, compute).result()
                 assert torch.equal(answer, expected_layers(request, 4))
                 time.sleep(0.003 * index)
 
@@ -170,7 +208,7 @@ def test_requests_a_pool_hands_out_as_an_event_loop_returns_them_share_one_call(
 
 
 def test_a_lone_thread_that_loops_waits_for_nothing() -> None:
-    shared, seconds = SharedCalls(), []
+    batcher, seconds = tokens_batcher(), []
 
     def compute(sentences: Sequence[Sequence[str]]) -> torch.Tensor:
         time.sleep(0.02)
@@ -178,13 +216,19 @@ def test_a_lone_thread_that_loops_waits_for_nothing() -> None:
 
     for index in range(5):
         began = time.perf_counter()
-        shared.run(None, [[f"r{index}"]], compute, 10_000)
+        call(batcher, [[f"r{index}"]], compute)
         seconds.append(time.perf_counter() - began)
-    assert max(seconds) < 0.02 * (1 + 0.5 * shared_calls.RETURN_WAIT) + 0.004  # no wait beside the call
+    assert max(seconds) < 0.02 * (1 + 0.5 * batching.RETURN_WAIT) + 0.004  # no wait beside the call
 
 
-def test_an_empty_call_is_not_queued() -> None:
-    assert SharedCalls().run(None, [], lambda sentences: torch.zeros(1, 0, 2, WIDTH), 10).shape == (1, 0, 2, WIDTH)
+def test_a_batch_wait_timeout_caps_the_wait_for_returning_callers() -> None:
+    """Two threads the last batch served, one of which does not come back: with batch_wait_timeout_s
+    the other waits at most that long for it, not RETURN_WAIT of the last batch's time."""
+    batcher, fake = Batcher(BatchPolicy(batch_wait_timeout_s=0.0)), FakeBiLM(hold_first=True)
+    run_concurrently(batcher, fake, [[["first"]], [["a"]], [["b"]]])
+    began = time.perf_counter()
+    call(batcher, [["alone"]], fake)
+    assert time.perf_counter() - began < 0.05
 
 
 def test_calls_on_a_cpu_run_on_one_thread_at_the_leaders_thread_count_and_context() -> None:
@@ -201,14 +245,14 @@ def test_calls_on_a_cpu_run_on_one_thread_at_the_leaders_thread_count_and_contex
         planned.append(autotune.decision_threads())
         return expected_layers(sentences, max(map(len, sentences)) + 2)
 
-    shared, callers = SharedCalls(), []
+    batcher, callers = tokens_batcher(100), []
 
     def lead(index: int, on_cpu: bool) -> None:
         callers.append(threading.current_thread())
         torch.set_num_threads(1 + index % 2)
         with autotune.deciding_for_threads(10 + index):
             request = [[f"r{index}"]]
-            assert torch.equal(shared.run(None, request, compute, 100, on_cpu), expected_layers(request, 3))
+            assert torch.equal(call(batcher, request, compute, on_cpu=on_cpu), expected_layers(request, 3))
 
     for index, on_cpu in enumerate([True, True, True, False]):
         caller = threading.Thread(target=lead, args=(index, on_cpu))
