@@ -76,7 +76,7 @@ def rates(model: BiLM, batches: List[List[List[str]]], precisions: List[str], re
 
     def embed(precision: str) -> Callable[[], None]:
         def run() -> None:
-            model.precision = precision  # type: ignore[assignment]
+            model.runtime.precision = precision  # type: ignore[assignment]
             for batch in batches:
                 model.embed_sentences(batch)
 

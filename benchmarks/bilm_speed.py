@@ -71,7 +71,7 @@ def time_all(
 
     def embed(precision: str) -> Callable[[], None]:
         def run() -> None:
-            model.precision = precision
+            model.runtime.precision = precision
             outputs[precision] = model.embed_sentences(texts)
 
         return run
@@ -81,8 +81,8 @@ def time_all(
 
     runs = {f"spacy-elmo {p} (no cache)": embed(p) for p in precisions}
     times = interleaved({**runs, "step-by-step port": port}, repeats)
-    model.precision = precisions[0]
-    model.token_cache = type(model.token_cache)(50_000)
+    model.runtime.precision = precisions[0]
+    model.runtime.token_cache = type(model.runtime.token_cache)(50_000)
     model.embed_sentences(texts)
     cached = Timing(tuple(timed(lambda: model.embed_sentences(texts)) for _ in range(repeats)))
     times[f"spacy-elmo {precisions[0]} (warm cache)"] = cached
@@ -130,7 +130,7 @@ def main(
     # for every token; boundary positions and padding are not counted.
     per_token = flops_per_token(options).total
     print(f"nominal cost: {per_token / 1e6:.0f} MFLOP per token")
-    distinct = sum(len({token for i in batch for token in texts[i]}) for batch in model.batches(texts))
+    distinct = sum(len({token for i in batch for token in texts[i]}) for batch in model.runtime.batches(texts))
     print(f"distinct tokens per batch: {distinct / n_tokens:.0%} of all tokens")
     times, outputs = time_all(model, texts, chosen, repeats)
     peaks = {p: matmul_rate(DTYPES[p], threads) for p in chosen}

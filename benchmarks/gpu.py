@@ -148,7 +148,7 @@ def inference_rate(
 
     def run(chosen: Sequence[Sequence[str]]) -> None:
         with torch.no_grad():
-            for batch in bilm.batches(chosen):
+            for batch in bilm.runtime.batches(chosen):
                 bilm([chosen[i] for i in batch])
 
     run(sentences[:64])  # kernels, allocator pools, the bf16 weight copies

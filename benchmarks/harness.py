@@ -348,7 +348,7 @@ def step_by_step(model: Any, sentences: Sequence[Sequence[str]]) -> List[Any]:
     opts = model.options
     outputs = []
     with torch.no_grad():
-        for batch in model.batches(sentences):
+        for batch in model.runtime.batches(sentences):
             rows = [sentences[i] for i in batch]
             n_steps = max(len(s) for s in rows) + 2
             tokens = [[("<boundary>", "start"), *s, ("<boundary>", "end")] for s in rows]

@@ -37,7 +37,7 @@ def main(
     typer.echo(f"{model}: {len(examples)} docs of {data}, {threads} threads")
     typer.echo("| precision | ents_p | ents_r | ents_f | seconds |\n|---|---|---|---|---|")
     for precision in precisions.split(","):
-        bilm.precision = precision
+        bilm.runtime.precision = precision
         start = time.perf_counter()
         scores = nlp.evaluate(examples)
         typer.echo(

@@ -63,7 +63,7 @@ def main(
     print(
         f"preset {preset}: {n_params / 1e6:.1f} M parameters (softmax included), "
         f"batch {config.batch_size} x window {config.window}, {config.n_negatives or 'full'} softmax, "
-        f"{threads} thread(s), {precision} precision ({trainer.bilm.resolved_precision.dtype})"
+        f"{threads} thread(s), {precision} precision ({trainer.bilm.runtime.resolved_precision.dtype})"
     )
     print(
         f"{tokens / seconds:.0f} tokens/s ({seconds / steps * 1000:.0f} ms/step); "

@@ -150,7 +150,7 @@ def main(
         model = load(size)
         for asked in precisions.split(","):
             precision = cpu_auto_precision(model) if asked == "auto" else asked
-            model.precision = precision
+            model.runtime.precision = precision
             with torch.no_grad():
                 runs = {
                     "call": partial(model.embed_sentences, [SENTENCE] * rows),

@@ -378,11 +378,11 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
         self._prepare_inference()
 
     def _prepare_inference(self) -> None:
-        """A frozen CPU biLM makes its inference weights as it loads (:meth:`BiLM.prepare_inference`)."""
+        """A frozen CPU biLM makes its inference weights as it loads (:meth:`.BiLMRuntime.prepare_inference`)."""
         bilm = get_bilm(self.model)
         if self.model.attrs["freeze"] and bilm.device.type == "cpu":
             with torch_threads(self._threads()):
-                bilm.prepare_inference()
+                bilm.runtime.prepare_inference()
 
 
 def _set_vectors(doc: Doc, vectors: Floats2d) -> None:

@@ -17,7 +17,7 @@ import torch
 from spacy.cli.train import train
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm.model import bilm as model_module
+from spacy_elmo.bilm import runtime as runtime_module
 from spacy_elmo.bilm.precision import autotune
 from spacy_elmo.bilm.settings import PRECISION_ENV
 from spacy_elmo.embed import EmbedSettings, ray_engine, run_embed
@@ -61,7 +61,7 @@ def test_embed_records_and_ray_takes_what_inference_computes(bilm_files, tmp_pat
 def test_fine_tuning_trains_at_the_precision_set(bilm_files, monkeypatch) -> None:
     """fp32 set: float32 products; auto: training's decision (bf16 here), whatever inference's auto is."""
     decisions(monkeypatch, inference="int8", training="bf16")
-    entered = record_own_precision(monkeypatch, model_module)
+    entered = record_own_precision(monkeypatch, runtime_module)
     for setting, dtype in [("fp32", torch.float32), ("auto", torch.bfloat16)]:
         nlp = build_ner_textcat(bilm_files, freeze=False, precision=setting)
         entered.clear()

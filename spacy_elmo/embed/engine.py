@@ -56,7 +56,7 @@ def load_bilm(
     bilm.to(device)
     bilm.eval()
     if device.type == "cpu":  # its low-precision copies made now, their float32 sources moved to disk
-        bilm.prepare_inference()
+        bilm.runtime.prepare_inference()
     return bilm
 
 
@@ -82,10 +82,10 @@ def chunks(sentences: Iterable[Sentence], budget: int = CHUNK_TOKENS) -> Iterato
 
 def embed_chunk(bilm: BiLM, sentences: List[List[str]]) -> List[numpy.ndarray]:
     """Layers of each sentence, (n_layers + 1, n_tokens, width) float32, in the given order."""
-    if bilm.state_mode != "carry":
+    if bilm.runtime.state_mode != "carry":
         return bilm.embed_sentences(sentences)
     outputs: List[numpy.ndarray] = []
-    for group in chunks((Sentence(i, "", s) for i, s in enumerate(sentences)), bilm.max_batch_tokens):
+    for group in chunks((Sentence(i, "", s) for i, s in enumerate(sentences)), bilm.runtime.max_batch_tokens):
         outputs.extend(bilm.embed_sentences([s.tokens for s in group]))  # one batch, rows carried on
     return outputs
 
@@ -103,8 +103,8 @@ def embed_shard(
     The biLM starts the shard with no carried state and an empty token cache: which tokens
     an earlier shard left cached changes how the char CNN batches, and so the last bits.
     """
-    bilm.reset_states()
-    bilm.token_cache.clear()
+    bilm.runtime.reset_states()
+    bilm.runtime.token_cache.clear()
     n_sentences = n_tokens = 0
     with atomic_path(directory / shard_name(spec.shard)) as tmp:
         writer = ShardWriter(tmp, settings.output_ndim)

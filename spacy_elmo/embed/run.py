@@ -172,11 +172,11 @@ class RayEmbedder:
         bilm = load_bilm(*files, settings)
 
         def cpu_auto() -> str:  # what the local engine computes with on this CPU: inference's auto for this biLM
-            return bilm.resolved_precision_for(training=False).precision
+            return bilm.runtime.resolved_precision_for(training=False).precision
 
         precision = worker_precision(settings.precision, workers_on, torch.cuda.device_count(), cpu_auto)
         workers_settings = dataclasses.replace(settings, precision=precision)
-        bilm.precision = workers_settings.precision  # so that the manifest records the workers' products
+        bilm.runtime.precision = workers_settings.precision  # so that the manifest records the workers' products
         return cls(bilm, files, input_path, workers_settings, workers_on, workers, address, threads, gpus_per_worker)
 
     def embed(

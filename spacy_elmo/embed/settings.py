@@ -14,7 +14,7 @@ import numpy
 
 from ..bilm import BiLM, ElmoOptions
 from ..bilm.formats.identity import weights_digest
-from ..bilm.model.bilm import STATE_MODES, StateMode
+from ..bilm.model.states import STATE_MODES, StateMode
 from ..bilm.precision.resolved import Precision, check_precision
 from ..option_fields import setting
 
@@ -122,7 +122,7 @@ def model_identity(bilm: BiLM) -> Dict[str, Any]:
     Unlike :meth:`BiLM.fingerprint`, which only tells in-process changes apart, this names the
     same weights the same way in every process and on every machine, however they were loaded.
     """
-    products = bilm.resolved_precision_for(training=False).recorded
+    products = bilm.runtime.resolved_precision_for(training=False).recorded
     return {"fingerprint": weights_digest(bilm), "products": products, "options": bilm.options.to_dict()}
 
 

@@ -108,7 +108,10 @@ class FeatureStore:
     def _check(self, bilm: BiLM) -> None:
         """Refuse a biLM other than the store's, a more precise setting than the store's products,
         or another state mode (checked once per weights and precision)."""
-        checked = (bilm.fingerprint(), bilm.precision)  # the setting: "auto" and "fp32" may resolve alike
+        checked = (
+            bilm.runtime.fingerprint(),
+            bilm.runtime.precision,
+        )  # the setting: "auto" and "fp32" may resolve alike
         if self._checked == checked:
             return
         assert self._manifest is not None
@@ -122,19 +125,20 @@ class FeatureStore:
             )
         held = ResolvedPrecision.from_recorded(self._manifest.model["products"])
         asked = ResolvedPrecision.from_recorded(identity["products"])
-        if not held.serves(bilm.precision):
+        if not held.serves(bilm.runtime.precision):
             raise ValueError(
                 f"elmo features: {self.path} holds layers computed with {held.recorded} matrix products, and "
                 f"this pipeline's biLM asks for {asked.recorded} ([components.elmo.model] precision = "
-                f'"{bilm.precision}"). Either accept the store\'s: set [components.elmo.model] precision = "auto" '
+                f'"{bilm.runtime.precision}"). Either accept the store\'s: set [components.elmo.model] '
+                'precision = "auto" '
                 f'(bf16 or int8 where the hardware is fast at it) or "{held.precision}"; or recompute '
                 f"the store: spacy-elmo embed ... --precision {asked.precision}"
             )
-        if bilm.state_mode != self._settings.state:
+        if bilm.runtime.state_mode != self._settings.state:
             raise ValueError(
                 f"elmo features: {self.path} was computed in the {self._settings.state!r} state but the biLM runs "
-                f"in {bilm.state_mode!r}: set the component's state to match, or recompute with --state "
-                f"{bilm.state_mode}"
+                f"in {bilm.runtime.state_mode!r}: set the component's state to match, or recompute with --state "
+                f"{bilm.runtime.state_mode}"
             )
         self._checked = checked
 

@@ -193,7 +193,7 @@ def _run_frozen(
     flat = model.ops.alloc3f(model.get_dim("nL") if mix is None else 1, sum(doc_lengths), model.get_dim("nO"))
     placement = Placement(flat, plan, doc_lengths)
     cache = _usable_cache(model.attrs["feature_cache"], bilm, use_cache and mix is None)
-    groups = _distinct_inputs(plan.sentences, carry=bilm.state_mode == "carry")
+    groups = _distinct_inputs(plan.sentences, carry=bilm.runtime.state_mode == "carry")
     found = _held_layers(model, bilm, cache, [tuple(plan.sentences[group[0]]) for group in groups])
     _place_held(model.ops, placement, [(group, value) for group, value in zip(groups, found) if value is not None], mix)
     todo = [group for group, value in zip(groups, found) if value is None]
@@ -204,7 +204,7 @@ def _run_frozen(
 def _usable_cache(held: FeatureCache, bilm: BiLM, wanted: bool) -> Optional[FeatureCache]:
     """The feature cache where this pass may use it: ``wanted`` (whole layers, cache in use), a
     biLM whose outputs depend on the sentence alone (not ``"carry"`` mode), and a cache not sized 0."""
-    return held if wanted and bilm.state_mode != "carry" and held.max_bytes != 0 else None
+    return held if wanted and bilm.runtime.state_mode != "carry" and held.max_bytes != 0 else None
 
 
 def _distinct_inputs(sentences: Sequence[Sequence[str]], carry: bool) -> List[List[int]]:
@@ -222,7 +222,7 @@ def _held_layers(
     """Each key's layers, (n_layers + 1, len(key), width), from the feature cache, else from the
     ``feature_store`` attr (precomputed: :class:`spacy_elmo.embed.store.FeatureStore`); None where
     neither holds them."""
-    found = cache.get_many(keys, bilm.fingerprint()) if cache is not None else [None] * len(keys)
+    found = cache.get_many(keys, bilm.runtime.fingerprint()) if cache is not None else [None] * len(keys)
     store = model.attrs.get("feature_store")
     if store is not None:
         missing = [k for k, value in enumerate(found) if value is None]
@@ -259,9 +259,11 @@ def _compute_and_place(
     weights = None if mix is None else [float(w) for w in ops.to_numpy(mix)]
     compute = partial(_predict, model.shims[0], weights)
     batcher: Optional[Batcher] = model.attrs["batcher"]
-    for batch in bilm.batches([sentences[group[0]] for group in todo]):
+    for batch in bilm.runtime.batches([sentences[group[0]] for group in todo]):
         batch_sentences = [sentences[todo[b][0]] for b in batch]
-        if bilm.state_mode == "carry" or batcher is None:  # carry: a row's result depends on the calls before it
+        if (
+            bilm.runtime.state_mode == "carry" or batcher is None
+        ):  # carry: a row's result depends on the calls before it
             output = compute(batch_sentences)
         else:
             run = partial(_run_joined, compute, bilm.device.type == "cpu")
@@ -320,7 +322,7 @@ def _run_trainable(model: Model[InT, OutT], sentences: List[List[str]]) -> Tuple
     xp = model.ops.xp
     found: List[Optional[Floats3d]] = [None] * len(sentences)
     chunks = []  # (rows, torch layers, xp layers, shim backprop) per biLM batch
-    for rows in bilm.batches(sentences) if sentences else ():
+    for rows in bilm.runtime.batches(sentences) if sentences else ():
         output, shim_backprop = shim.begin_update(ArgsKwargs(args=([sentences[i] for i in rows],), kwargs={}))
         layers_t = output.layers.float()
         layers = torch2xp(layers_t, ops=model.ops)

@@ -3,7 +3,7 @@
 :class:`ElmoBiLMSettings` flows from the ``elmo`` factory's default config (its defaults) through
 the architecture ``spacy_elmo.ElmoBiLM.v1`` (whose signature is made from its fields, see
 :func:`takes_settings`) to the layer (:func:`~spacy_elmo.layers.ElmoBiLMLayer`) and from there, as
-:class:`~spacy_elmo.bilm.model.bilm.BiLMSettings`, to the :class:`~spacy_elmo.bilm.BiLM`. A new setting
+:class:`~spacy_elmo.bilm.runtime.BiLMSettings`, to the :class:`~spacy_elmo.bilm.BiLM`. A new setting
 is one field here plus its use.
 """
 
@@ -16,8 +16,9 @@ from typing import Any, Callable, Dict, List, Optional, TypeVar
 
 from thinc.api import PyTorchGradScaler
 
-from ..bilm.model.bilm import BiLMSettings, StateMode
+from ..bilm.model.states import StateMode
 from ..bilm.precision.resolved import Precision, check_precision
+from ..bilm.runtime import BiLMSettings
 from .language import DEFAULT_PRETRAINED
 from .segmentation import check_window
 

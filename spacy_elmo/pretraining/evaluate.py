@@ -18,7 +18,7 @@ from typing import Dict, Sequence
 import torch
 
 from ..bilm import BiLM
-from ..bilm.model.bilm import STATE_MODES, StateMode
+from ..bilm.model.states import STATE_MODES, StateMode
 from .softmax import SharedSoftmax
 from .vocab import BOS, EOS, Vocabulary
 
@@ -33,7 +33,7 @@ def heldout_perplexity(
 ) -> Dict[str, float]:
     """Perplexities ``forward``, ``backward``, ``average`` and the number of ``targets``.
 
-    The products run at the biLM's precision (:attr:`BiLM.resolved_precision`), the softmax's too.
+    The products run at the biLM's precision (:attr:`.BiLMRuntime.resolved_precision`), the softmax's too.
     """
     if initial not in STATE_MODES:
         raise ValueError(f"initial state must be one of {STATE_MODES}, got {initial!r}")
@@ -43,16 +43,16 @@ def heldout_perplexity(
     bilm.eval()
     nll = torch.zeros(2, dtype=torch.float64)
     count = 0
-    carried = bilm.initial_state(batch_size, "zero")  # what "carry" continues from: zeros at first
+    carried = bilm.runtime.initial_state(batch_size, "zero")  # what "carry" continues from: zeros at first
     try:
         with torch.no_grad():
             for start in range(0, len(documents), batch_size):
                 batch = documents[start : start + batch_size]
-                state = bilm.initial_state(len(batch), initial, carried)
+                state = bilm.runtime.initial_state(len(batch), initial, carried)
                 output = bilm(batch, state=state)
                 carried = output.state
                 batch_nll, batch_count = _document_nll(
-                    output.layers[-1], output.lengths, batch, softmax, vocab, bilm.resolved_precision.dtype
+                    output.layers[-1], output.lengths, batch, softmax, vocab, bilm.runtime.resolved_precision.dtype
                 )
                 nll += batch_nll
                 count += batch_count

@@ -76,7 +76,7 @@ class InitTokens(nn.Module):
 
     def forward(self, bilm: BiLM, rows: Tensor) -> Tensor:
         """Mean 1 - cosine over the words at ``rows`` (n,) int64; a scalar float32 tensor."""
-        predicted = self.head(bilm.embed_tokens([self.words[i] for i in rows.tolist()]).float())
+        predicted = self.head(bilm.runtime.embed_tokens([self.words[i] for i in rows.tolist()]).float())
         similarity = nn.functional.cosine_similarity(predicted, self.targets[rows.to(self.targets.device)])
         return 1.0 - similarity.mean()
 

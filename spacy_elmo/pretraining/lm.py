@@ -38,11 +38,11 @@ class BiLMLoss(nn.Module):
 
         ``state``: hidden (n_layers, 2, batch, P), memory (n_layers, 2, batch, lstm_dim).
         """
-        with own_precision(self.softmax.weight.device, self.bilm.resolved_precision.dtype):
+        with own_precision(self.softmax.weight.device, self.bilm.runtime.resolved_precision.dtype):
             return self._losses(batch, state)
 
     def _losses(self, batch: WindowBatch, state: LSTMState) -> Tuple[Tensor, Tensor, LSTMState]:
-        dtype = self.bilm.resolved_precision.dtype
+        dtype = self.bilm.runtime.resolved_precision.dtype
         top, final = self.top_layer(batch, state)
         device = top.device
         scored = batch.scored.to(device)
@@ -64,11 +64,11 @@ class BiLMLoss(nn.Module):
         """
         device = self.softmax.weight.device
         forward_rows, backward_rows = batch.inputs
-        table, index = self.bilm.token_table([*forward_rows, *backward_rows])  # index: (2 * batch, window)
+        table, index = self.bilm.runtime.token_table([*forward_rows, *backward_rows])  # index: (2 * batch, window)
         index = index.view(2, len(forward_rows), -1).permute(2, 0, 1)
         x = table[index.to(device)]  # (window, 2, batch, P)
         lengths = torch.full((x.shape[2],), x.shape[0], dtype=torch.int64, device=device)
-        layers, final = self.bilm.lstm.run(x, lengths, state, self.bilm.resolved_precision.dtype)
+        layers, final = self.bilm.lstm.run(x, lengths, state, self.bilm.runtime.resolved_precision.dtype)
         return layers[-1].permute(1, 2, 0, 3), final
 
     def zero_state(self, batch_size: int) -> LSTMState:

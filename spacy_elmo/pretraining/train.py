@@ -25,7 +25,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from ..bilm import BiLM, ElmoOptions
-from ..bilm.model.bilm import STATE_MODES, StateMode
+from ..bilm.model.states import STATE_MODES, StateMode
 from ..bilm.precision.autotune import cpu_auto_precision
 from ..bilm.precision.resolved import ResolvedPrecision
 from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, PathLike, standard_files
@@ -295,9 +295,9 @@ class Trainer(Checkpointed):
                 self.config.precision, self.env.device, training=True, measured=measured
             )
             decided = resolved.precision
-        bilm.precision = self.env.broadcast(decided)
+        bilm.runtime.precision = self.env.broadcast(decided)
         if self.progress and self.config.precision == "auto":
-            tqdm.write(f"precision auto: the matrix products run in {bilm.precision} here")
+            tqdm.write(f"precision auto: the matrix products run in {bilm.runtime.precision} here")
         return bilm
 
     def _init_tokens(

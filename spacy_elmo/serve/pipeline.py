@@ -95,8 +95,8 @@ def load_pipeline(source: PipelineSource) -> Language:
                 node.attrs["batcher"] = None
         if isinstance(component, Elmo):
             bilm = get_bilm(component.model)  # the pipe predicts without gradients: inference's precision
-            running = bilm.resolved_precision_for(training=False).precision
-            logger.info("%s: precision %r runs %s on %s", name, bilm.precision, running, bilm.device)
+            running = bilm.runtime.resolved_precision_for(training=False).precision
+            logger.info("%s: precision %r runs %s on %s", name, bilm.runtime.precision, running, bilm.device)
     return nlp
 
 

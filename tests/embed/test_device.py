@@ -164,7 +164,7 @@ def test_the_device_is_not_part_of_the_outputs_identity(bilm_files, corpus, tmp_
 def test_a_resumed_run_must_compute_the_products_it_started_with_however_asked(bilm_files, corpus, tmp_path):
     """The precision setting may differ (auto on a bf16 GPU, bf16 to finish on a CPU), not the products."""
     # what embed's "auto" computes on this CPU: inference's decision for this biLM (not training's)
-    auto_here = BiLM.from_files(*bilm_files, precision="auto").resolved_precision_for(training=False).precision
+    auto_here = BiLM.from_files(*bilm_files, precision="auto").runtime.resolved_precision_for(training=False).precision
     other = "bf16" if auto_here == "fp32" else "fp32"
     started = EmbedSettings(whitespace=True, shard_size=2, precision=auto_here)
     run_embed(corpus, tmp_path / "out", started, *bilm_files, progress=False)
@@ -203,7 +203,7 @@ def test_a_ray_worker_runs_its_biLM_where_it_is_told_in_the_decided_precision(bi
     """The actor's logic, without Ray: "cuda" is the GPU Ray gave it, an error where there is none."""
     settings = EmbedSettings(whitespace=True, precision="bf16").to_dict()
     worker = ShardEmbedder(*map(str, bilm_files), str(corpus), settings, str(corpus.parent), 1, "cpu")
-    assert worker.bilm.device == CPU and worker.bilm.resolved_precision.dtype == torch.bfloat16
+    assert worker.bilm.device == CPU and worker.bilm.runtime.resolved_precision.dtype == torch.bfloat16
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="--device cuda: torch sees no CUDA GPU"):
             ShardEmbedder(*map(str, bilm_files), str(corpus), settings, str(corpus.parent), 1, "cuda")

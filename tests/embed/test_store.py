@@ -199,6 +199,6 @@ def test_the_precision_setting_is_checked_again_when_it_changes(bilm_files, tmp_
     store = FeatureStore(store_of(bilm_files, tmp_path, "bf16"))
     bilm = BiLM.from_files(*bilm_files, precision="auto")
     assert store.get_many([("Hello", "there")], bilm)[0] is not None
-    bilm.precision = "fp32"
+    bilm.runtime.precision = "fp32"
     with pytest.raises(ValueError, match="asks for float32"):
         store.get_many([("Hello", "there")], bilm)

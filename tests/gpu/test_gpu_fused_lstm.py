@@ -39,7 +39,7 @@ def layers_of(bilm: BiLM, fused: bool, monkeypatch) -> numpy.ndarray:
 def test_the_fused_loop_runs_on_the_gpu_and_gives_the_eager_layers(monkeypatch) -> None:
     bilm = BiLM.from_pretrained("en", precision="fp32", cache_size=0).cuda().eval()
     with torch.no_grad():
-        assert fused_lstm.use_fused_lstm(bilm.device, bilm.resolved_precision.dtype)
+        assert fused_lstm.use_fused_lstm(bilm.device, bilm.runtime.resolved_precision.dtype)
     assert_float32_close(layers_of(bilm, True, monkeypatch), layers_of(bilm, False, monkeypatch))
 
 
@@ -48,7 +48,7 @@ def test_the_fused_bf16_loop_keeps_the_bf16_contract(monkeypatch) -> None:
     eager bf16 loop, beyond bf16's rounding."""
     bilm = BiLM.from_pretrained("en", precision="fp32", cache_size=0).cuda().eval()
     exact = layers_of(bilm, False, monkeypatch)
-    bilm.precision = "bf16"
+    bilm.runtime.precision = "bf16"
     fused, eager = layers_of(bilm, True, monkeypatch), layers_of(bilm, False, monkeypatch)
     cosines = (fused * exact).sum(-1) / (numpy.linalg.norm(fused, axis=-1) * numpy.linalg.norm(exact, axis=-1))
     assert cosines.mean() >= 0.999 and cosines.min() >= 0.99, (cosines.mean(), cosines.min())

@@ -89,7 +89,7 @@ def tiny_trainer(tmp_path, lines: int, **settings) -> Trainer:
 
 def test_bf16_pretraining_on_the_gpu_is_finite(tmp_path) -> None:
     trainer = tiny_trainer(tmp_path, 60, max_steps=10, precision="bf16")
-    assert trainer.bilm.device.type == "cuda" and trainer.bilm.resolved_precision.dtype == torch.bfloat16
+    assert trainer.bilm.device.type == "cuda" and trainer.bilm.runtime.resolved_precision.dtype == torch.bfloat16
     for _ in range(10):
         sums, counts, _ = trainer._train_step()
         assert torch.isfinite(sums).all() and (counts > 0).all()
@@ -99,4 +99,4 @@ def test_bf16_pretraining_on_the_gpu_is_finite(tmp_path) -> None:
 def test_pretraining_auto_precision_follows_the_gpu(tmp_path) -> None:
     trainer = tiny_trainer(tmp_path, 20, max_steps=1, precision="auto")
     native = gpu_has_native_bf16(torch.cuda.get_device_capability(0))
-    assert trainer.bilm.resolved_precision.dtype == (torch.bfloat16 if native else torch.float32)
+    assert trainer.bilm.runtime.resolved_precision.dtype == (torch.bfloat16 if native else torch.float32)

@@ -34,7 +34,7 @@ def test_memory_zones_bound_the_strings_and_nothing_of_elmo_keeps_a_zones_docs(n
         assert len(nlp_elmo.vocab.strings) == strings_before
     assert len(vectors) == 120 and len(set(vectors)) > 100  # fresh words: fresh vectors
     assert live_docs() == docs_before
-    assert len(bilm.token_cache) <= bilm.token_cache.max_entries
+    assert len(bilm.runtime.token_cache) <= bilm.runtime.token_cache.max_entries
 
 
 def test_a_doc_from_a_zone_keeps_its_vectors_inside_it(nlp_elmo: Language) -> None:

@@ -153,7 +153,7 @@ def test_each_precision_pickles_to_the_same_layers(bilm_files, precision: str, m
     expected = [doc._.elmo_layers for doc in nlp.pipe(TEXTS)]  # the low-precision copies are made now
     copy = pickled(nlp)
     copied = get_bilm(copy.get_pipe("elmo").model)
-    assert copied.precision == precision
+    assert copied.runtime.precision == precision
     made = product_copies(get_bilm(nlp.get_pipe("elmo").model))
     assert made > 0 or precision == "fp32"  # fp32 multiplies with the weights themselves
     assert product_copies(copied) == 0  # remade on first use: the pickle does not carry them

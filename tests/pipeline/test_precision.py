@@ -36,12 +36,12 @@ def test_the_setting_reaches_the_bilm_and_survives_saving(bilm_files, tmp_path) 
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files, precision="bf16"))
     nlp.initialize()
-    assert get_bilm(nlp.get_pipe("elmo").model).precision == "bf16"
+    assert get_bilm(nlp.get_pipe("elmo").model).runtime.precision == "bf16"
     expected = [doc.tensor for doc in nlp.pipe(TEXTS)]
     assert all(tensor.dtype == numpy.float32 for tensor in expected)
     nlp.to_disk(tmp_path / "pipeline")
     loaded = spacy.load(tmp_path / "pipeline")
-    assert get_bilm(loaded.get_pipe("elmo").model).precision == "bf16"
+    assert get_bilm(loaded.get_pipe("elmo").model).runtime.precision == "bf16"
     for doc, tensor in zip(loaded.pipe(TEXTS), expected):
         numpy.testing.assert_array_equal(doc.tensor, tensor)
 
@@ -54,7 +54,7 @@ def test_a_config_without_it_still_loads(bilm_files) -> None:
     del config["components"]["elmo"]["model"]["precision"]
     reloaded = spacy.util.load_model_from_config(config, auto_fill=False)
     reloaded.initialize()
-    assert get_bilm(reloaded.get_pipe("elmo").model).precision == "auto"
+    assert get_bilm(reloaded.get_pipe("elmo").model).runtime.precision == "auto"
 
 
 def test_an_unknown_precision_is_a_clear_error(bilm_files) -> None:

@@ -77,7 +77,7 @@ def test_fitting_init_tokens_fits_layer_0_to_the_vectors_and_leaves_the_rest_and
             assert torch.equal(value, lstm_before[name]), name
     # the two clusters of the vectors now separate in layer 0 itself, without the head
     with torch.no_grad():
-        layer0 = torch.nn.functional.normalize(bilm.embed_tokens(WORDS), dim=1).numpy()
+        layer0 = torch.nn.functional.normalize(bilm.runtime.embed_tokens(WORDS), dim=1).numpy()
     cluster = numpy.arange(len(WORDS)) % 2
     similarity = layer0 @ layer0.T
     same = similarity[cluster[:, None] == cluster[None, :]].mean()
@@ -157,7 +157,7 @@ def _distance_to_vectors(bilm, vectors_pipeline):
     """Mean cosine of layer 0 to the centred vectors under the best linear map (least squares)."""
     words, vectors = load_static_vectors(vectors_pipeline)
     with torch.no_grad():
-        layer0 = bilm.embed_tokens(words).numpy()
+        layer0 = bilm.runtime.embed_tokens(words).numpy()
     targets = unit_targets(vectors).numpy()
     features = numpy.hstack([layer0, numpy.ones((len(words), 1), dtype=numpy.float32)])
     fitted = features @ numpy.linalg.lstsq(features, targets, rcond=None)[0]

@@ -111,7 +111,7 @@ def test_lstm_run_reads_a_different_text_in_each_direction():
     first, second = ["a", "b", "c"], ["x", "y", "z"]
     P = bilm.options.projection_dim
     with torch.no_grad():
-        tokens = bilm.embed_tokens([S, *first, E]), bilm.embed_tokens([S, *second, E])
+        tokens = bilm.runtime.embed_tokens([S, *first, E]), bilm.runtime.embed_tokens([S, *second, E])
         x = torch.stack([tokens[0], tokens[1].flip(0)], dim=1).unsqueeze(2)  # (time, 2, batch=1, P)
         layers, _ = bilm.lstm.run(x, torch.tensor([5]), bilm.lstm.zero_state(1, x))
         want_forward = bilm([first]).layers[1:, 0, :, :P]

@@ -47,7 +47,7 @@ def test_pretrain_with_bf16_products_keeps_everything_else_float32(tmp_path):
         datasets = _datasets(f)
         assert datasets and all(d.dtype == numpy.float32 for d in datasets)
     reloaded = BiLM.from_files(out / "options.json", out / "weights.hdf5")
-    assert reloaded.precision == "fp32"
+    assert reloaded.runtime.precision == "fp32"
     assert numpy.isfinite(reloaded.embed_sentences([["the", "cat", "sat"]])[0]).all()
 
 
@@ -137,7 +137,7 @@ def test_auto_pretrains_in_the_training_decision_measured_for_the_bilm(tmp_path,
         resume=False,
         progress=True,
     )
-    assert trainer.bilm.precision == "bf16" and trainer.bilm.resolved_precision.dtype == torch.bfloat16
+    assert trainer.bilm.runtime.precision == "bf16" and trainer.bilm.runtime.resolved_precision.dtype == torch.bfloat16
     assert asked == [(preset.options.lstm_dim, True)]
     assert "precision auto: the matrix products run in bf16 here" in capsys.readouterr().out
 

@@ -78,7 +78,7 @@ def test_a_warm_load_hashes_nothing_and_reads_the_weights_once(registry, host, c
     reads.reset()
     bilm = BiLM.from_pretrained("tiny", cache_size=0)
     assert reads.hashed == [] and reads.loaded == [("weights.hdf5", False)]
-    assert len(host.gets(WEIGHTS)) == 1 and bilm.token_cache.max_entries == 0
+    assert len(host.gets(WEIGHTS)) == 1 and bilm.runtime.token_cache.max_entries == 0
     assert_same_weights(bilm, BiLM.from_files(*bilm_files))
 
 

@@ -56,8 +56,8 @@ def test_batches_of_fresh_words_leave_the_vocab_and_caches_within_their_bounds(s
         outputs = run(made_up_texts(8, seed), [seed % 2 == 0] * 8)
         assert len(outputs) == 8 and len(outputs[0]["tokens"]) == 12
         assert (len(nlp.vocab.strings), live_lexemes(nlp)) == (strings, lexemes), f"batch {seed} kept its words"
-        assert len(bilm.token_cache) <= TOKEN_CACHE_ENTRIES
-    assert len(bilm.token_cache) == TOKEN_CACHE_ENTRIES  # 12 batches of 96 new words filled it: still bounded
+        assert len(bilm.runtime.token_cache) <= TOKEN_CACHE_ENTRIES
+    assert len(bilm.runtime.token_cache) == TOKEN_CACHE_ENTRIES  # 12 batches of 96 new words filled it: still bounded
     assert len(elmo.model.attrs["feature_cache"]) == 0
 
 

@@ -9,6 +9,7 @@ is its kernel's (:mod:`.kernels`), chosen once per pass; the stack keeps the wei
 kernels multiply by.
 """
 
+from dataclasses import dataclass
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -27,6 +28,23 @@ class LSTMState(NamedTuple):
 
     hidden: Tensor
     memory: Tensor
+
+
+@dataclass
+class BiLMOutput:
+    """What one forward pass gives.
+
+    ``layers``: (n_layers + 1, batch, time, 2 * projection_dim), boundary positions included:
+    position 0 is the sentence start, position ``lengths[b] - 1`` the sentence end. Layer 0 is
+    the token encoding duplicated, layers 1.. are [forward; backward] LSTM outputs; of a pass
+    with ``mix``, their weighted sum alone, (1, batch, time, 2 * projection_dim). Positions
+    past a row's length are zero. ``lengths``: (batch,) int64, number of tokens + 2.
+    ``state``: the LSTM states after each row's last token.
+    """
+
+    layers: Tensor
+    lengths: Tensor
+    state: LSTMState
 
 
 class ProjectedLSTM(nn.Module):

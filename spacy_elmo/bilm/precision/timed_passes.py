@@ -9,7 +9,6 @@ import torch
 
 from ..model.lstm import LSTMState
 from ..model.options import ElmoOptions
-from ..model.states import StateMode
 from .resolved import Precision
 
 # The timed batch: 64 sentences of 5 made-up words. The rows are those of a batch of nlp.pipe (its
@@ -27,6 +26,12 @@ class PassOutput(Protocol):
     layers: torch.Tensor
 
 
+class CopiesOwner(Protocol):
+    """What drops a biLM's weight copies between candidates (its runtime)."""
+
+    def release_product_copies(self) -> None: ...
+
+
 class TunedModel(Protocol):
     """What the decision needs of a biLM (:class:`~spacy_elmo.bilm.BiLM` has it): its shapes, weights
     (for :func:`.identity.model_digest`) and mode, a zero-state pass in a precision given per call."""
@@ -34,15 +39,16 @@ class TunedModel(Protocol):
     options: ElmoOptions
     training: bool
 
+    @property
+    def runtime(self) -> CopiesOwner: ...
+
     def state_dict(self) -> Dict[str, torch.Tensor]: ...
 
     def parameters(self) -> Iterator[torch.nn.Parameter]: ...
 
     def train(self, mode: bool = True) -> object: ...
 
-    def initial_state(
-        self, batch: int, mode: Optional[StateMode] = None, carried: Optional[LSTMState] = None
-    ) -> LSTMState: ...
+    def zero_state(self, batch: int) -> LSTMState: ...
 
     def __call__(
         self,
@@ -50,8 +56,6 @@ class TunedModel(Protocol):
         state: Optional[LSTMState] = None,
         precision: Optional[Precision] = None,
     ) -> PassOutput: ...
-
-    def release_product_copies(self) -> None: ...
 
 
 # One forward pass of the timed batch with the products in a precision; returns its layers.
@@ -67,7 +71,7 @@ def _nothing(*args: object) -> None:
 class Passes:
     """What a measurement runs: ``run``, the timed pass in a precision; ``prepare``, untimed before
     it, makes that precision's weight copies; ``release``, untimed after it, drops them and the
-    float32 pages the pass read back (:meth:`BiLM.release_product_copies`), so that memory holds
+    float32 pages the pass read back (:meth:`.BiLMRuntime.release_product_copies`), so that memory holds
     one candidate's weights at a time: the measuring process peaks no higher than a float32 one.
     ``lone`` and ``few``, timed after ``run``: a service's calls, one sentence of :data:`LONE_WORDS`
     words alone and :data:`FEW_ROWS` such sentences together (inference's; None: not timed)."""
@@ -90,7 +94,7 @@ def model_passes(model: TunedModel, run: Optional[Run], training: bool) -> Passe
     return Passes(
         run=lambda precision: timed_pass(model, batch, precision, training),
         prepare=lambda precision: timed_pass(model, batch[:1], precision, training),
-        release=model.release_product_copies,
+        release=model.runtime.release_product_copies,
         lone=None if training else lambda precision: timed_pass(model, few[:1], precision),
         few=None if training else lambda precision: timed_pass(model, few, precision),
     )
@@ -112,7 +116,7 @@ def timed_pass(
     model.train(False)
     try:
         with torch.set_grad_enabled(training):
-            zero = model.initial_state(len(sentences), "zero")
+            zero = model.zero_state(len(sentences))
             layers = model(sentences, state=zero, precision=cast(Precision, precision)).layers  # a candidate's name
             trained = [parameter for parameter in model.parameters() if parameter.requires_grad]
             if training and trained:

@@ -31,7 +31,7 @@ def test_round_trip_gives_bit_identical_outputs(tmp_path, state):
     model = random_bilm(state=state)
     if state == "warm":
         model.warm_up([["warm", "up", "text"], ["more", "."]])
-        model.token_cache.clear()  # same call history for both models: bit-for-bit comparable
+        model.runtime.token_cache.clear()  # same call history for both models: bit-for-bit comparable
     model.to_files(tmp_path / "options.json", tmp_path / "weights.hdf5")
     reloaded = BiLM.from_files(tmp_path / "options.json", tmp_path / "weights.hdf5", state=state)
     for a, b in zip(model.embed_sentences(SENTENCES), reloaded.embed_sentences(SENTENCES)):

@@ -58,7 +58,7 @@ def test_reset_states_restarts_the_sequence(fixture_dir):
     batch = [s[0].split() for s in sentences]
     first = model.embed_sentences(batch)
     assert not numpy.allclose(model.embed_sentences(batch)[0], first[0], atol=1e-4)
-    model.reset_states()
+    model.runtime.reset_states()
     again = model.embed_sentences(batch)
     for a, b in zip(first, again):
         numpy.testing.assert_array_equal(a, b)

@@ -77,7 +77,7 @@ def test_layers_equal_the_reference(reference, tmp_path, name) -> None:
     assert bilm.n_output_layers == network(name)["encoder"]["n_layers"] + 1
     assert_layers_equal(bilm.embed_sentences(SENTENCES), theirs)
     # The vectors come from the token cache the second time, keyed on the token strings.
-    assert "中文" in bilm.token_cache._rows and SENTENCE_START in bilm.token_cache._rows
+    assert "中文" in bilm.runtime.token_cache._rows and SENTENCE_START in bilm.runtime.token_cache._rows
     assert_layers_equal(bilm.embed_sentences(SENTENCES), theirs)
 
 
@@ -156,7 +156,7 @@ def test_literal_boundary_names_are_text(tmp_path) -> None:
     for bilm-tf models, see spacy_elmo.bilm.model.chars)."""
     bilm = BiLM.from_pretrained(str(write_random_model(tmp_path / "m")))
     with torch.no_grad():
-        vectors = bilm.embed_tokens(["<bos>", SENTENCE_START, "<eos>", SENTENCE_END])
+        vectors = bilm.runtime.embed_tokens(["<bos>", SENTENCE_START, "<eos>", SENTENCE_END])
     assert not torch.allclose(vectors[0], vectors[1]) and not torch.allclose(vectors[2], vectors[3])
 
 
@@ -266,7 +266,7 @@ def test_the_format_is_detected_by_directory(tmp_path, bilm_files) -> None:
         directory_files(str(directory))
     bilm = BiLM.from_pretrained(directory.as_uri(), cache_size=0, max_batch_tokens=7)
     assert isinstance(bilm.token_encoder, ManyLangsTokenEncoder)
-    assert (bilm.token_cache.max_entries, bilm.max_batch_tokens) == (0, 7)
+    assert (bilm.runtime.token_cache.max_entries, bilm.runtime.max_batch_tokens) == (0, 7)
 
 
 def test_settings_and_batching_do_not_change_the_layers(tmp_path) -> None:
@@ -337,7 +337,7 @@ def test_the_reference_reads_a_directory_with_a_warm_start(reference, tmp_path) 
     bilm.warm_up([["the", "中文"], ["любовь"]])
     written = write_manylangs(bilm, tmp_path / "written")
     assert (written / WARM_NAME).is_file()
-    bilm.state_mode = "zero"
+    bilm.runtime.state_mode = "zero"
     assert_layers_equal(bilm.embed_sentences(SENTENCES[:3]), reference_layers(reference, written, SENTENCES[:3]))
 
 

@@ -219,7 +219,7 @@ def test_a_biLM_through_graphs_gives_the_eager_layers_and_states(monkeypatch) ->
     launched, the second capturing both layers' graphs, the third replaying them."""
     model = random_bilm(3, options=tiny_options(lstm_dim=40)).to(DEVICE)
     sentences = [["The", "cat", "sat", "on", "the", "mat", "."], ["Hi"], [], ["a", "b", "c"]]
-    state = model.initial_state(len(sentences))
+    state = model.runtime.initial_state(len(sentences))
     state = type(state)(torch.randn_like(state.hidden), torch.randn_like(state.memory))
     cache = new_cache()
     with torch.no_grad():

@@ -133,7 +133,7 @@ def test_a_biLM_through_the_fused_loop_gives_the_eager_layers_and_states(monkeyp
     """The whole biLM, the stack choosing the fused loop (as on a GPU) or not, from a carried state."""
     model = random_bilm(3, options=tiny_options(lstm_dim=40)).to(DEVICE)
     sentences = [["The", "cat", "sat", "on", "the", "mat", "."], ["Hi"], [], ["a", "b", "c"]]
-    state = model.initial_state(len(sentences))
+    state = model.runtime.initial_state(len(sentences))
     state = type(state)(torch.randn_like(state.hidden), torch.randn_like(state.memory))
     with torch.no_grad():
         eager = model(sentences, state=state)

@@ -47,12 +47,12 @@ def test_int8_steps_follow_each_directions_rows_and_state(monkeypatch):
     monkeypatch.setattr(resolved, "cpu_has_native_bf16", lambda: False)  # the char CNN in float32 both times
     model = random_bilm(cache_size=0)
     sentences = [["Short", "one", "."], REAL_TEXT[0], ["A"], REAL_TEXT[1][:7]]
-    zero = model.initial_state(len(sentences))
+    zero = model.runtime.initial_state(len(sentences))
     generator = torch.Generator().manual_seed(0)
     state = type(zero)(*(torch.randn(t.shape, generator=generator).clamp(-3, 3) for t in zero))
     with torch.no_grad():
         expected = model(sentences, state=state)
-        model.precision = "int8"
+        model.runtime.precision = "int8"
         found = model(sentences, state=state)
     torch.testing.assert_close(found.layers[0], expected.layers[0], rtol=0, atol=0)
     for a, b in zip([found.layers[1:], *found.state], [expected.layers[1:], *expected.state]):
@@ -104,9 +104,9 @@ def test_int8_packs_follow_changed_weights():
 
 def test_int8_results_are_not_served_as_fp32_ones():
     model = random_bilm(cache_size=100)
-    fp32 = model.fingerprint()
-    model.precision = "int8"
-    assert model.fingerprint() != fp32 and model.fingerprint()[0] == torch.qint8
+    fp32 = model.runtime.fingerprint()
+    model.runtime.precision = "int8"
+    assert model.runtime.fingerprint() != fp32 and model.runtime.fingerprint()[0] == torch.qint8
 
 
 def test_a_pack_is_made_once_while_the_weights_are_unchanged(monkeypatch):

@@ -62,7 +62,7 @@ def with_precision(monkeypatch) -> Callable[[BiLM, str], BiLM]:
             monkeypatch.setattr(onednn_packs, "MIN_PACKED_VALUES", 0)
         elif way:
             monkeypatch.setattr(int8_packs, "pack_engine", lambda: way)
-        model.precision = name
+        model.runtime.precision = name
         model.requires_grad_(False)
         return model
 

@@ -101,13 +101,13 @@ def test_low_precision_inference_moves_its_weights_and_computes_the_same(every_w
     kept = random_bilm(precision=precision, cache_size=0)
     expected = kept.embed_sentences(REAL_TEXT)
     monkeypatch.delenv(settings.OFFLOAD_ENV)
-    moved.prepare_inference()
+    moved.runtime.prepare_inference()
     first = moved.embed_sentences(REAL_TEXT)
     lstm_weights = [layer.hidden_weight for layer in moved.lstm.layers]
     assert all(on_disk(w) for w in lstm_weights) and not any(on_disk(w) for w in large_parameters(kept))
-    fingerprint, copies = moved.fingerprint(), made_copies(moved)
+    fingerprint, copies = moved.runtime.fingerprint(), made_copies(moved)
     again = moved.embed_sentences(REAL_TEXT)
-    assert moved.fingerprint() == fingerprint
+    assert moved.runtime.fingerprint() == fingerprint
     assert made_copies(moved) == copies  # the copies made before the move are served, not made again
     for found, same, reference in zip(first, again, expected):
         numpy.testing.assert_array_equal(found, reference)
@@ -116,7 +116,7 @@ def test_low_precision_inference_moves_its_weights_and_computes_the_same(every_w
 
 def test_moved_weights_save_and_train_as_before(every_weight_moves, tmp_path):
     model = random_bilm(precision="bf16", cache_size=0)
-    model.prepare_inference()
+    model.runtime.prepare_inference()
     model.embed_sentences(REAL_TEXT[:2])
     assert any(on_disk(p) for p in model.parameters())
     saved = write_bilm_files(tmp_path / "fresh")  # the same seed, never moved
@@ -140,7 +140,7 @@ def test_a_biLM_not_frozen_for_inference_keeps_its_weights_in_memory(every_weigh
 def test_a_biLM_with_moved_weights_pickles_with_its_values(every_weight_moves):
     """Spawned worker processes get the model by pickle: the copy holds its values in memory."""
     model = random_bilm(precision="bf16", cache_size=0)
-    model.prepare_inference()
+    model.runtime.prepare_inference()
     expected = model.embed_sentences(REAL_TEXT[:2])
     assert any(on_disk(p) for p in model.parameters())
     copy = pickle.loads(pickle.dumps(model))

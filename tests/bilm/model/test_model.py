@@ -96,7 +96,7 @@ def test_literal_boundary_strings_are_ordinary_text(bilm):
     """Unlike AllenNLP, "<S>" in the input is the text "<S>", not the sentence-start token."""
     (literal,) = bilm.embed_sentences([["<S>"]])
     with torch.no_grad():
-        start = bilm.embed_tokens([("<boundary>", "start")]).numpy()
+        start = bilm.runtime.embed_tokens([("<boundary>", "start")]).numpy()
     assert not numpy.allclose(literal[0, 0, :8], start[0], atol=1e-4)
 
 
@@ -129,7 +129,7 @@ def test_cache_gives_the_same_vectors_and_follows_weight_changes(cache_size, max
     for _ in range(2):
         for a, b in zip(cached.embed_sentences(SENTENCES), uncached.embed_sentences(SENTENCES)):
             numpy.testing.assert_allclose(a, b, **TOL)
-    assert len(cached.token_cache) == entries
+    assert len(cached.runtime.token_cache) == entries
     with torch.no_grad():
         for model in (cached, uncached):
             model.token_encoder.projection.bias.add_(1.0)
@@ -191,7 +191,7 @@ def test_a_mixed_pass_gives_gradients_to_every_parameter():
 
 def test_zero_states_hold_one_row_whatever_the_batch():
     model = random_bilm()
-    state = model.initial_state(1000)
+    state = model.runtime.initial_state(1000)
     assert state.hidden.shape[2] == state.memory.shape[2] == 1000
     row_bytes = sum(s[:, :, 0].numel() * s.element_size() for s in state)
     assert sum(s.untyped_storage().nbytes() for s in state) == row_bytes
@@ -255,7 +255,7 @@ def test_a_deep_copy_gives_the_same_vectors():
     model = random_bilm()
     model.embed_sentences(SENTENCES)
     clone = copy.deepcopy(model)
-    assert len(clone.token_cache) == 0
+    assert len(clone.runtime.token_cache) == 0
     for a, b in zip(model.embed_sentences(SENTENCES), clone.embed_sentences(SENTENCES)):
         assert_float32_close(a, b)
 

@@ -322,11 +322,13 @@ def test_inference_and_training_each_resolve_auto_by_their_own_decision(monkeypa
     monkeypatch.setattr(autotune, "measure", measure)
     model = BiLM(measured_options(), precision="auto")
     with torch.no_grad():
-        assert model.resolved_precision.dtype == torch.qint8
-        assert model.resolved_precision.dtype == torch.qint8
-    assert model.resolved_precision.dtype == torch.bfloat16  # gradients on: training's decision, never int8
-    assert model.resolved_precision.dtype == torch.bfloat16
-    assert model.resolved_precision_for(training=False).precision == "int8"  # inference's, whatever the gradient mode
+        assert model.runtime.resolved_precision.dtype == torch.qint8
+        assert model.runtime.resolved_precision.dtype == torch.qint8
+    assert model.runtime.resolved_precision.dtype == torch.bfloat16  # gradients on: training's decision, never int8
+    assert model.runtime.resolved_precision.dtype == torch.bfloat16
+    assert (
+        model.runtime.resolved_precision_for(training=False).precision == "int8"
+    )  # inference's, whatever the gradient mode
     assert timed == [PRECISIONS, ["fp32", "bf16"]]  # each measured once; training without int8
     fields = [entry["fields"]["pass"] for entry in json.loads(autotune.decisions_path().read_text()).values()]
     assert sorted(fields) == ["inference", "training"]
@@ -360,7 +362,9 @@ def test_a_training_step_is_timed_and_leaves_the_model_as_it_was():
     assert projection.grad is stale and torch.equal(stale, torch.ones_like(stale))
     assert all(p.grad is None for name, p in parameters.items() if name != "token_encoder.projection.weight")
     assert all(torch.equal(p, values[name]) for name, p in parameters.items())
-    assert torch.equal(torch.get_rng_state(), rng) and len(model.token_cache) == 0 and model.lstm.dropout.training
+    assert (
+        torch.equal(torch.get_rng_state(), rng) and len(model.runtime.token_cache) == 0 and model.lstm.dropout.training
+    )
     assert not found.requires_grad
     torch.testing.assert_close(found, timed_passes.timed_pass(model, sentences, "fp32"), rtol=0, atol=1e-5)
 
@@ -426,7 +430,12 @@ def test_the_timed_pass_is_the_models_own_in_each_precision():
         with torch.no_grad():
             expected = fresh(sentences).layers
         torch.testing.assert_close(timed_passes.timed_pass(model, sentences, precision), expected, rtol=0, atol=0)
-    assert (model.precision, model.state_mode, model.training, len(model.token_cache)) == ("auto", "carry", True, 0)
+    assert (model.runtime.precision, model.runtime.state_mode, model.training, len(model.runtime.token_cache)) == (
+        "auto",
+        "carry",
+        True,
+        0,
+    )
     assert model.lstm.dropout.training
 
 

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM, pretrained_files
+from spacy_elmo.bilm import runtime as runtime_module
 from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.kernels import kernel_for
 from spacy_elmo.bilm.kernels.cell import double_cell_input_
-from spacy_elmo.bilm.model import bilm as model_module
 from spacy_elmo.bilm.precision import compat, hardware, resolved
 
 from ...helpers import (
@@ -53,8 +53,8 @@ def test_an_unknown_precision_names_the_allowed_ones():
         BiLM(tiny_options(), precision="fp16")
     model = random_bilm()
     with pytest.raises(ValueError, match="fp32, bf16, int8, auto"):
-        model.precision = "float32"
-    assert model.precision == "fp32"
+        model.runtime.precision = "float32"
+    assert model.runtime.precision == "fp32"
 
 
 # Each setting decided on each device for training and inference, on hardware faked in the test:
@@ -144,9 +144,9 @@ def test_stored_products_serve_their_own_setting_and_auto_and_float32_serves_eve
 
 
 def test_an_explicit_setting_is_what_the_products_run_in():
-    assert BiLM(tiny_options(), precision="fp32").resolved_precision.dtype == torch.float32
-    assert BiLM(tiny_options(), precision="bf16").resolved_precision.dtype == torch.bfloat16
-    assert BiLM(tiny_options(), precision="int8").resolved_precision.dtype == torch.qint8
+    assert BiLM(tiny_options(), precision="fp32").runtime.resolved_precision.dtype == torch.float32
+    assert BiLM(tiny_options(), precision="bf16").runtime.resolved_precision.dtype == torch.bfloat16
+    assert BiLM(tiny_options(), precision="int8").runtime.resolved_precision.dtype == torch.qint8
 
 
 @pytest.mark.parametrize(
@@ -182,10 +182,10 @@ def test_cached_results_never_cross_precisions():
     """Token encodings (and, through the fingerprint, features) computed in one precision are not
     served in the other."""
     model = random_bilm(cache_size=100)
-    fp32_fingerprint = model.fingerprint()
+    fp32_fingerprint = model.runtime.fingerprint()
     fp32 = model.embed_sentences(REAL_TEXT[:2])
-    model.precision = "bf16"
-    assert model.fingerprint() != fp32_fingerprint
+    model.runtime.precision = "bf16"
+    assert model.runtime.fingerprint() != fp32_fingerprint
     bf16 = model.embed_sentences(REAL_TEXT[:2])
     fresh = random_bilm(precision="bf16", cache_size=0).embed_sentences(REAL_TEXT[:2])
     for cached, uncached, full in zip(bf16, fresh, fp32):
@@ -344,7 +344,7 @@ def test_before_torch_2_9_the_legacy_tf32_flags_are_set_and_restored(monkeypatch
 
 def test_the_bilm_runs_at_its_own_precision(monkeypatch):
     """BiLM.forward enters own_precision with its device and resolved dtype (no TF32 in "fp32" on a GPU)."""
-    entered = record_own_precision(monkeypatch, model_module)
+    entered = record_own_precision(monkeypatch, runtime_module)
     for setting, dtype in [("fp32", torch.float32), ("bf16", torch.bfloat16)]:
         entered.clear()
         random_bilm(precision=setting)(REAL_TEXT[:1])
