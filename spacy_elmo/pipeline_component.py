@@ -165,7 +165,7 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
         if not docs:
             return []
         self._load_once()
-        with torch_threads(self._threads()):
+        with torch_threads(self._threads(), get_bilm(self.model).runtime):
             return self.model.predict(docs)
 
     def __call__(self, doc: Doc) -> Doc:
@@ -184,7 +184,7 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
             self.set_annotations(docs, self.predict(docs))
             return
         self._load_once()
-        with torch_threads(self._threads()):
+        with torch_threads(self._threads(), get_bilm(self.model).runtime):
             mixed = predict_mixed(self.model, docs, self._tensor_weights())
         for doc, vectors in zip(docs, mixed):
             _set_vectors(doc, vectors)
@@ -289,7 +289,7 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
         if not self.listeners:
             return losses
         self._load_once()
-        with torch_threads(self._threads()):
+        with torch_threads(self._threads(), get_bilm(self.model).runtime):
             outputs, backprop_layers = self.model.begin_update(docs)
         batch_id = ElmoListener.get_batch_id(docs)
         if self.model.attrs["freeze"]:
@@ -381,7 +381,7 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
         """A frozen CPU biLM makes its inference weights as it loads (:meth:`.BiLMRuntime.prepare_inference`)."""
         bilm = get_bilm(self.model)
         if self.model.attrs["freeze"] and bilm.device.type == "cpu":
-            with torch_threads(self._threads()):
+            with torch_threads(self._threads(), get_bilm(self.model).runtime):
                 bilm.runtime.prepare_inference()
 
 

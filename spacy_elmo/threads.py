@@ -17,7 +17,7 @@ each call sets and restores.
 
 ``precision = "auto"`` decides for the count a setting plans (:func:`planned_threads`), not for
 the count of the moment: a busy machine runs a call on fewer threads, but neither changes the
-decision nor measures again (:func:`spacy_elmo.bilm.precision.autotune.deciding_for_threads`).
+decision nor measures again (:attr:`spacy_elmo.bilm.runtime.BiLMRuntime.planned_threads`).
 """
 
 import os
@@ -29,7 +29,7 @@ from typing import Iterator, Literal, Optional, Union
 import torch
 
 from .bilm.compute_thread import is_compute_thread
-from .bilm.precision.autotune import deciding_for_threads
+from .bilm.runtime import BiLMRuntime
 
 Threads = Union[int, Literal["auto"]]
 
@@ -95,19 +95,19 @@ def resolve_threads(threads: Threads) -> int:
 
 
 @contextmanager
-def torch_threads(threads: Threads) -> Iterator[int]:
+def torch_threads(threads: Threads, runtime: BiLMRuntime) -> Iterator[int]:
     """Run the block with the resolved number of torch threads, then restore the previous count;
-    ``precision = "auto"`` decides in it for :func:`planned_threads`."""
+    ``precision = "auto"`` decides for :func:`planned_threads` (``runtime``'s plan)."""
     wanted = resolve_threads(threads)
     previous = torch.get_num_threads()
-    with deciding_for_threads(planned_threads(threads)):
+    runtime.planned_threads = planned_threads(threads)
+    if wanted != previous:
+        torch.set_num_threads(wanted)
+    try:
+        yield wanted
+    finally:
         if wanted != previous:
-            torch.set_num_threads(wanted)
-        try:
-            yield wanted
-        finally:
-            if wanted != previous:
-                torch.set_num_threads(previous)
+            torch.set_num_threads(previous)
 
 
 def _task_state(task: Path) -> str:

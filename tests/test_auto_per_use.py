@@ -99,7 +99,6 @@ def test_frozen_spacy_train_decides_inference_alone(corpus: Path, bilm_files, tm
     measurement faked): the decision cache holds inference's decision, no training pass."""
     monkeypatch.delenv(PRECISION_ENV)
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(autotune, "_decided", {})
     monkeypatch.setattr(autotune, "MIN_MEASURED_FLOPS", 0)
     monkeypatch.setattr(
         autotune,

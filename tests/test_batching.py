@@ -3,6 +3,7 @@ it: a lone caller runs at once, callers that arrive while a batch runs join the 
 exactly its own output, an error reaches its own caller only, and a request past its deadline or
 whose caller left is not run. (The service's worker drives it from a thread: tests/serve/test_worker.py.)"""
 
+import contextvars
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +19,6 @@ from spacy_elmo import batching
 from spacy_elmo.batching import Batcher, BatchPolicy, DeadlineExceeded, Request
 from spacy_elmo.bilm import BiLM
 from spacy_elmo.bilm.kernels.int8_packs import int8_available
-from spacy_elmo.bilm.precision import autotune
 from spacy_elmo.layers.bilm import _run_joined
 
 from .helpers import elmo_config
@@ -231,18 +231,21 @@ def test_a_batch_wait_timeout_caps_the_wait_for_returning_callers() -> None:
     assert time.perf_counter() - began < 0.05
 
 
+CALLER: contextvars.ContextVar[int] = contextvars.ContextVar("caller", default=-1)  # as thinc's ops are
+
+
 def test_calls_on_a_cpu_run_on_one_thread_at_the_leaders_thread_count_and_context() -> None:
     """Led by one thread after another, every call runs on the process's one compute thread (so
     that its OpenMP threads are the only ones: see spacy_elmo.threads.release_openmp_threads), at
     the leader's torch thread count and with its context variables; off the CPU, in the leader."""
     ran_on: List[threading.Thread] = []
     counts: List[int] = []
-    planned: List[int] = []
+    callers_seen: List[int] = []
 
     def compute(sentences: Sequence[Sequence[str]]) -> torch.Tensor:
         ran_on.append(threading.current_thread())
         counts.append(torch.get_num_threads())
-        planned.append(autotune.decision_threads())
+        callers_seen.append(CALLER.get())
         return expected_layers(sentences, max(map(len, sentences)) + 2)
 
     batcher, callers = tokens_batcher(100), []
@@ -250,9 +253,9 @@ def test_calls_on_a_cpu_run_on_one_thread_at_the_leaders_thread_count_and_contex
     def lead(index: int, on_cpu: bool) -> None:
         callers.append(threading.current_thread())
         torch.set_num_threads(1 + index % 2)
-        with autotune.deciding_for_threads(10 + index):
-            request = [[f"r{index}"]]
-            assert torch.equal(call(batcher, request, compute, on_cpu=on_cpu), expected_layers(request, 3))
+        CALLER.set(10 + index)
+        request = [[f"r{index}"]]
+        assert torch.equal(call(batcher, request, compute, on_cpu=on_cpu), expected_layers(request, 3))
 
     for index, on_cpu in enumerate([True, True, True, False]):
         caller = threading.Thread(target=lead, args=(index, on_cpu))
@@ -260,7 +263,7 @@ def test_calls_on_a_cpu_run_on_one_thread_at_the_leaders_thread_count_and_contex
         caller.join()
     assert len(set(ran_on[:3])) == 1 and not set(ran_on[:3]) & set(callers)
     assert ran_on[3] is callers[3]
-    assert counts == [1, 2, 1, 2] and planned == [10, 11, 12, 13]
+    assert counts == [1, 2, 1, 2] and callers_seen == [10, 11, 12, 13]
 
 
 PRECISIONS = ["fp32", "bf16"] + (["int8"] if int8_available() else [])

@@ -47,6 +47,8 @@ class _ComputeThread:
             return self._executor
 
 
+# Process-wide by nature: the OpenMP teams it keeps hot are the process's, so every biLM of the
+# process shares this one thread (see the module's docstring).
 _COMPUTE_THREAD = _ComputeThread()
 
 

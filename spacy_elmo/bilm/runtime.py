@@ -24,6 +24,7 @@ from .memory.weight_copies import tensor_versions
 from .model.lstm import BiLMOutput, BiLSTMStack, LSTMState
 from .model.states import STATE_MODES, StateMode
 from .model.token_encoder import SENTENCE_END, SENTENCE_START, TokenEncoder
+from .precision.decisions import Decisions
 from .precision.kinds import REFERENCE
 from .precision.resolved import Precision, ResolvedPrecision, check_precision, own_precision
 from .precision.timed_passes import TunedModel, timed_pass
@@ -107,6 +108,10 @@ class BiLMRuntime:
         self.token_cache = TokenCache(settings.cache_size)
         self._precision: Precision = settings.precision
         self._carried: Optional[LSTMState] = None
+        self.decisions = Decisions()  # auto's, made or read in this process
+        # The torch thread count auto decides for, where the caller plans one (the elmo component's
+        # ``threads``: a busy moment runs a call on fewer, and decides nothing new); None: torch's.
+        self.planned_threads: Optional[int] = None
 
     @property
     def settings(self) -> BiLMSettings:

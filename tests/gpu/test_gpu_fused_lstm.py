@@ -57,14 +57,13 @@ def test_the_fused_bf16_loop_keeps_the_bf16_contract(monkeypatch) -> None:
 
 # ---------------------------------------------------------------------- CUDA graphs (cuda_graphs.py)
 @pytest.fixture
-def graphs(monkeypatch) -> Iterator[Callable[[], int]]:
-    """An empty graph cache, graphs (in float32 too) and the fused loop on: yields the number of
-    graphs it holds."""
-    monkeypatch.setattr(cuda_graphs, "_CACHES", {})
+def graphs(monkeypatch) -> Iterator[Callable[[WeightCopies], int]]:
+    """Graphs (in float32 too) and the fused loop on: yields the number of graphs a biLM's (or a
+    layer's) weight copies hold."""
     monkeypatch.setattr(cuda_graphs, "GRAPH_DTYPES", (torch.float32, torch.bfloat16))
     monkeypatch.delenv(settings.CUDA_GRAPHS_ENV, raising=False)
     monkeypatch.delenv(settings.FUSED_LSTM_ENV, raising=False)
-    yield lambda: sum(len(cache) for cache in cuda_graphs._CACHES.values())
+    yield lambda copies: len(cuda_graphs.cache_for(copies, torch.device("cuda", torch.cuda.current_device())))
 
 
 def gpu_layer(seed: int) -> ProjectedLSTM:
@@ -129,7 +128,7 @@ def test_the_graphed_loop_gives_the_eager_results_on_the_real_rows(graphs, dtype
     for call, index in enumerate((0, 0, 0, 1, 0)):
         eager, graphed = eager_and_graphed(layer, batches[index], dtype, copies)
         assert_layer_close(graphed, eager, dtype, exact[index])
-        assert graphs() == (0 if call == 0 else 1), call
+        assert graphs(copies) == (0 if call == 0 else 1), call
         for row, length in enumerate(sorted((LENGTHS_A, LENGTHS_B)[index], reverse=True)):
             assert not graphed[0][length:, :, row].any()
 
@@ -140,14 +139,14 @@ def test_a_weight_changed_in_place_is_never_replayed_stale(graphs, dtype) -> Non
     batch = random_batch(2, sorted(LENGTHS_A, reverse=True))
     for _ in range(2):
         before = eager_and_graphed(layer, batch, dtype, copies)[1]
-    assert graphs() == 1
+    assert graphs(copies) == 1
     with torch.no_grad():
         layer.hidden_weight.mul_(-1.0)  # as an optimizer step writes it: its version advances
     exact = eager_of(layer, batch, torch.float32)
     for _ in range(3):  # the new weights' first use, their capture, a replay
         eager, graphed = eager_and_graphed(layer, batch, dtype, copies)
         assert_layer_close(graphed, eager, dtype, exact)
-    assert graphs() == 1
+    assert graphs(copies) == 1
     assert (graphed[0] - before[0]).abs().max() > 0.1
 
 
@@ -155,10 +154,11 @@ def test_without_graphs_the_fused_loop_is_launched(graphs, monkeypatch) -> None:
     monkeypatch.setenv(settings.CUDA_GRAPHS_ENV, "0")
     layer = gpu_layer(3)
     batch = random_batch(4, sorted(LENGTHS_B, reverse=True))
+    copies = WeightCopies()
     for _ in range(3):
-        eager, fused = eager_and_graphed(layer, batch, torch.float32, WeightCopies())
+        eager, fused = eager_and_graphed(layer, batch, torch.float32, copies)
         assert_layer_close(fused, eager, torch.float32)
-    assert graphs() == 0 and not cuda_graphs._CACHES
+    assert len(copies) == 0 and graphs(copies) == 0  # no graph cache was made: the loop launched
 
 
 def test_the_biLM_through_graphs_gives_the_eager_layers(graphs, monkeypatch) -> None:
@@ -167,4 +167,4 @@ def test_the_biLM_through_graphs_gives_the_eager_layers(graphs, monkeypatch) -> 
     eager = layers_of(bilm, False, monkeypatch)
     for _ in range(3):
         assert_float32_close(layers_of(bilm, True, monkeypatch), eager)
-    assert graphs() >= bilm.options.n_layers
+    assert graphs(bilm.lstm.copies) >= bilm.options.n_layers

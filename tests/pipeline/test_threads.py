@@ -169,7 +169,6 @@ def test_a_pipe_that_decided_on_an_idle_machine_measures_nothing_new_beside_a_bu
     a call beside a busy process runs on 1 thread, and neither measures nor decides again."""
     monkeypatch.delenv(PRECISION_ENV)
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
-    monkeypatch.setattr(autotune, "_decided", {})
     monkeypatch.setattr(autotune, "MIN_MEASURED_FLOPS", 0)  # the tiny biLM measured (by the fake below)
     measured: List[int] = []  # torch's thread count at each measurement
 

@@ -44,6 +44,8 @@ INT8_ENGINES = ("x86", "fbgemm", "onednn", "qnnpack")
 # weights are packed for oneDNN's kernels: its dynamic int8 linear runs the LSTM's wide products
 # faster there than fbgemm's, and only it uses AMX's int8 tiles (docs/bilm.md has the figures).
 ONEDNN_FEATURES = ("avx512_vnni", "amx_int8")
+# Process-wide by nature: torch's quantized engine is one setting of the process, which packing
+# for another engine switches (:func:`_packing_for`), whichever biLM packs.
 _engine_lock = threading.Lock()
 
 # The values each row of a product's input carries beyond its own, by weights of zero: they fix the

@@ -24,7 +24,6 @@ import logging
 import mmap
 import sys
 import tempfile
-import threading
 from typing import Iterable
 
 import numpy
@@ -40,16 +39,13 @@ logger = logging.getLogger("spacy_elmo")
 # file per small tensor would cost more than it saves. The Original size's LSTM and highway
 # weights are 4-32 MB each.
 MIN_BYTES = 1 << 20
-# Each moved tensor's mmap and the address and version it had then. Kept beside the tensors, not
+# Each moved tensor's mmap and the address and version it had then: process-wide by nature, the
+# file mappings of this process's address space, whichever biLM holds the tensor. Kept beside the tensors, not
 # on them: a tensor's attributes travel with it when it is pickled (spawned worker processes), and
 # an mmap cannot be; the copy a pickle makes holds its values in memory, as any tensor does.
 _MAPPINGS: WeakIdKeyDictionary = WeakIdKeyDictionary()
 _FROZEN = "_spacy_elmo_frozen_for_inference"  # on a tensor that may move (see freeze_for_inference)
 _STAYS = "_spacy_elmo_in_memory"  # on a tensor whose file failed: it never moves
-# Held while a copy is made from float32 weights and they move (by the copies' caches): a move
-# swaps a tensor's storage, which another thread making a copy from it at that moment (two threads'
-# first passes through one biLM) must not see.
-MOVING = threading.Lock()
 
 
 def offload(tensors: Iterable[Tensor]) -> None:

@@ -13,12 +13,13 @@ pretraining softmax) and clears it itself (``BiLM.release_product_copies``). Cop
 remake and keyed on this process's storage: a pickle or a deep copy of the cache starts empty.
 """
 
+import threading
 from typing import Callable, Dict, Hashable, Iterable, Sequence, Tuple, TypeVar
 
 import torch
 from torch import Tensor
 
-from .offload import MOVING, offload
+from .offload import offload
 
 Made = TypeVar("Made")
 
@@ -51,6 +52,10 @@ class WeightCopies:
 
     def __init__(self) -> None:
         self._copies: Dict[str, Tuple[Tuple, object]] = {}
+        # Held while a copy is made and its sources move: a move swaps a tensor's storage, which
+        # another thread making a copy from it at that moment (two threads' first passes through
+        # one biLM) must not see. The sources are this owner's parameters: its lock suffices.
+        self._making = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._copies)
@@ -82,7 +87,7 @@ class WeightCopies:
         """``make()``, from the cache when it was made for ``purpose`` and ``sources`` have not
         changed since. ``replaces_sources``: the products read the copy, not the sources, which
         then move to disk where frozen for inference (:func:`.offload.offload`)."""
-        with MOVING:
+        with self._making:
             key = (purpose, tensor_versions(sources))
             cached = self._copies.get(name)
             if cached is not None and cached[0] == key:

@@ -15,20 +15,20 @@ has no gradient). The backward pass has products of other shapes, so the two can
 takes seconds at the Original size, a fraction of that below.
 This is what :class:`~.precision.ResolvedPrecision` takes for ``auto`` on a CPU.
 
-The decision is kept in memory for the process and in ``precision.json`` under the model cache
+The decision is kept by the biLM's runtime (:class:`Decisions`) and in ``precision.json`` under the model cache
 (``SPACY_ELMO_CACHE``, see :mod:`spacy_elmo.published.cache`), keyed by what it depends on: the
 pass timed (inference or training), the CPU's name and flags, the thread count it is for, the
 torch version and quantized engine, the model's shapes (:func:`decision_fields`), and for the
-accuracy the model's weights (:func:`.identity.model_digest`). Speeds depend on the shapes alone:
-another model of the same shapes (every ELMoForManyLangs model has one) takes them from the record
-and checks only its own accuracy, one untimed pass per precision. Later loads read the decision
-without timing; an unreadable file is ignored and rewritten. A record that does not name the
-weights lends its speeds only, never its accuracy. Processes that start together
+accuracy the model's weights (:func:`.identity.weights_digest`, read once per runtime). Speeds
+depend on the shapes alone: another model of the same shapes (every ELMoForManyLangs model has
+one) takes them from the record and checks only its own accuracy, one untimed pass per precision.
+Later loads read the decision without timing; an unreadable file is ignored and rewritten. A
+record that does not name the weights lends its speeds only, never its accuracy. Processes that start together
 (``n_process`` workers, ``torchrun`` ranks) wait for the one that measures (a file lock) and read
 its decision. Each decision is logged once (logger ``spacy_elmo``, INFO).
 
 The thread count a decision is for is torch's, or the one a caller plans for a block
-(:func:`deciding_for_threads`): the ``elmo`` component's ``threads = "auto"`` plans the cores the
+(:attr:`.BiLMRuntime.planned_threads`): the ``elmo`` component's ``threads = "auto"`` plans the cores the
 process may use and runs a call on fewer while other processes are busy
 (:mod:`spacy_elmo.threads`), so a busy moment neither changes the decision nor measures again.
 The measurement runs at the planned count.
@@ -43,21 +43,27 @@ import contextlib
 import logging
 import math
 import statistics
-import threading
 import time
-from contextvars import ContextVar
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
 from .. import kernels
 from ..compute_thread import on_compute_thread
-from ..formats.identity import model_digest
 from ..model.options import ElmoOptions
 from ..settings import PRECISION_ENV, switches
 from . import compat
-from .decisions import decision_key, decisions_path, locked, read_decisions, record_decision, recorded_rates
+from .decisions import (
+    Decision,
+    Trial,
+    decision_key,
+    decisions_path,
+    locked,
+    read_decisions,
+    record_decision,
+    recorded_rates,
+)
 from .flops import flops_per_token
 from .kinds import PRODUCT_PRECISIONS, listed
 from .resolved import check_precision
@@ -77,52 +83,10 @@ CLEAR_WIN = 1.10
 PASSES = {False: "inference", True: "training"}
 
 
-@dataclass(frozen=True)
-class Trial:
-    """One precision's measurement: median speed on the timed batch, its worst layer's mean
-    per-token cosine to fp32, and its median speeds on a service's calls, a lone sentence and
-    :data:`.timed_passes.FEW_ROWS` sentences (0.0: not timed)."""
-
-    tokens_per_s: float
-    cosine: float
-    lone_tokens_per_s: float = 0.0
-    few_tokens_per_s: float = 0.0
-
-    def speeds(self) -> Tuple[float, float, float]:
-        """Tokens/s on the batch, a lone sentence and a few sentences."""
-        return self.tokens_per_s, self.lone_tokens_per_s, self.few_tokens_per_s
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What ``auto`` chose, and the measurements it chose from (empty when not measured)."""
-
-    choice: str
-    trials: Dict[str, Trial]
-    # "measured"; "checked": speeds recorded for these shapes, accuracy measured for these weights;
-    # "cache"; "env"; "tiny"
-    source: str
-
-
-_decided: Dict[Tuple, Decision] = {}
-_lock = threading.Lock()
-_planned: ContextVar[Optional[int]] = ContextVar("spacy_elmo_decision_threads", default=None)
-
-
-@contextlib.contextmanager
-def deciding_for_threads(threads: int) -> Iterator[None]:
-    """Decisions made in the block, in this thread, are for ``threads`` torch threads, whatever
-    torch's count in it now (:func:`decision_threads`)."""
-    token = _planned.set(threads)
-    try:
-        yield
-    finally:
-        _planned.reset(token)
-
-
-def decision_threads() -> int:
-    """The thread count a decision now is for: the planned one (:func:`deciding_for_threads`), else torch's."""
-    planned = _planned.get()
+def decision_threads(model: TunedModel) -> int:
+    """The thread count a decision for ``model`` now is for: the one its runtime's caller plans
+    (:attr:`.BiLMRuntime.planned_threads`), else torch's."""
+    planned = model.runtime.planned_threads
     return torch.get_num_threads() if planned is None else planned
 
 
@@ -145,11 +109,11 @@ def decide(
         return Decision(override, {}, "env")
     if flops_per_token(model.options).total < MIN_MEASURED_FLOPS:
         return Decision("fp32", {}, "tiny")
-    memo = (model.options, decision_threads(), training, model_digest(model))  # type: ignore[arg-type]
-    with _lock:
-        if memo in _decided:
-            return _decided[memo]
-        decision = _decided[memo] = _decide_once(model_passes(model, run, training), clock, memo, force=False)
+    decisions, threads = model.runtime.decisions, decision_threads(model)
+    if (threads, training) in decisions.made:
+        return decisions.made[threads, training]
+    memo = (model.options, threads, training, decisions.weights(model))
+    decision = decisions.made[threads, training] = _decide_once(model_passes(model, run, training), clock, memo, False)
     logger.info(
         "spacy-elmo: precision 'auto' on this CPU is %s for this biLM's %s (%s)",
         decision.choice,
@@ -167,7 +131,7 @@ def remeasure(
     training: bool = False,
 ) -> Decision:
     """Measure now, whatever is recorded or set (``spacy-elmo bench``); with ``record``, the
-    decision replaces the recorded one, as this process's too. Without (random weights, whose
+    decision replaces the recorded one, and the runtime's. Without (random weights, whose
     accuracy says nothing of a trained model's), it is only returned."""
     return on_compute_thread(_remeasure, model, record, run, clock, training)
 
@@ -177,9 +141,9 @@ def _remeasure(model: TunedModel, record: bool, run: Optional[Run], clock: Clock
     if not record:
         trials = measure(passes, _candidates_for(training, candidates()), BATCH_ROWS * BATCH_WORDS, clock)
         return Decision(choose(trials), trials, "measured")
-    memo = (model.options, decision_threads(), training, model_digest(model))  # type: ignore[arg-type]
-    with _lock:
-        decision = _decided[memo] = _decide_once(passes, clock, memo, force=True)
+    decisions, threads = model.runtime.decisions, decision_threads(model)
+    memo = (model.options, threads, training, decisions.weights(model))
+    decision = decisions.made[threads, training] = _decide_once(passes, clock, memo, force=True)
     return decision
 
 
@@ -224,7 +188,7 @@ def _decide_once(passes: Passes, clock: Clock, memo: Tuple[ElmoOptions, int, boo
 @contextlib.contextmanager
 def _torch_at(threads: int) -> Iterator[None]:
     """torch at ``threads`` threads for the block (a measurement), restored after; left alone where it is
-    there already. They differ only under a plan (:func:`deciding_for_threads`) that changes torch's count."""
+    there already. They differ only under a plan (:attr:`.BiLMRuntime.planned_threads`) that changes torch's count."""
     previous = torch.get_num_threads()
     if previous != threads:
         torch.set_num_threads(threads)

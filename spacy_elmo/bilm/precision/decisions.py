@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, Optional, Sequence, Tuple
 
@@ -21,10 +22,55 @@ from filelock import FileLock
 from ...fileio import atomic_path
 from ...published.cache import cache_root
 from ...published.settings import CACHE_ENV
+from ..formats.identity import Weighted, weights_digest
 from ..settings import PRECISION_ENV
 from .resolved import check_precision
 
 logger = logging.getLogger("spacy_elmo")
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One precision's measurement: median speed on the timed batch, its worst layer's mean
+    per-token cosine to fp32, and its median speeds on a service's calls, a lone sentence and
+    :data:`.timed_passes.FEW_ROWS` sentences (0.0: not timed)."""
+
+    tokens_per_s: float
+    cosine: float
+    lone_tokens_per_s: float = 0.0
+    few_tokens_per_s: float = 0.0
+
+    def speeds(self) -> Tuple[float, float, float]:
+        """Tokens/s on the batch, a lone sentence and a few sentences."""
+        return self.tokens_per_s, self.lone_tokens_per_s, self.few_tokens_per_s
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What ``auto`` chose, and the measurements it chose from (empty when not measured)."""
+
+    choice: str
+    trials: Dict[str, Trial]
+    # "measured"; "checked": speeds recorded for these shapes, accuracy measured for these weights;
+    # "cache"; "env"; "tiny"
+    source: str
+
+
+@dataclass
+class Decisions:
+    """What one biLM's runtime has decided in this process, by (thread count, training), and its
+    weights' digest, read at the first decision and kept: a decision made for a model stays that
+    model's (a fine-tuning step would otherwise pay a full read of the weights). Decisions run on
+    the compute thread (:func:`cpu_auto_precision`), one at a time."""
+
+    made: Dict[Tuple[int, bool], Decision] = field(default_factory=dict)
+    digest: Optional[str] = None
+
+    def weights(self, model: Weighted) -> str:
+        if self.digest is None:
+            self.digest = weights_digest(model)
+        return self.digest
+
 
 DECISIONS_NAME = "precision.json"
 TRIAL_FIELDS = {"tokens_per_s", "cosine"}

@@ -9,6 +9,7 @@ import torch
 
 from ..model.lstm import LSTMState
 from ..model.options import ElmoOptions
+from .decisions import Decisions
 from .resolved import Precision
 
 # The timed batch: 64 sentences of 5 made-up words. The rows are those of a batch of nlp.pipe (its
@@ -26,21 +27,25 @@ class PassOutput(Protocol):
     layers: torch.Tensor
 
 
-class CopiesOwner(Protocol):
-    """What drops a biLM's weight copies between candidates (its runtime)."""
+class TunedRuntime(Protocol):
+    """What the decision needs of a biLM's runtime: its decisions (:class:`.decisions.Decisions`)
+    and what drops the weight copies between candidates."""
+
+    decisions: Decisions
+    planned_threads: Optional[int]
 
     def release_product_copies(self) -> None: ...
 
 
 class TunedModel(Protocol):
     """What the decision needs of a biLM (:class:`~spacy_elmo.bilm.BiLM` has it): its shapes, weights
-    (for :func:`.identity.model_digest`) and mode, a zero-state pass in a precision given per call."""
+    (for :func:`.identity.weights_digest`) and mode, a zero-state pass in a precision given per call."""
 
     options: ElmoOptions
     training: bool
 
     @property
-    def runtime(self) -> CopiesOwner: ...
+    def runtime(self) -> TunedRuntime: ...
 
     def state_dict(self) -> Dict[str, torch.Tensor]: ...
 

@@ -226,8 +226,10 @@ def test_a_biLM_through_graphs_gives_the_eager_layers_and_states(monkeypatch) ->
         eager = model(sentences, state=state)
         monkeypatch.setattr(kernels, "use_fused_lstm", lambda device, dtype: dtype == torch.float32)
         monkeypatch.setattr(cuda_graphs, "use_cuda_graphs", lambda device, dtype: True)
-        # Keyed as the layers' tensors name their device (on a GPU "cuda:0", not DEVICE's "cuda").
-        monkeypatch.setattr(cuda_graphs, "_CACHES", {next(model.parameters()).device: cache})
+        # The biLM's cache, kept with its LSTM's copies, keyed as its tensors name their device
+        # (on a GPU "cuda:0", not DEVICE's "cuda"): this test's, made first.
+        device = next(model.parameters()).device
+        model.lstm.copies.get(cuda_graphs.GRAPHS_NAME, device, (), lambda: cache, replaces_sources=False)
         passes = [model(sentences, state=state) for _ in range(3)]
     assert cache.runner.captures == 2 and len(cache) == 2
     for fused in passes:

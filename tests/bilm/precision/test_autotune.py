@@ -39,10 +39,9 @@ def measured_bilm(seed: int = 0) -> BiLM:
 
 @pytest.fixture(autouse=True)
 def fresh_decisions(monkeypatch, tmp_path):
-    """No override, an empty cache directory, nothing decided in this process, every precision runnable."""
+    """No override, an empty cache directory, every precision runnable (each biLM decides afresh)."""
     monkeypatch.delenv(settings.PRECISION_ENV, raising=False)
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(autotune, "_decided", {})
     monkeypatch.setattr(autotune, "candidates", lambda: list(PRECISIONS))
 
 
@@ -169,7 +168,6 @@ def test_a_recorded_decision_is_read_back_without_timing(monkeypatch):
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
     first = autotune.decide(model, machine.run, machine.clock)
     assert (first.choice, first.source) == ("bf16", "measured")
-    monkeypatch.setattr(autotune, "_decided", {})  # a new process, which loads the same weights
     again = autotune.decide(measured_bilm(), never, never)
     assert (again.choice, again.source, again.trials) == ("bf16", "cache", first.trials)
     recorded = json.loads(autotune.decisions_path().read_text())
@@ -219,13 +217,13 @@ def test_a_decision_is_for_the_planned_thread_count_and_measured_at_it(monkeypat
 
     monkeypatch.setattr(autotune, "measure", measure)
     model, before = measured_bilm(), torch.get_num_threads()
-    with autotune.deciding_for_threads(before + 2):
+    model.runtime.planned_threads = before + 2
+    autotune.decide(model)
+    torch.set_num_threads(before + 1)  # a busy moment: fewer threads for a call
+    try:
         autotune.decide(model)
-        torch.set_num_threads(before + 1)  # a busy moment: fewer threads for a call
-        try:
-            autotune.decide(model)
-        finally:
-            torch.set_num_threads(before)
+    finally:
+        torch.set_num_threads(before)
     assert seen == [before + 2] and torch.get_num_threads() == before
     (entry,) = json.loads(autotune.decisions_path().read_text()).values()
     assert entry["fields"]["threads"] == before + 2
@@ -241,9 +239,9 @@ def test_auto_measures_on_the_compute_thread_at_the_callers_plan(monkeypatch):
         return {p: Trial(100.0, 1.0) for p in precisions}
 
     monkeypatch.setattr(autotune, "measure", measure)
-    threads = torch.get_num_threads() + 1
-    with autotune.deciding_for_threads(threads):
-        autotune.cpu_auto_precision(measured_bilm())
+    threads, model = torch.get_num_threads() + 1, measured_bilm()
+    model.runtime.planned_threads = threads
+    autotune.cpu_auto_precision(model)
     ((name, count),) = seen
     assert name.startswith(compute_thread.THREAD_NAME) and count == threads
 
@@ -252,7 +250,7 @@ def clocked(machine: FakeMachine):
     return machine.run, machine.clock
 
 
-def test_the_decision_is_kept_in_memory_for_the_process(monkeypatch):
+def test_the_decision_is_kept_by_the_runtime(monkeypatch):
     model = BiLM(measured_options())
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
     autotune.decide(model, machine.run, machine.clock)
@@ -415,9 +413,9 @@ def test_bench_of_untrained_weights_prints_the_choice_without_recording_it(monke
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
     model = BiLM(measured_options())
     assert autotune.remeasure(model, record=False, run=machine.run, clock=machine.clock).choice == "bf16"
-    assert not autotune.decisions_path().exists() and not autotune._decided
+    assert not autotune.decisions_path().exists() and not model.runtime.decisions.made
     assert autotune.remeasure(model, run=machine.run, clock=machine.clock).choice == "bf16"
-    assert autotune.decide(model, never, never).source == "measured"  # remembered by the process
+    assert autotune.decide(model, never, never).source == "measured"  # remembered by its runtime
     assert json.loads(autotune.decisions_path().read_text())
 
 

@@ -78,7 +78,6 @@ def test_a_failing_capability_probe_surfaces_its_own_message(monkeypatch, tmp_pa
     monkeypatch.setattr(torch.cpu, "get_capabilities", probe, raising=False)
     monkeypatch.delenv(settings.PRECISION_ENV, raising=False)
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
-    monkeypatch.setattr(autotune, "_decided", {})
     bilm = BiLM(tiny_options(lstm_dim=512, projection_dim=64), precision="auto")  # measured: asks the CPU
     with pytest.raises(AttributeError, match="the probe's own message"):
         _ = bilm.runtime.resolved_precision

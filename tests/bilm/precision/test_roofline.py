@@ -63,7 +63,6 @@ def test_int8_is_measured_against_the_products_it_runs():
 def test_bench_prints_the_model_its_sizes_and_the_roofline(tmp_path, monkeypatch):
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv(settings.PRECISION_ENV, raising=False)
-    monkeypatch.setattr(autotune, "_decided", {})
     precisions = ["fp32", "int8"] if int8_available() else ["fp32"]
     monkeypatch.setattr(autotune, "candidates", lambda: list(precisions))
     monkeypatch.setattr(roofline, "MIN_SECONDS", 0.0)

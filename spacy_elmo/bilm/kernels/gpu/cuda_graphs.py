@@ -9,19 +9,20 @@ of the whole loop is launched at once. A graph has fixed shapes and addresses, s
   captured loop is :func:`.fused_lstm.padded_layer`: every row runs every step, and the kernels
   mask each row by its length (a device tensor), so the real rows get the launched loop's results.
 - **Static buffers.** Inputs, initial states, bias and lengths are copied into fixed buffers
-  before a replay, and the outputs and final states copied out after it. All graphs of a device
-  share one set of buffers (:class:`StaticBuffers`, views of flat tensors grown to the largest
-  bucket) and one memory pool for what a loop allocates (``torch.cuda.graph_pool_handle``):
-  graphs replay one at a time on the current stream (threads take turns: a lock) and their
-  results are copied out at once, so one graph overwriting another's buffers or temporaries is
-  harmless, and the memory of the cache is that of one graph, not one per bucket.
+  before a replay, and the outputs and final states copied out after it. All graphs of a biLM's
+  device (its cache, kept with its LSTM's weight copies: :func:`cache_for`) share one set of
+  buffers (:class:`StaticBuffers`, views of flat tensors grown to the largest bucket) and one
+  memory pool for what a loop allocates (``torch.cuda.graph_pool_handle``): graphs replay one at
+  a time on the current stream (threads take turns: a lock) and their results are copied out at
+  once, so one graph overwriting another's buffers or temporaries is harmless, and the memory of
+  the cache is that of one graph, not one per bucket.
 - **Weights.** A graph reads the weights by address. A graph is keyed on the product weights'
   identity (address, device, dtype and version: :func:`.memory.weight_copies.tensor_versions`) and holds
   them, so that their memory cannot be reused while it lives: a weight written in place (an
   optimizer step) or a new bf16 copy makes a new key, never a stale replay. A layer's graphs of
   older weights are dropped at its next call, and graphs of a layer that was freed at any call.
 - **When.** A bucket is captured at its second use (a one-off shape runs launched rather than
-  pay a capture), at most :attr:`GraphCache.max_graphs` graphs are kept per device (least
+  pay a capture), at most :attr:`GraphCache.max_graphs` graphs are kept per cache (least
   recently used first out). Under another stream capture (the caller's own graph) the loop runs
   launched; a capture that fails turns graphs off for the device. Both warn once.
 
@@ -42,7 +43,7 @@ from typing import Callable, Dict, Hashable, NamedTuple, Optional, Protocol, Seq
 import torch
 from torch import Tensor
 
-from ...memory.weight_copies import tensor_versions
+from ...memory.weight_copies import WeightCopies, tensor_versions
 from ...precision.kinds import PRODUCT_PRECISIONS
 from ...settings import CUDA_GRAPHS_ENV, switches
 from ..row_buckets import padded_rows
@@ -50,11 +51,12 @@ from .fused_lstm import GPU_PRECOMPUTED_POSITIONS, LayerBuffers, padded_layer
 
 STEP_GRAIN = 4  # steps are padded to a multiple of this at least
 ROW_GRAIN = 16  # rows too: products of a multiple of 16 rows suit the GPU's matrix units
-MAX_GRAPHS = 32  # per device; a graph holds little beyond its kernels' arguments (see StaticBuffers)
+MAX_GRAPHS = 32  # per cache; a graph holds little beyond its kernels' arguments (see StaticBuffers)
 MAX_SEEN = 256  # shapes remembered for the second-use rule
 # The product dtypes whose loops replay graphs. In float32 a step's products keep the GPU busy
 # longer than its launches take, so graphs save little and the padding of a bucket costs more
 # (benchmarks/gpu.py: slower than the launched loop; figures in docs/performance.md, "NVIDIA H100").
+GRAPHS_NAME = "cuda_graphs"  # the cache's name among the weight copies
 GRAPH_DTYPES = tuple(kind.dtype for kind in PRODUCT_PRECISIONS.values() if kind.cuda_graphs)
 
 Weights = Tuple[Tensor, Tensor, Tensor]
@@ -320,11 +322,9 @@ def _lengths(active: Sequence[int], rows: int) -> Tensor:
     return (running > torch.arange(rows, dtype=torch.int32, device="cpu")).sum(0, dtype=torch.int32)
 
 
-_CACHES: Dict[torch.device, GraphCache] = {}
-
-
-def cache_for(device: torch.device) -> GraphCache:
-    """The graph cache of a CUDA device, made at its first use."""
-    if device not in _CACHES:
-        _CACHES[device] = GraphCache(CudaGraphRunner(device), device)
-    return _CACHES[device]
+def cache_for(copies: WeightCopies, device: torch.device) -> GraphCache:
+    """The graph cache of ``device`` kept with a biLM's weight copies (its LSTM stack's, which
+    clears it with them), made at its first use."""
+    return copies.get(
+        GRAPHS_NAME, device, (), lambda: GraphCache(CudaGraphRunner(device), device), replaces_sources=False
+    )

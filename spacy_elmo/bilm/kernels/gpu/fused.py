@@ -30,7 +30,7 @@ class FusedKernel:
         bias = layer.gate_bias().contiguous()
         clips = (layer.cell_clip, layer.proj_clip)
         if cuda_graphs.use_cuda_graphs(inputs.device, weights[1].dtype):  # replayed where a graph serves
-            result = cuda_graphs.cache_for(inputs.device).run(
+            result = cuda_graphs.cache_for(self.copies, inputs.device).run(
                 layer, inputs, active, hidden, memory, weights, bias, *clips
             )
             if result is not None:
