@@ -36,6 +36,8 @@ Item = TypeVar("Item")
 Out = TypeVar("Out")
 # Runs a batch: each request's items in, one output per request out, in order.
 RunRequests = Callable[[Sequence[Sequence[Item]]], Sequence[Out]]
+# Told of each batch run: each request's seconds in the queue, the batch's items and its seconds.
+BatchObserver = Callable[[Sequence[float], int, float], None]
 
 # How long a batch waits for another request while those the last batch answered come back, as a
 # fraction of that batch's time: what a return costs (the rest of a pipeline, the next request) is
@@ -59,6 +61,11 @@ class ShuttingDown(RuntimeError):
 
 class DeadlineExceeded(TimeoutError):
     """A request's deadline passed while it waited in the queue: it was not run."""
+
+
+class Interrupted(RuntimeError):
+    """The batch that held the request was interrupted by an error that is not the request's own
+    (a ``KeyboardInterrupt``, a ``SystemExit``): it propagates in the thread that ran the batch."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,7 @@ class Request(Generic[Item, Out]):
     label: str = ""
     future: "Future[Out]" = field(default_factory=Future)
     context: contextvars.Context = field(default_factory=contextvars.copy_context)
+    queued_at: float = field(default_factory=time.monotonic)
 
     def expired(self, now: float) -> bool:
         return self.deadline is not None and now >= self.deadline
@@ -132,14 +140,21 @@ def retry_after_seconds(seconds_per_item: float, queued_items: int) -> int:
 class Batcher(Generic[Item, Out]):
     """A queue of requests run in batches by :class:`BatchPolicy` (see the module's docstring).
 
-    ``logger``: where a request that fails alone is reported (with its label). Pickles and copies
-    start empty: what it holds is this process's waiting callers.
+    ``logger``: where a request that fails alone is reported (with its label); ``observe``: told of
+    each batch (metrics). Pickles and copies start empty: what it holds is this process's waiting
+    callers.
     """
 
-    def __init__(self, policy: BatchPolicy = BatchPolicy(), logger: Optional[logging.Logger] = None) -> None:
+    def __init__(
+        self,
+        policy: BatchPolicy = BatchPolicy(),
+        logger: Optional[logging.Logger] = None,
+        observe: Optional[BatchObserver] = None,
+    ) -> None:
         self.policy = policy
         self.batches_run = 0
         self._logger = logger
+        self._observe = observe
         self._cond = threading.Condition()
         self._pending: Deque[Request[Item, Out]] = deque()
         self._queued_items = 0
@@ -150,7 +165,7 @@ class Batcher(Generic[Item, Out]):
         self._seconds_per_item = 0.0
 
     def __reduce__(self) -> Tuple[type, Tuple[BatchPolicy, Optional[logging.Logger]]]:
-        return Batcher, (self.policy, self._logger)
+        return Batcher, (self.policy, self._logger)  # not ``observe``: a copy is counted apart
 
     @property
     def queued(self) -> int:
@@ -206,23 +221,38 @@ class Batcher(Generic[Item, Out]):
             self._closing = True
             self._cond.notify_all()
 
+    def fail(self, error: BaseException) -> None:
+        """Refuse new requests, and answer every queued one with ``error`` at once: what would run
+        them is gone."""
+        with self._cond:
+            self._closing = True
+            pending, self._pending, self._queued_items = list(self._pending), deque(), 0
+            self._cond.notify_all()
+        for request in pending:
+            if request.future.set_running_or_notify_cancel():
+                request.future.set_exception(error)
+
     def _lead(self, block: bool = False) -> bool:
         """Take the next batch and run it on this thread (``_running`` set by the caller); whether
         one ran. ``block``: wait for requests while none queue and the batcher is open."""
         batch: List[Request[Item, Out]] = []
-        began = time.perf_counter()
+        began, started = time.perf_counter(), time.monotonic()
         try:
             with self._cond:
                 batch = self._next_batch(block)
-            began = time.perf_counter()
+            began, started = time.perf_counter(), time.monotonic()
             if batch:
                 batch[0].context.run(self._run_requests, batch)
         finally:
+            seconds = time.perf_counter() - began
             with self._cond:
                 if batch:
-                    self._after(batch, time.perf_counter() - began)
+                    self._after(batch, seconds)
                 self._running = block and bool(batch)  # the serving thread keeps the turn
                 self._cond.notify_all()
+        if batch and self._observe is not None:
+            waits = [started - request.queued_at for request in batch]
+            self._observe(waits, sum(len(request.items) for request in batch), seconds)
         return bool(batch)
 
     def _next_batch(self, block: bool) -> List[Request[Item, Out]]:
@@ -281,10 +311,12 @@ class Batcher(Generic[Item, Out]):
     def _still_wanted(self, request: Request[Item, Out]) -> bool:
         """Whether to run ``request``: its caller has not left, and its deadline has not passed (its
         future then gets :class:`DeadlineExceeded`)."""
+        if not request.future.set_running_or_notify_cancel():  # cancelled: not again, whoever cancels it
+            return False
         if request.expired(time.monotonic()):
             request.future.set_exception(DeadlineExceeded("the request's deadline passed while it waited in the queue"))
             return False
-        return request.future.set_running_or_notify_cancel()
+        return True
 
     def _run_requests(self, batch: List[Request[Item, Out]]) -> None:
         """Run ``batch`` as one call; if it raises, each request alone, so an error reaches its own
@@ -303,13 +335,14 @@ class Batcher(Generic[Item, Out]):
                     len(batch[0].items),
                     type(err).__name__,
                     err,
+                    extra={"request_id": batch[0].label},
                 )
             batch[0].future.set_exception(err)
             return
         except BaseException as err:
             for request in batch:
                 if not request.future.done():
-                    request.future.set_exception(err)
+                    request.future.set_exception(Interrupted(f"the batch was interrupted: {type(err).__name__}: {err}"))
             raise
         for request, output in zip(batch, outputs):
             request.future.set_result(output)

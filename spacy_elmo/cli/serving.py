@@ -24,7 +24,7 @@ MISSING_RAY_SERVE = (
     'spacy-elmo serve --ray-replicas needs Ray Serve: pip install ".[ray-serve]" from a clone of spacy-elmo '
     '(or pip install "spacy-elmo[ray-serve]")'
 )
-EXTRA_MODULES = ("fastapi", "uvicorn", "starlette", "pydantic")
+EXTRA_MODULES = ("fastapi", "uvicorn", "starlette", "pydantic", "prometheus_client")
 _REQUESTS, _BATCHES, _SETTINGS, _RAY = RequestLimits(), BatchLimits(), ServeSettings(), RaySettings()
 
 
@@ -65,6 +65,20 @@ def serve(
         help="Seconds that requests in flight get to finish after SIGTERM",
     ),
     log_level: str = typer.Option(_SETTINGS.log_level, envvar=_env("log_level"), help="debug, info, warning"),
+    log_format: str = typer.Option(
+        _SETTINGS.log_format, envvar=_env("log_format"), help="text, or json: one JSON object per line"
+    ),
+    request_timeout: float = typer.Option(
+        _SETTINGS.request_timeout,
+        envvar=_env("request_timeout"),
+        help="Seconds a request may wait in the queue; later it gets 503 and is not run (X-Request-Timeout: less)",
+    ),
+    exit_on_failure: bool = typer.Option(
+        _SETTINGS.exit_on_failure,
+        "--exit-on-failure/--keep-serving-on-failure",
+        envvar=_env("exit_on_failure"),
+        help="Exit non-zero when the pipeline's worker fails, so a supervisor restarts it; else answer 503",
+    ),
     gpu_id: int = typer.Option(
         _SETTINGS.gpu_id, envvar=_env("gpu_id"), help="The GPU that runs the pipeline (needs CuPy); -1: the CPU"
     ),
@@ -84,7 +98,8 @@ def serve(
 ) -> None:
     """Serve a spaCy pipeline over HTTP: POST {"texts": [...], "vectors": false} to /pipe for each
     text's tokens, entities, categories and (if asked) vectors; GET /health is 200 once the
-    pipeline is loaded and warmed up; OpenAPI's pages are at /docs.
+    pipeline is loaded and warmed up, GET /health/live while its worker lives, GET /metrics gives
+    Prometheus' metrics; OpenAPI's pages are at /docs.
 
     One thread owns the pipeline and runs the queued requests in batches, each inside one
     nlp.memory_zone(). A request over a limit gets 413, a full queue 503 with Retry-After. SIGTERM
@@ -100,6 +115,9 @@ def serve(
         log_level=log_level,
         gpu_id=gpu_id,
         ray=RaySettings(ray_replicas, ray_threads, ray_address),
+        request_timeout=request_timeout,
+        log_format=log_format,
+        exit_on_failure=exit_on_failure,
     )
     with reported(ValueError):
         settings.check()

@@ -15,7 +15,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
 import spacy
 from spacy.language import Language
@@ -133,15 +133,30 @@ def doc_output(doc: Doc, vectors: bool) -> Dict[str, Any]:
 
 
 class PipelineRun:
-    """Runs a batch of texts through ``nlp`` inside one memory zone (a :data:`~.worker.BatchRun`).
+    """Runs a batch of texts through ``nlp`` inside one memory zone (a :data:`~.worker.BatchRun`);
+    ``on_tokens`` is told each batch's tokens (metrics).
 
     Only the worker's thread may call it: zones are not safe across threads.
     """
 
-    def __init__(self, nlp: Language) -> None:
+    def __init__(self, nlp: Language, on_tokens: Callable[[int], object] = lambda tokens: None) -> None:
         self.nlp = nlp
+        self.on_tokens = on_tokens
 
     def __call__(self, texts: Sequence[str], vectors: Sequence[bool]) -> List[Dict[str, Any]]:
         with self.nlp.memory_zone():
             docs = self.nlp.pipe(texts, batch_size=max(1, len(texts)))
-            return [doc_output(doc, wanted) for doc, wanted in zip(docs, vectors)]
+            outputs = [doc_output(doc, wanted) for doc, wanted in zip(docs, vectors)]
+        self.on_tokens(sum(len(output["tokens"]) for output in outputs))
+        return outputs
+
+
+def describe_pipeline(source: PipelineSource, nlp: Language) -> Dict[str, str]:
+    """What is served, for the metrics' info: the pipeline, its components, each elmo's precision
+    (the setting and what runs)."""
+    precisions = []
+    for name, component in nlp.pipeline:
+        if isinstance(component, Elmo):
+            runtime = get_bilm(component.model).runtime
+            precisions.append(f"{name}={runtime.precision}:{runtime.resolved_precision_for(training=False).precision}")
+    return {"pipeline": source.spec, "components": ",".join(nlp.pipe_names), "elmo_precision": ",".join(precisions)}

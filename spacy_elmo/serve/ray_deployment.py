@@ -13,7 +13,6 @@ whenever its worker is not ready (as ``GET /health`` answers 503). Every respons
 replica that served it in :data:`REPLICA_HEADER`.
 """
 
-import logging
 import signal
 import threading
 from dataclasses import asdict
@@ -26,11 +25,10 @@ from ray.serve import Application
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .app import create_app
-from .pipeline import PipelineRun, PipelineSource, load_pipeline
-from .server import LOG_FORMAT, PipelineFailed
+from .pipeline import PipelineSource
+from .server import PipelineFailed, build_service, configure_logging
 from .settings import REPLICA_HEADER, ServeSettings
-from .worker import Worker, logger
+from .worker import logger
 
 APP_NAME = "spacy-elmo"
 DEPLOYMENT_NAME = "pipeline"
@@ -63,11 +61,10 @@ class PipelineReplica:
     """One replica: its own pipeline, worker and application, built in the replica's process."""
 
     def __init__(self, source: PipelineSource, settings: ServeSettings) -> None:
-        logging.basicConfig(level=settings.log_level.upper(), format=LOG_FORMAT)
+        configure_logging(settings)
         # Ray's threads run beside the worker, so elmo's threads = "auto" keeps torch's count as set here
         torch.set_num_threads(settings.ray.threads)
-        self.worker = Worker(lambda: PipelineRun(load_pipeline(source)), settings.batches, freeze_heap=True)
-        self.http_app = create_app(self.worker, settings.requests, settings.shutdown_timeout, start_when_ready=True)
+        self.worker, self.http_app = build_service(source, settings, start_when_ready=True)
         replica = serve.get_replica_context().replica_id.unique_id
         self.http_app.add_middleware(ReplicaHeader, replica=replica)
         logger.info("replica %s: the pipeline on %d torch threads", replica, settings.ray.threads)
@@ -108,7 +105,7 @@ def serve_on_ray(source: PipelineSource, settings: ServeSettings) -> None:
     else starts a Ray on this machine for the service, stopped at the end.
     """
     settings.check()
-    logging.basicConfig(level=settings.log_level.upper(), format=LOG_FORMAT)
+    configure_logging(settings)
     logger.info("serving the %s %r on Ray Serve with %s", source.kind, source.spec, asdict(settings))
     address = settings.ray.address or "local"
     ray.init(address=address, include_dashboard=False if address == "local" else None)

@@ -6,16 +6,20 @@ worker drains its queue. It then raises the signal again for the handler it foun
 installed here makes that second delivery a no-op and the process ends with status 0.
 """
 
+import json
 import logging
 import signal
+import sys
 from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Iterator
+from typing import Callable, Iterator, Optional, Tuple
 
 import uvicorn
+from fastapi import FastAPI
 
 from .app import create_app
-from .pipeline import PipelineRun, PipelineSource, check_gpu, load_pipeline, use_gpu
+from .metrics import ServiceMetrics
+from .pipeline import PipelineRun, PipelineSource, check_gpu, describe_pipeline, load_pipeline, use_gpu
 from .settings import ServeSettings
 from .worker import BatchRun, Worker, logger
 
@@ -23,38 +27,81 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class PipelineFailed(RuntimeError):
-    """The pipeline did not load or warm up: the service stopped without serving."""
+    """The pipeline did not load or warm up, or its worker failed: the service stopped."""
 
 
-def serve(source: PipelineSource, settings: ServeSettings) -> None:
-    """Serve ``source``'s pipeline until SIGTERM or SIGINT; :class:`PipelineFailed` if it never loads."""
-    settings.check()
-    check_gpu(settings.gpu_id)
-    logging.basicConfig(level=settings.log_level.upper(), format=LOG_FORMAT)
-    logger.info("serving the %s %r with %s", source.kind, source.spec, asdict(settings))
+class JsonLines(logging.Formatter):
+    """One JSON object per log line (``--log-format json``): time, level, logger, message, and
+    the request's id where the line is about one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"time": self.formatTime(record), "level": record.levelname, "logger": record.name}
+        entry["message"] = record.getMessage()
+        if getattr(record, "request_id", None):
+            entry["request_id"] = record.request_id  # type: ignore[attr-defined]
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=True)
+
+
+def configure_logging(settings: ServeSettings) -> None:
+    """The root logger at ``--log-level``, on stderr, in ``--log-format``."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLines() if settings.log_format == "json" else logging.Formatter(LOG_FORMAT))
+    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler], force=True)
+
+
+def build_service(
+    source: PipelineSource,
+    settings: ServeSettings,
+    start_when_ready: bool = False,
+    on_failure: Optional[Callable[[BaseException], None]] = None,
+) -> Tuple[Worker, FastAPI]:
+    """The worker that will load ``source``'s pipeline, and the application that serves it, with
+    their metrics (this server's, or one Ray Serve replica's)."""
+    metrics = ServiceMetrics()
 
     def load() -> BatchRun:
         use_gpu(settings.gpu_id)
-        return PipelineRun(load_pipeline(source))
+        nlp = load_pipeline(source)
+        metrics.describe(describe_pipeline(source, nlp))
+        return PipelineRun(nlp, metrics.tokens_ran)
+
+    worker = Worker(load, settings.batches, on_failure=on_failure, freeze_heap=True, observe=metrics.batch_ran)
+    app = create_app(
+        worker, settings.requests, settings.shutdown_timeout, start_when_ready, settings.request_timeout, metrics
+    )
+    return worker, app
+
+
+def serve(source: PipelineSource, settings: ServeSettings) -> None:
+    """Serve ``source``'s pipeline until SIGTERM or SIGINT; :class:`PipelineFailed` if it never
+    loads, or if its worker fails (unless ``exit_on_failure`` is off: it then answers 503)."""
+    settings.check()
+    check_gpu(settings.gpu_id)
+    configure_logging(settings)
+    logger.info("serving the %s %r with %s", source.kind, source.spec, asdict(settings))
 
     def stop(error: BaseException) -> None:
-        server.should_exit = True  # uvicorn's main loop checks it every tenth of a second
+        if settings.exit_on_failure or not worker.loaded:  # a failed load always stops
+            server.should_exit = True  # uvicorn's main loop checks it every tenth of a second
 
-    worker = Worker(load, settings.batches, on_failure=stop, freeze_heap=True)
-    app = create_app(worker, settings.requests, settings.shutdown_timeout)
+    worker, app = build_service(source, settings, on_failure=stop)
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         log_config=None,  # uvicorn's loggers go to the root logger configured above
         log_level=settings.log_level,
+        access_log=False,  # the application's own access lines name each request's id
         timeout_graceful_shutdown=max(1, round(settings.shutdown_timeout)),
     )
     server = uvicorn.Server(config)  # before the worker starts (at the application's startup)
     with signals_after_shutdown_ignored():
         server.run()
     if worker.failure is not None:
-        raise PipelineFailed(f"the pipeline {source.spec!r} failed to load: {worker.failure}") from worker.failure
+        what = "failed while serving" if worker.loaded else "failed to load"
+        raise PipelineFailed(f"the pipeline {source.spec!r} {what}: {worker.failure}") from worker.failure
 
 
 @contextmanager

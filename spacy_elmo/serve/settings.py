@@ -17,6 +17,11 @@ BODY_BYTES_PER_TEXT = 8
 BODY_BYTES_OVERHEAD = 4096
 
 
+# Seconds a request may wait in the queue before it is answered 503 and not run (--request-timeout).
+DEFAULT_REQUEST_TIMEOUT = 30.0
+LOG_FORMATS = ("text", "json")
+
+
 @dataclass(frozen=True)
 class RequestLimits:
     """What one ``POST /pipe`` may hold; more is a 413 that says which limit and its flag."""
@@ -103,6 +108,9 @@ class ServeSettings:
     log_level: str = "info"
     gpu_id: int = -1
     ray: RaySettings = RaySettings()
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    log_format: str = "text"
+    exit_on_failure: bool = True
 
     def check(self) -> None:
         """A ValueError naming the setting that cannot work, before anything loads."""
@@ -121,6 +129,10 @@ class ServeSettings:
             raise ValueError(f"--port must be 0 to 65535, got {self.port}")
         if self.shutdown_timeout <= 0:
             raise ValueError(f"--shutdown-timeout must be positive (seconds), got {self.shutdown_timeout}")
+        if not self.request_timeout > 0:
+            raise ValueError(f"--request-timeout must be positive (seconds), got {self.request_timeout}")
+        if self.log_format not in LOG_FORMATS:
+            raise ValueError(f"--log-format must be one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}")
         if self.gpu_id < -1:
             raise ValueError(f"--gpu-id must be -1 (the CPU) or a GPU's index, got {self.gpu_id}")
         if self.gpu_id >= 0 and self.ray.replicas:

@@ -21,11 +21,11 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-from ..batching import Batcher, Overloaded, Request, ShuttingDown
+from ..batching import Batcher, BatchObserver, DeadlineExceeded, Overloaded, Request, ShuttingDown
 from .memory import HEAP_TRIM_AVAILABLE, freeze_long_lived, release_free_heap, resident_mib
 from .settings import BatchLimits
 
-__all__ = ["NotReady", "Overloaded", "ShuttingDown", "Worker", "WARM_UP_TEXTS"]
+__all__ = ["DeadlineExceeded", "NotReady", "Overloaded", "ShuttingDown", "Worker", "WorkerFailed", "WARM_UP_TEXTS"]
 
 logger = logging.getLogger("spacy_elmo.serve")
 
@@ -49,6 +49,10 @@ class NotReady(RuntimeError):
     """The pipeline is still loading or warming up, or failed to load."""
 
 
+class WorkerFailed(RuntimeError):
+    """The worker's thread ended on an error: nothing runs the pipeline any more."""
+
+
 class Worker:
     """Owns the pipeline ``load`` returns: loads it, warms it up and runs every batch, on one thread.
 
@@ -57,6 +61,11 @@ class Worker:
     the allocator's free pages go back to the system: :func:`~.memory.release_free_heap`);
     ``freeze_heap``: the worker owns its process (a server's), so after the warm-up it freezes every
     object alive out of the garbage collector's passes, and unfreezes them once it has stopped.
+    ``observe``: told of each batch (:data:`~spacy_elmo.batching.BatchObserver`: metrics).
+
+    The thread is watched: if it ends on an error after the pipeline loaded (outside a batch's
+    own error handling), :attr:`failure` holds it, every queued request gets :class:`WorkerFailed`
+    at once, new ones are refused, and ``on_failure`` is called, as for a failed load.
     """
 
     def __init__(
@@ -67,11 +76,12 @@ class Worker:
         on_failure: Optional[Callable[[BaseException], None]] = None,
         after_batch: Callable[[], object] = release_free_heap,
         freeze_heap: bool = False,
+        observe: Optional[BatchObserver] = None,
     ) -> None:
         self.limits = limits
         self.failure: Optional[BaseException] = None
         self.rest_mib: Optional[float] = None
-        self.batcher: Batcher[TextItem, List[Any]] = Batcher(limits.policy(), logger)
+        self.batcher: Batcher[TextItem, List[Any]] = Batcher(limits.policy(), logger, observe)
         self._run: Optional[BatchRun] = None
         self._load = load
         self._warm_up_texts = list(warm_up_texts)
@@ -84,7 +94,17 @@ class Worker:
 
     @property
     def ready(self) -> bool:
-        return self._ready.is_set() and not self.batcher.closing
+        return self._ready.is_set() and not self.batcher.closing and self.failure is None
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the pipeline loaded and warmed up (it may have failed since)."""
+        return self._ready.is_set()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the worker still can serve: loading, ready or stopping, not failed."""
+        return self.failure is None
 
     @property
     def state(self) -> str:
@@ -113,19 +133,26 @@ class Worker:
         self._settled.wait(timeout)
         return self.ready
 
-    def submit(self, texts: List[str], vectors: bool) -> "Future[List[Any]]":
-        """Queue a request; its future gets one output per text, in order, or the error of its own texts.
+    def submit(
+        self, texts: List[str], vectors: bool, deadline: Optional[float] = None, request_id: str = ""
+    ) -> "Future[List[Any]]":
+        """Queue a request; its future gets one output per text, in order, or the error of its own
+        texts (:class:`~spacy_elmo.batching.DeadlineExceeded` if ``deadline``, ``time.monotonic``
+        seconds, passes while it waits: it is then not run). ``request_id`` names it in the log.
 
         Raises :class:`NotReady`, :class:`~spacy_elmo.batching.ShuttingDown` or
         :class:`~spacy_elmo.batching.Overloaded` instead of queueing.
         """
-        if self._run is None or not self._ready.is_set():
-            if self.batcher.closing:
+        if self.failure is not None or self._run is None or not self._ready.is_set():
+            if self.batcher.closing and self.failure is None:
                 raise ShuttingDown("the server is shutting down: it takes no new requests")
-            raise NotReady(f"the pipeline is not ready ({self.state})")
+            raise NotReady(f"the pipeline is not ready ({self.state}{self._reason()})")
         items = [(text, vectors) for text in texts]
         width = max((len(text) for text in texts), default=0)
-        return self.batcher.submit(Request(items, width, self._run_texts))
+        return self.batcher.submit(Request(items, width, self._run_texts, deadline=deadline, label=request_id))
+
+    def _reason(self) -> str:
+        return "" if self.failure is None else f": {type(self.failure).__name__}: {self.failure}"
 
     def close(self, timeout: Optional[float] = None) -> bool:
         """Refuse new requests, let the thread run what is queued, and wait for it to end (at most
@@ -160,9 +187,18 @@ class Worker:
         self._run = run
         self._ready.set()
         self._settled.set()
-        self.batcher.serve_forever(self._after_batch)
-        if self._freeze_heap:
-            gc.unfreeze()
+        try:
+            self.batcher.serve_forever(self._after_batch)
+        except BaseException as err:  # nothing runs the pipeline now: say so, and let the server stop
+            self.failure = err
+            logger.exception("the pipeline's worker failed after %d batches", self.batches_run)
+            self.batcher.fail(WorkerFailed(f"the pipeline's worker failed: {type(err).__name__}: {err}"))
+            if self._on_failure is not None:
+                self._on_failure(err)
+            return
+        finally:
+            if self._freeze_heap:
+                gc.unfreeze()
         logger.info("the pipeline's worker drained its queue and stopped after %d batches", self.batches_run)
 
     def _warm_up(self, run: BatchRun) -> None:

@@ -15,7 +15,7 @@ from spacy.language import Language
 from spacy_elmo.batching import retry_after_seconds
 from spacy_elmo.serve.pipeline import PipelineRun, doc_output
 from spacy_elmo.serve.settings import BatchLimits
-from spacy_elmo.serve.worker import NotReady, Overloaded, ShuttingDown, Worker
+from spacy_elmo.serve.worker import NotReady, Overloaded, ShuttingDown, Worker, WorkerFailed
 
 from ..helpers import elmo_config
 
@@ -309,3 +309,34 @@ def test_wait_loaded_returns_once_the_pipeline_is_warm_or_has_failed() -> None:
     failing = Worker(fail)
     failing.start()
     assert failing.wait_loaded(TIMEOUT) is False and failing.state == "failed"
+
+
+def test_a_worker_that_dies_outside_a_batch_fails_what_it_holds_and_says_so() -> None:
+    """The thread ends on an error after a batch (here in ``after_batch``): the worker reports
+    ``failed`` with the error, what was queued gets WorkerFailed at once, and new requests are refused."""
+    run, failures, batches = RecordingRun(), [], []
+
+    def after_batch() -> None:
+        batches.append(1)
+        if len(batches) > 1:  # the warm-up's passes, then the first batch
+            raise OSError("the allocator is gone")
+
+    worker = Worker(lambda: run, warm_up_texts=("warm-up",), on_failure=failures.append, after_batch=after_batch)
+    run.release.set()
+    worker.start()
+    wait_ready(worker)
+    run.release.clear()
+    run.first_started.clear()
+    run.batches.clear()
+    first = worker.submit(["a"], vectors=False)
+    assert run.first_started.wait(TIMEOUT)
+    queued = worker.submit(["b"], vectors=False)
+    run.release.set()
+    assert first.result(TIMEOUT) == [("A", False)]
+    with pytest.raises(WorkerFailed, match="the allocator is gone"):
+        queued.result(TIMEOUT)
+    assert worker.state == "failed" and not worker.alive and not worker.ready
+    assert [str(error) for error in failures] == ["the allocator is gone"]
+    with pytest.raises(NotReady, match="failed: OSError: the allocator is gone"):
+        worker.submit(["c"], vectors=False)
+    assert run.batches == [["a"]]
