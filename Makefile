@@ -21,8 +21,10 @@ FLOORS_PYTHON ?= $(or $(shell root=$$(pyenv root 2>/dev/null) && ls -d "$$root"/
 FLOORS_VENV ?= .venv-floors
 FLOORS_BIN := $(FLOORS_VENV)/bin
 TORCH_FLOOR := $(shell grep '^torch==' $(FLOORS))
-# make test-fast's selection, which test-floors runs too.
+# make test-fast's selection, which test-floors runs too, on FAST_WORKERS processes (pytest-xdist: the
+# edit-test loop on both cores of a 2-core machine).
 FAST_TESTS := -m "not slow and not gpu" --ignore=tests/project tests
+FAST_WORKERS ?= 2
 # What make lint and .pre-commit-config.yaml check with ruff: the package, its benchmarks, its tests and
 # the project's scripts (mypy: spacy_elmo/ only, pyproject.toml).
 LINT_PATHS := spacy_elmo benchmarks tests project
@@ -61,9 +63,9 @@ test: install
 	$(MAKE) --no-print-directory test-avx2 VENV=$(VENV)
 
 # The library's tests without the slow end-to-end runs (marked slow: spacy train, pretraining runs,
-# subprocesses, Ray, torchrun, n_process) and the project's scripts: for edit-test loops, under a minute.
+# subprocesses, Ray, torchrun, n_process) and the project's scripts: for edit-test loops, about a minute on 2 cores.
 test-fast: install
-	$(BIN)/python -m pytest -q -rs $(FAST_TESTS)
+	$(BIN)/python -m pytest -q -rs -n $(FAST_WORKERS) $(FAST_TESTS)
 
 # make test-fast's selection as an AVX2-only CPU runs it (MKL's AVX2 kernels also run on many AMD CPUs),
 # on any CPU: the libraries capped before torch loads, spacy-elmo's view of the CPU in tests/conftest.py.
