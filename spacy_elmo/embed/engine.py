@@ -37,7 +37,7 @@ def load_bilm(
 ) -> BiLM:
     """The biLM of a run, on ``device``: the given standard files, or the bundled English biLM.
 
-    Moved before anything reads :attr:`BiLM.resolved_precision`: ``precision = "auto"`` resolves on
+    Moved before anything reads :attr:`.BiLMRuntime.resolved_precision`: ``precision = "auto"`` resolves on
     the biLM's device. Its outputs come back to the host as float32, one copy per batch
     (:meth:`BiLM.embed_sentences`), so the writers never see device arrays.
     """

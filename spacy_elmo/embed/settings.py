@@ -119,7 +119,7 @@ def model_identity(bilm: BiLM) -> Dict[str, Any]:
     products it computes layers with (bf16 products give other values than fp32 ones): inference's,
     as ``embed`` and a frozen component run it, whatever the gradient mode now.
 
-    Unlike :meth:`BiLM.fingerprint`, which only tells in-process changes apart, this names the
+    Unlike :meth:`.BiLMRuntime.fingerprint`, which only tells in-process changes apart, this names the
     same weights the same way in every process and on every machine, however they were loaded.
     """
     products = bilm.runtime.resolved_precision_for(training=False).recorded

@@ -40,7 +40,7 @@ class FeatureStore:
         self.path = Path(path)
         self._index: Optional[Dict[Tuple[str, ...], Location]] = None
         self._manifest: Optional[Manifest] = None
-        self._checked: Optional[Tuple] = None  # (BiLM.fingerprint(), precision setting) last checked
+        self._checked: Optional[Tuple] = None  # (its runtime's fingerprint, precision setting) last checked
         self._row_groups: "OrderedDict[Tuple[str, int], List[numpy.ndarray]]" = OrderedDict()
         self._warned_missing = False
 

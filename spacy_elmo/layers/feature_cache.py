@@ -24,7 +24,7 @@ class FeatureCache:
 
     Arrays stay on the device they were made on. A copy of the cache (thinc copies models, e.g.
     in ``nlp.replace_listeners``) or a pickled one starts empty, as does a cache whose
-    ``fingerprint`` changed since the last lookup: :meth:`BiLM.fingerprint`, of the weights and of
+    ``fingerprint`` changed since the last lookup: :meth:`.BiLMRuntime.fingerprint`, of the weights and of
     the products that compute the values (inference's, also when a frozen biLM trains with
     gradients on).
     """

@@ -4,7 +4,7 @@ Inference in bf16 or int8 on a CPU multiplies with copies of the large weights (
 :class:`~.weight_copies.WeightCopies`); the float32 parameters
 they were made from are still the model's weights (what a save writes, what another precision
 casts), but inference no longer reads them. Held in memory they made peak RSS in bf16 higher
-than in float32. So the weights of a biLM frozen for inference (:meth:`BiLM.prepare_inference`
+than in float32. So the weights of a biLM frozen for inference (:meth:`.BiLMRuntime.prepare_inference`
 marks them: :func:`freeze_for_inference`) move to disk once a copy of them is made: each
 large float32 source moves to a temporary file (unlinked at once: nothing is left behind), mapped
 back copy-on-write (``numpy.memmap`` mode ``"c"``): the parameter reads as before, its pages come

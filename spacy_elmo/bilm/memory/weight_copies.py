@@ -9,7 +9,7 @@ step or ``BiLM.weights_written`` changes the key. Once a copy that replaces its 
 the large float32 sources move to disk where they are frozen for inference (:mod:`.offload`).
 
 Each module that multiplies by copies owns one cache (the LSTM stack, the token encoder, the
-pretraining softmax) and clears it itself (``BiLM.release_product_copies``). Copies are cheap to
+pretraining softmax) and clears it itself (``BiLMRuntime.release_product_copies``). Copies are cheap to
 remake and keyed on this process's storage: a pickle or a deep copy of the cache starts empty.
 """
 
@@ -28,7 +28,7 @@ def tensor_versions(tensors: Iterable[Tensor]) -> Tuple:
     """What tells the values of ``tensors`` apart within a process: storage, device, dtype, version.
 
     Caches of what a model computed key on it (:class:`WeightCopies`, CUDA graphs, and through
-    ``BiLM.fingerprint`` the token and feature caches). torch advances a tensor's version counter
+    ``BiLMRuntime.fingerprint`` the token and feature caches). torch advances a tensor's version counter
     at every in-place write it makes (an optimizer step, ``load_state_dict``, ``copy_``); a move or
     a cast gives new storage. Writes torch cannot see, through a NumPy or DLPack view as thinc's
     optimizers make them, must be reported with ``torch.autograd.graph.increment_version``
