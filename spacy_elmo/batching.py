@@ -236,15 +236,17 @@ class Batcher(Generic[Item, Out]):
         """Take the next batch and run it on this thread (``_running`` set by the caller); whether
         one ran. ``block``: wait for requests while none queue and the batcher is open."""
         batch: List[Request[Item, Out]] = []
-        began, started = time.perf_counter(), time.monotonic()
+        seconds = 0.0
         try:
             with self._cond:
                 batch = self._next_batch(block)
-            began, started = time.perf_counter(), time.monotonic()
+            started, began = time.monotonic(), time.perf_counter()
             if batch:
-                batch[0].context.run(self._run_requests, batch)
+                try:
+                    batch[0].context.run(self._run_requests, batch)
+                finally:
+                    seconds = time.perf_counter() - began
         finally:
-            seconds = time.perf_counter() - began
             with self._cond:
                 if batch:
                     self._after(batch, seconds)
