@@ -368,10 +368,7 @@ def _add_pipe_route(
             raise refuse(503, "deadline", f"{err}: not run", NOT_READY_RETRY_AFTER) from None
         except (WorkerFailed, Interrupted) as err:  # the worker is gone: a supervisor restarts it
             raise refuse(503, "failed", str(err), NOT_READY_RETRY_AFTER) from None
-        except Exception as err:
-            logger.warning(
-                "request %s failed: %s: %s", request_id, type(err).__name__, err, extra={"request_id": request_id}
-            )
+        except Exception as err:  # the batcher logged it, naming the request
             raise HTTPException(500, f"the pipeline failed on this request: {type(err).__name__}: {err}") from err
         body = await run_in_threadpool(json_body, {"docs": docs})
         return Response(body, media_type="application/json")
