@@ -8,26 +8,28 @@ root, e.g.:
 Configurations: ``bundled``, the bundled English biLM (``en``); ``original``, the Original sizes
 with random weights (speed does not depend on the values); ``trf6-bf16``, the peer a spaCy user
 would compare with: spacy-transformers with a 6-layer BERT-base-sized model of random weights,
-every call under ``torch.autocast("cpu", dtype=torch.bfloat16)``, and ``trf6-fp32``, the same in
-float32, as a CPU without bf16 in hardware runs it (both need ``pip install
-"spacy-transformers==1.4.0"``; see benchmarks/peer_transformers.py). ``--as-avx2``: the libraries'
+its weights cast to bf16 once as it loads (as a user serving BERT in bf16 does: an autocast around
+each call would cast every weight again at each call), and ``trf6-fp32``, the same in float32, as
+a CPU without bf16 in hardware runs it (both need ``pip install "spacy-transformers==1.4.0"``; see
+benchmarks/peer_transformers.py). ``--as-avx2``: the libraries'
 kernels capped at AVX2 and the CPU seen as AVX2-only (``harness.as_avx2_cpu``). ``elmo`` runs with
 ``precision = "auto"``. Each in-process row: words/s (median of ``--rounds``, range) and its
 fraction of the configuration's ``nlp.pipe``; for ``elmo``, the smallest token cosine of the
 vectors from many threads to the serial ones; each service row: requests/s, words/s, p50 / p99
-latency of one text per request, after a few untimed requests per client. ``--gpu-id N`` runs
+latency of one text per request, after a few untimed requests per client, each client on one
+keep-alive connection (as clients and proxies call a service). ``--gpu-id N`` runs
 every pipeline, in-process and served (``spacy-elmo serve --gpu-id N``), on GPU N.
 """
 
-import contextlib
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, ContextManager, Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence
 
 import numpy
 import requests
@@ -72,37 +74,27 @@ def build(config: str, directory: Path, texts: List[str]) -> Path:
     return directory / "pipeline"
 
 
-def loaded(config: str, path: Path) -> "tuple[Language, Callable[[], ContextManager]]":
-    """The saved pipeline, and the context each of its calls runs in (bf16 autocast for the bf16 peer)."""
+def loaded(config: str, path: Path) -> Language:
+    """The saved pipeline; the bf16 peer's BERT cast to bf16 once, its outputs back to float32."""
     nlp = spacy.load(path)
     if config != "trf6-bf16":
-        return nlp, contextlib.nullcontext
+        return nlp
     from peer_transformers import float32_outputs
 
     for node in nlp.get_pipe("transformer").model.walk():
         for shim in node.shims:
+            shim._model.to(torch.bfloat16)
             shim._model.register_forward_hook(float32_outputs)
-    return nlp, lambda: torch.autocast("cpu", dtype=torch.bfloat16)
+    return nlp
 
 
-def in_process_runs(
-    nlp: Language, context: Callable[[], ContextManager], texts: Sequence[str], threads: int
-) -> Dict[str, Callable[[], object]]:
-    """The three ways a process calls the pipeline, each over all ``texts``; autocast is per thread."""
+def in_process_runs(nlp: Language, texts: Sequence[str], threads: int) -> Dict[str, Callable[[], object]]:
+    """The three ways a process calls the pipeline, each over all ``texts``."""
     pool = ThreadPoolExecutor(threads)
-
-    def one(text: str) -> object:
-        with context():
-            return nlp(text)
-
-    def batch() -> object:
-        with context():
-            return list(nlp.pipe(texts))
-
     return {
-        "nlp.pipe": batch,
-        "nlp(text) serial": lambda: [one(text) for text in texts],
-        f"nlp(text) from {threads} threads": lambda: list(pool.map(one, texts)),
+        "nlp.pipe": lambda: list(nlp.pipe(texts)),
+        "nlp(text) serial": lambda: [nlp(text) for text in texts],
+        f"nlp(text) from {threads} threads": lambda: list(pool.map(nlp, texts)),
     }
 
 
@@ -156,9 +148,13 @@ def _client_latencies(url: str, texts: Sequence[str], clients: int) -> "tuple[fl
     for its shapes: at the Original size the first 8 requests of 8 clients took 180 ms, later
     ones 110-130.) Returns the seconds it took and each request's latency."""
 
+    connections = threading.local()  # one keep-alive session per client thread
+
     def request(text: str) -> float:
+        if not hasattr(connections, "session"):
+            connections.session = requests.Session()
         start = time.perf_counter()
-        requests.post(f"{url}/pipe", json={"texts": [text]}, timeout=120).raise_for_status()
+        connections.session.post(f"{url}/pipe", json={"texts": [text]}, timeout=120).raise_for_status()
         return time.perf_counter() - start
 
     with ThreadPoolExecutor(clients) as pool:
@@ -195,12 +191,12 @@ def main(
     with tempfile.TemporaryDirectory() as tmp:
         for config in chosen:
             path = build(config, Path(tmp) / config, word_sense_texts(480))
-            nlp, context = loaded(config, path)
+            nlp = loaded(config, path)
             n_words = sum(len(nlp.make_doc(text)) for text in sentences)
             print(
                 f"\n{config}: {len(sentences)} sentences, {n_words:,} words; {rounds} rounds, {torch_threads} threads"
             )
-            timings = interleaved(in_process_runs(nlp, context, sentences, threads), rounds, device=device)
+            timings = interleaved(in_process_runs(nlp, sentences, threads), rounds, device=device)
             batch = timings["nlp.pipe"].median
             for label, timing in timings.items():
                 print(f"{label}: {timing.rate(n_words, ' words/s')}, {batch / timing.median:.2f} of nlp.pipe")
