@@ -125,4 +125,4 @@ parity: install
 	$(BIN)/python examples/parity.py
 
 benchmark: install
-	$(BIN)/python benchmarks/bilm_speed.py
+	$(BIN)/python benchmarks/bilm_speed.py model

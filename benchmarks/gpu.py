@@ -35,7 +35,7 @@ Then one row per measurement:
   is in the first epoch, at the schedule's first batch sizes (about 100 words).
 - ``pretrain``: tokens/s (window positions per direction, as the training log counts them) of the
   ``base`` and ``elmo-original`` presets in fp32 and bf16 products, on
-  the harness's Zipfian random corpus (``zipf_corpus``), as benchmarks/pretrain_speed.py.
+  the harness's Zipfian random corpus (``zipf_corpus``), as benchmarks/train_speed.py pretrain.
 
 GPU rows also give the peak GPU memory torch allocated (``torch.cuda.max_memory_allocated``).
 """
@@ -258,7 +258,7 @@ def train_rate(corpus: Path, overrides: Dict[str, object], gpu_id: int, warmup: 
 
 # ---------------------------------------------------------------------- pretraining
 def pretrain_rate(preset_name: str, precision: str, corpus: Path, output_dir: Path, warmup: int, steps: int) -> float:
-    """Tokens/s of pretraining steps of a preset, as benchmarks/pretrain_speed.py counts them."""
+    """Tokens/s of pretraining steps of a preset, as benchmarks/train_speed.py pretrain counts them."""
     preset = get_preset(preset_name)
     config = preset.training.updated(max_steps=warmup + steps, precision=precision)
     env = init_distributed()  # the GPU when torch sees one

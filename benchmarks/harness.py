@@ -341,8 +341,10 @@ def step_by_step(model: Any, sentences: Sequence[Sequence[str]]) -> List[Any]:
     """A biLM's layers for ``sentences`` computed by a straightforward port, as AllenNLP's
     ``LstmCellWithProjection``: every token through the char CNN at all its character positions,
     then one timestep at a time, one direction at a time, in the dtype of the model's parameters
-    (float64 gives a reference for float32's error). One (n_layers + 1, len, 2 * projection_dim)
-    array per sentence, as ``BiLM.embed_sentences`` returns them."""
+    (float64 gives a reference for float32's error). The LSTM steps are the package's reference
+    loop (spacy_elmo/bilm/kernels/reference.py, the spec its kernels are held to), called, not
+    copied: the port and the contract tests check against one definition. One (n_layers + 1, len,
+    2 * projection_dim) array per sentence, as ``BiLM.embed_sentences`` returns them."""
     import torch
 
     opts = model.options
@@ -387,36 +389,40 @@ def _char_cnn_every_position(model: Any, tokens: Sequence[Any]) -> Any:
 
 
 def _run_direction(model: Any, x: Any, lengths: List[int], direction: int) -> List[Any]:
-    """One direction of every LSTM layer over ``x`` (batch, time, projection_dim), step by step."""
-    import torch
-
-    from spacy_elmo.bilm.kernels.reference import reference_step
+    """One direction of every LSTM layer over ``x`` (batch, time, projection_dim), step by step: the
+    package's own reference loop (:meth:`ReferenceKernel.direction`, one :func:`reference_step` a
+    timestep on the rows still running), fed as it wants its rows (longest first, time-major,
+    direction 1 reversed within each row's length), the skip connections added between layers."""
+    from spacy_elmo.bilm.kernels.reference import ReferenceKernel
 
     opts = model.options
     batch, n_steps, _ = x.shape
+    order = sorted(range(batch), key=lambda r: -lengths[r])
+    sorted_lengths = [lengths[r] for r in order]
+    active = [sum(n > t for n in sorted_lengths) for t in range(n_steps)]
+    x = x[order].transpose(0, 1)  # (time, batch, projection_dim), rows longest first
     if direction == 1:
-        x = torch.stack([torch.cat([x[r, : lengths[r]].flip(0), x[r, lengths[r] :]]) for r in range(batch)])
+        x = _reverse_within(x, sorted_lengths)
     results = []
     for index, layer in enumerate(model.lstm.layers):
-        h = torch.zeros(batch, opts.projection_dim, dtype=x.dtype)
-        c = torch.zeros(batch, opts.lstm_dim, dtype=x.dtype)
-        out = torch.zeros(batch, n_steps, opts.projection_dim, dtype=x.dtype)
-        for t in range(n_steps):
-            new_h, new_c = reference_step(layer, direction, x[:, t], h, c)
-            running = torch.tensor([t < n for n in lengths]).unsqueeze(1)
-            h = torch.where(running, new_h, h).clone()
-            c = torch.where(running, new_c, c).clone()
-            out[:, t] = new_h
+        h = x.new_zeros(batch, opts.projection_dim)
+        c = x.new_zeros(batch, opts.lstm_dim)
+        out, _, _ = ReferenceKernel.direction(layer, direction, x, active, h, c)
         if index > 0 and opts.use_skip_connections:
             out = out + x
         results.append(out)
         x = out
-    if direction == 1:
-        results = [
-            torch.stack([torch.cat([y[r, : lengths[r]].flip(0), y[r, lengths[r] :]]) for r in range(batch)])
-            for y in results
-        ]
-    return results
+    unsorted = [0] * batch
+    for position, r in enumerate(order):
+        unsorted[r] = position
+    return [(_reverse_within(y, sorted_lengths) if direction == 1 else y).transpose(0, 1)[unsorted] for y in results]
+
+
+def _reverse_within(x: Any, lengths: List[int]) -> Any:
+    """``x`` (time, batch, width) with each row's first ``lengths[row]`` steps in reverse order."""
+    import torch
+
+    return torch.stack([torch.cat([x[:n, r].flip(0), x[n:, r]]) for r, n in enumerate(lengths)], dim=1)
 
 
 # ---------------------------------------------------------------------- spacy train's steps

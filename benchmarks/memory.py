@@ -62,7 +62,7 @@ def made_up_texts(n_docs: int) -> Iterator[str]:
     return (" ".join(words) + "." for words in fresh_sentences(n_docs))
 
 
-def measure_pipe(size: str, precision: str, docs: int, threads: int) -> Dict[str, Any]:
+def measure_pipe(size: str, precision: str, docs: int, threads: int, batch_size: int) -> Dict[str, Any]:
     """``pipe``'s measurement, in a process of its own."""
     nlp = pipeline(size, precision, threads)
     bilm = get_bilm(nlp.get_pipe("elmo").model)
@@ -70,7 +70,7 @@ def measure_pipe(size: str, precision: str, docs: int, threads: int) -> Dict[str
     init_peak, after_init = peak_rss_mib(), rss_mib()
     reset_peak_rss()
     start = time.perf_counter()
-    n_tokens = sum(len(doc) for doc in nlp.pipe(made_up_texts(docs)))
+    n_tokens = sum(len(doc) for doc in nlp.pipe(made_up_texts(docs), batch_size=batch_size))
     return {
         "weights": weights,
         "init_peak": init_peak,
@@ -87,13 +87,17 @@ def pipe(
     precision: str = typer.Option("auto", help="fp32, bf16, int8 or auto"),
     docs: int = typer.Option(256, help="docs in the one nlp.pipe call"),
     threads: int = typer.Option(1, help="torch threads"),
+    batch_size: int = typer.Option(1000, help="nlp.pipe's batch_size (spaCy's default: 1000)"),
 ) -> None:
     """Peak RSS of one nlp.pipe call against RSS after nlp.initialize(); the Original size's
     also against its weights plus the bundled pipeline's rest."""
-    typer.echo(f"precision {precision}, {docs} docs of fresh words, {threads} torch thread(s); {machine()}")
+    typer.echo(
+        f"precision {precision}, {docs} docs of fresh words in batches of {batch_size}, {threads} torch thread(s); "
+        f"{machine()}"
+    )
     rest = None
     for size in sizes.split(","):
-        row = isolated(measure_pipe, size=size, precision=precision, docs=docs, threads=threads)
+        row = isolated(measure_pipe, size=size, precision=precision, docs=docs, threads=threads, batch_size=batch_size)
         line = (
             f"{size}: {row['tokens']} tokens in {row['seconds']:.1f} s; weights {row['weights']:.0f}, "
             f"initialize's peak {row['init_peak']:.0f}, after initialize {row['after_init']:.0f}, "

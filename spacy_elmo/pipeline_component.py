@@ -26,13 +26,14 @@ from thinc.types import Floats1d, Floats2d, Floats3d
 
 from . import architectures  # noqa: F401  (registers the architectures named in DEFAULT_MODEL)
 from .bilm import BiLM
+from .bilm.runtime import token_groups
 from .layers import ElmoBiLMSettings, ElmoListener, get_bilm, predict_mixed, set_bilm
 from .layers.arrays import no_backprop
 from .layers.language import choose_pretrained
 from .layers.listener import FEATURES_ATTR, UNREAD_ATTR
 from .pipeline_listeners import ElmoListeners
 from .pipeline_serialization import ElmoSerialization
-from .threads import Threads, check_threads, torch_threads
+from .threads import Cores, Threads, check_threads
 from .vector_hooks import VECTORS_ATTR, install_vector_hooks
 
 LAYERS_ATTR = "elmo_layers"
@@ -114,6 +115,8 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
     :class:`~spacy_elmo.pipeline_serialization.ElmoSerialization` says; its listeners are
     registered as :class:`~spacy_elmo.pipeline_listeners.ElmoListeners` says."""
 
+    cores = Cores()  # what threads = "auto" asks of the machine (the OS; tests set their own)
+
     def __init__(
         self,
         vocab: Vocab,
@@ -165,7 +168,7 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
         if not docs:
             return []
         self._load_once()
-        with torch_threads(self._threads(), get_bilm(self.model).runtime):
+        with self.cores.torch_threads(self._threads(), get_bilm(self.model).runtime):
             return self.model.predict(docs)
 
     def __call__(self, doc: Doc) -> Doc:
@@ -184,7 +187,7 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
             self.set_annotations(docs, self.predict(docs))
             return
         self._load_once()
-        with torch_threads(self._threads(), get_bilm(self.model).runtime):
+        with self.cores.torch_threads(self._threads(), get_bilm(self.model).runtime):
             mixed = predict_mixed(self.model, docs, self._tensor_weights())
         for doc, vectors in zip(docs, mixed):
             _set_vectors(doc, vectors)
@@ -215,7 +218,7 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
         """Process docs in length-sorted groups of at most ``pipe_batch_tokens`` tokens."""
         error_handler = self.get_error_handler()
         for batch in minibatch(stream, size=batch_size):
-            for group in _token_budget_groups(batch, self.cfg["pipe_batch_tokens"]):
+            for group in token_groups(sorted(batch, key=len), len, self.cfg["pipe_batch_tokens"]):
                 try:
                     self._annotate(group)
                 except Exception as err:
@@ -289,7 +292,7 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
         if not self.listeners:
             return losses
         self._load_once()
-        with torch_threads(self._threads(), get_bilm(self.model).runtime):
+        with self.cores.torch_threads(self._threads(), get_bilm(self.model).runtime):
             outputs, backprop_layers = self.model.begin_update(docs)
         batch_id = ElmoListener.get_batch_id(docs)
         if self.model.attrs["freeze"]:
@@ -381,7 +384,7 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
         """A frozen CPU biLM makes its inference weights as it loads (:meth:`.BiLMRuntime.prepare_inference`)."""
         bilm = get_bilm(self.model)
         if self.model.attrs["freeze"] and bilm.device.type == "cpu":
-            with torch_threads(self._threads(), get_bilm(self.model).runtime):
+            with self.cores.torch_threads(self._threads(), get_bilm(self.model).runtime):
                 bilm.runtime.prepare_inference()
 
 
@@ -392,17 +395,3 @@ def _set_vectors(doc: Doc, vectors: Floats2d) -> None:
         doc.tensor = vectors
     doc._.set(VECTORS_ATTR, vectors)
     install_vector_hooks(doc)
-
-
-def _token_budget_groups(docs: List[Doc], max_tokens: int) -> Iterator[List[Doc]]:
-    """``docs`` sorted by length, in groups of at most ``max_tokens`` tokens (or one long doc)."""
-    group: List[Doc] = []
-    n_tokens = 0
-    for doc in sorted(docs, key=len):
-        if group and n_tokens + len(doc) > max_tokens:
-            yield group
-            group, n_tokens = [], 0
-        group.append(doc)
-        n_tokens += len(doc)
-    if group:
-        yield group

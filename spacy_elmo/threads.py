@@ -15,20 +15,21 @@ server's workers) it runs at torch's count as it finds it, and leaves it alone: 
 yourself (``torch.set_num_threads``, before the threads start), or set a fixed ``threads``, which
 each call sets and restores.
 
-``precision = "auto"`` decides for the count a setting plans (:func:`planned_threads`), not for
+``precision = "auto"`` decides for the count a setting plans (:meth:`Cores.planned`), not for
 the count of the moment: a busy machine runs a call on fewer threads, but neither changes the
 decision nor measures again (:attr:`spacy_elmo.bilm.runtime.BiLMRuntime.planned_threads`).
 """
 
 import os
 import threading
-from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Literal, Optional, Union
+from typing import Callable, ContextManager, Literal, Optional, Union
 
 import torch
 
 from .bilm.compute_thread import is_compute_thread
+from .bilm.precision.autotune import torch_at
 from .bilm.runtime import BiLMRuntime
 
 Threads = Union[int, Literal["auto"]]
@@ -71,43 +72,35 @@ def shares_torch() -> bool:
     return sum(1 for thread in threading.enumerate() if not is_compute_thread(thread)) > 1
 
 
-def planned_threads(threads: Threads) -> int:
-    """The count a setting runs the biLM at on an idle machine, which ``precision = "auto"``
-    decides for: ``threads`` itself; for ``"auto"`` the cores this process may use, or torch's
-    count where ``"auto"`` leaves it alone (:func:`shares_torch`)."""
-    if threads != "auto":
-        return int(threads)
-    return torch.get_num_threads() if shares_torch() else available_cores()
+@dataclass(frozen=True)
+class Cores:
+    """What ``"auto"`` asks of the machine before each biLM call (the OS, through the functions above, by
+    default) and the counts it runs the call at; the ``elmo`` component holds one (:attr:`.Elmo.cores`)."""
 
+    available_cores: Callable[[], int] = available_cores
+    busy_elsewhere: Callable[[], Optional[int]] = busy_elsewhere
+    shares_torch: Callable[[], bool] = shares_torch
 
-def resolve_threads(threads: Threads) -> int:
-    """The thread count for the next biLM call: ``threads`` itself, or for ``"auto"`` the cores
-    others leave free (torch's count where ``"auto"`` leaves it alone: :func:`shares_torch`)."""
-    if threads != "auto":
-        return int(threads)
-    if shares_torch():
-        return torch.get_num_threads()
-    cores = available_cores()
-    others = busy_elsewhere()
-    if others is None:
-        return cores
-    return max(1, min(cores, cores - others))
+    def planned(self, threads: Threads) -> int:
+        """The count a setting runs the biLM at on an idle machine, which ``precision = "auto"``
+        decides for: ``threads`` itself; for ``"auto"`` the cores this process may use, or torch's
+        count where ``"auto"`` leaves it alone (:func:`shares_torch`)."""
+        if threads != "auto":
+            return int(threads)
+        return torch.get_num_threads() if self.shares_torch() else self.available_cores()
 
+    def resolve(self, threads: Threads) -> int:
+        """The thread count for the next biLM call: ``threads`` itself, or for ``"auto"`` the cores
+        others leave free (torch's count where ``"auto"`` leaves it alone: :func:`shares_torch`)."""
+        cores = self.planned(threads)
+        others = None if threads != "auto" or self.shares_torch() else self.busy_elsewhere()
+        return cores if others is None else max(1, min(cores, cores - others))
 
-@contextmanager
-def torch_threads(threads: Threads, runtime: BiLMRuntime) -> Iterator[int]:
-    """Run the block with the resolved number of torch threads, then restore the previous count;
-    ``precision = "auto"`` decides for :func:`planned_threads` (``runtime``'s plan)."""
-    wanted = resolve_threads(threads)
-    previous = torch.get_num_threads()
-    runtime.planned_threads = planned_threads(threads)
-    if wanted != previous:
-        torch.set_num_threads(wanted)
-    try:
-        yield wanted
-    finally:
-        if wanted != previous:
-            torch.set_num_threads(previous)
+    def torch_threads(self, threads: Threads, runtime: BiLMRuntime) -> ContextManager[None]:
+        """A block at the count :meth:`resolve` gives, the previous count restored after; ``precision
+        = "auto"`` decides for :meth:`planned` (``runtime``'s plan, set now)."""
+        runtime.planned_threads = self.planned(threads)
+        return torch_at(self.resolve(threads))
 
 
 def _task_state(task: Path) -> str:

@@ -99,14 +99,12 @@ def test_frozen_spacy_train_decides_inference_alone(corpus: Path, bilm_files, tm
     measurement faked): the decision cache holds inference's decision, no training pass."""
     monkeypatch.delenv(PRECISION_ENV)
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(autotune, "MIN_MEASURED_FLOPS", 0)
-    monkeypatch.setattr(
-        autotune,
-        "measure",
-        lambda passes, precisions, n_tokens, clock: {
-            precision: autotune.Trial(100.0 if precision == "fp32" else 50.0, 1.0) for precision in precisions
-        },
-    )
+
+    def measure(passes, precisions, n_tokens, clock):
+        return {precision: autotune.Trial(100.0 if precision == "fp32" else 50.0, 1.0) for precision in precisions}
+
+    # every runtime's default, the one spacy train makes included
+    monkeypatch.setattr(runtime_module.BiLMRuntime, "tuning", autotune.Tuning(measure=measure, min_measured_flops=0))
     files = {"paths.elmo_options": str(bilm_files[0]), "paths.elmo_weights": str(bilm_files[1])}
     train(CONFIGS / "textcat_elmo.cfg", tmp_path / "out", overrides=overrides_for("textcat_elmo.cfg", corpus, **files))
     entries = json.loads(autotune.decisions_path().read_text()).values()

@@ -19,6 +19,7 @@ from spacy_elmo import batching
 from spacy_elmo.batching import Batcher, BatchPolicy, DeadlineExceeded, Request
 from spacy_elmo.bilm import BiLM
 from spacy_elmo.bilm.kernels.int8_packs import int8_available
+from spacy_elmo.bilm.runtime import token_groups
 from spacy_elmo.layers.bilm import _run_joined
 
 from .helpers import elmo_config
@@ -305,3 +306,23 @@ def test_threads_calling_the_pipeline_share_calls_and_get_the_serial_vectors(
 def assert_within_rounding(found: numpy.ndarray, expected: numpy.ndarray) -> None:
     """Within 1e-4 of the largest value: what the determinism suite allows a batch's other rows."""
     numpy.testing.assert_allclose(found, expected, rtol=0, atol=1e-4 * float(numpy.abs(expected).max()))
+
+
+def test_token_groups_sum_widths_or_pad_to_the_widest() -> None:
+    widths = [1, 2, 3, 5, 8]
+    assert list(token_groups(widths, lambda w: w, 6)) == [[1, 2, 3], [5], [8]]
+    assert list(token_groups(widths, lambda w: w, 6, padded=True)) == [[1, 2], [3], [5], [8]]
+    assert list(token_groups(iter(widths), lambda w: w, 100, padded=True)) == [widths]  # read lazily
+    assert list(token_groups([], lambda w: w, 6)) == []
+
+
+def test_pipe_runs_docs_in_length_sorted_groups_of_pipe_batch_tokens(bilm_files, monkeypatch) -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={**elmo_config(bilm_files), "pipe_batch_tokens": 6})
+    elmo = nlp.get_pipe("elmo")
+    groups: List[List[int]] = []
+    annotate = elmo._annotate
+    monkeypatch.setattr(elmo, "_annotate", lambda docs: groups.append([len(doc) for doc in docs]) or annotate(docs))
+    docs = list(nlp.pipe([" ".join(["x"] * n) for n in (5, 1, 3, 8, 2)]))
+    assert groups == [[1, 2, 3], [5], [8]]
+    assert [len(doc) for doc in docs] == [5, 1, 3, 8, 2]

@@ -9,9 +9,10 @@ cache, where a batch's LSTM states start (and the states carried between batches
 mode), and the split of many sentences into passes of at most ``max_batch_tokens``.
 """
 
+import functools
 import itertools
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Hashable, Iterator, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple, TypeVar
 
 import numpy
 import torch
@@ -24,10 +25,14 @@ from .memory.weight_copies import tensor_versions
 from .model.lstm import BiLMOutput, BiLSTMStack, LSTMState
 from .model.states import STATE_MODES, StateMode
 from .model.token_encoder import SENTENCE_END, SENTENCE_START, TokenEncoder
+from .precision import autotune
 from .precision.decisions import Decisions
+from .precision.hardware import MACHINE, Hardware
 from .precision.kinds import REFERENCE
 from .precision.resolved import Precision, ResolvedPrecision, check_precision, own_precision
 from .precision.timed_passes import TunedModel, timed_pass
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,8 @@ class BiLMRuntime:
     carried states, not the caches (they are remade).
     """
 
+    tuning = autotune.Tuning()  # what auto measures with: every runtime's, unless its own is set (tests)
+
     def __init__(self, model: Network, settings: BiLMSettings) -> None:
         settings.check()
         self.model = model
@@ -109,6 +116,7 @@ class BiLMRuntime:
         self._precision: Precision = settings.precision
         self._carried: Optional[LSTMState] = None
         self.decisions = Decisions()  # auto's, made or read in this process
+        self.hardware: Hardware = MACHINE  # what the precision asks of the machine (a test sets a fake one)
         # The torch thread count auto decides for, where the caller plans one (the elmo component's
         # ``threads``: a busy moment runs a call on fewer, and decides nothing new); None: torch's.
         self.planned_threads: Optional[int] = None
@@ -144,13 +152,9 @@ class BiLMRuntime:
         model's measured decision for that use, made once per machine, shapes and weights
         (:mod:`spacy_elmo.bilm.precision.autotune`)."""
 
-        def measured() -> str:
-            from .precision.autotune import cpu_auto_precision
-
-            return cpu_auto_precision(self.model, training)
-
         chosen = self.precision if setting is None else setting
-        return ResolvedPrecision.resolve(chosen, self.model.device, training, measured=measured)
+        measured = functools.partial(autotune.cpu_auto_precision, self.model, training)
+        return ResolvedPrecision.resolve(chosen, self.model.device, training, measured, self.hardware)
 
     def _training_now(self) -> bool:
         return torch.is_grad_enabled() and self.model.token_encoder.projection.weight.requires_grad
@@ -236,20 +240,12 @@ class BiLMRuntime:
 
     def batches(self, sentences: Sequence[Sequence[str]]) -> Iterator[List[int]]:
         """Indices of sentences per batch: all as given in carry mode, else length-sorted within
-        ``max_batch_tokens`` padded tokens."""
+        ``max_batch_tokens`` padded tokens (boundaries counted)."""
         if self.state_mode == "carry":
             yield list(range(len(sentences)))
             return
         order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
-        batch: List[int] = []
-        for i in order:
-            width = len(sentences[i]) + 2
-            if batch and width * (len(batch) + 1) > self.max_batch_tokens:
-                yield batch
-                batch = []
-            batch.append(i)
-        if batch:
-            yield batch
+        yield from token_groups(order, lambda i: len(sentences[i]) + 2, self.max_batch_tokens, padded=True)
 
     # ------------------------------------------------------------------ token vectors
     def embed_tokens(self, tokens: Sequence[Hashable]) -> Tensor:
@@ -274,7 +270,8 @@ class BiLMRuntime:
     def _encode(self, tokens: Sequence[Hashable], positions: Sequence[int], resolved: ResolvedPrecision) -> Tensor:
         """Layer 0 of ``tokens[p] for p in positions`` (:meth:`.TokenEncoder.encode`), products in
         the token encoder's dtype of ``resolved``. Shape: (len(positions), projection_dim)."""
-        return self.model.token_encoder.encode([tokens[p] for p in positions], resolved.token_encoder_dtype)
+        dtype = resolved.token_encoder_dtype(self.hardware)
+        return self.model.token_encoder.encode([tokens[p] for p in positions], dtype)
 
     def fingerprint(self) -> Tuple:
         """Changes whenever a parameter or buffer is replaced, moved or written, or the precision
@@ -347,6 +344,27 @@ class BiLMRuntime:
                 state = self.run([sentence], state=state).state
         self.model.warm_hidden = state.hidden[:, :, 0].clone()
         self.model.warm_memory = state.memory[:, :, 0].clone()
+
+
+def token_groups(
+    items: Iterable[T], width: Callable[[T], int], max_tokens: int, padded: bool = False
+) -> Iterator[List[T]]:
+    """``items`` in order, in consecutive groups of at most ``max_tokens`` tokens (an item larger
+    than that alone): the sum of their ``width``, or with ``padded`` the group's widest times its
+    size. The one grouping of the biLM's batches, ``Elmo.pipe``'s groups and ``embed``'s chunks;
+    ``items`` is read lazily, a group at a time."""
+    group: List[T] = []
+    total = widest = 0
+    for item in items:
+        size = width(item)
+        cost = max(widest, size) * (len(group) + 1) if padded else total + size
+        if group and cost > max_tokens:
+            yield group
+            group, total, widest = [], 0, 0
+        group.append(item)
+        total, widest = total + size, max(widest, size)
+    if group:
+        yield group
 
 
 def token_index(sequences: Sequence[Sequence[Hashable]]) -> Tuple[List[Hashable], Tensor]:

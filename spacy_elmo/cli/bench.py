@@ -37,37 +37,36 @@ def bench(
     """
     import torch
 
-    from ..bilm.precision.autotune import decisions_path, remeasure
+    from ..bilm.precision.autotune import decisions_path, remeasure, torch_at
     from ..bilm.precision.timed_passes import FEW_ROWS, timing_batch
     from ..bilm.settings import PRECISION_ENV, switches
 
-    if threads is not None:
-        torch.set_num_threads(threads)
-    with reported(ValueError, OSError):
-        bilm, label = _bench_model(model, size)
-    n_distinct = len({word for sentence in timing_batch() for word in sentence}) + 2  # the boundary tokens
-    _describe(bilm, label, n_distinct)
-    decision = remeasure(bilm, record=size is None)
-    fp32 = decision.trials["fp32"].tokens_per_s
-    typer.echo(
-        f"| precision | tokens/s | / fp32 | a lone sentence, tokens/s | {FEW_ROWS} sentences, tokens/s "
-        "| worst layer's mean cosine to fp32 |\n|---|---|---|---|---|---|"
-    )
-    for name, trial in decision.trials.items():
-        batch = f"{trial.tokens_per_s:,.0f} | {trial.tokens_per_s / fp32:.2f}x"
-        service = f"{trial.lone_tokens_per_s:,.0f} | {trial.few_tokens_per_s:,.0f}"
-        typer.echo(f"| {name} | {batch} | {service} | {trial.cosine:.5f} |")
-    training = remeasure(bilm, record=size is None, training=True)
-    typer.echo("| training step (forward and backward) | tokens/s | / fp32 |\n|---|---|---|")
-    for name, trial in training.trials.items():
-        ratio = trial.tokens_per_s / training.trials["fp32"].tokens_per_s
-        typer.echo(f"| {name} | {trial.tokens_per_s:,.0f} | {ratio:.2f}x |")
-    where = f"recorded in {decisions_path()}" if size is None else "not recorded: untrained weights"
-    typer.echo(f'precision "auto" here: {decision.choice} for inference, {training.choice} for training ({where})')
-    _roofline(bilm, decision.trials, n_distinct)
-    override = switches().precision
-    if override:
-        typer.echo(f"{PRECISION_ENV}={override} overrides it in this environment")
+    with torch_at(torch.get_num_threads() if threads is None else threads):  # restored: bench may run in-process
+        with reported(ValueError, OSError):
+            bilm, label = _bench_model(model, size)
+        n_distinct = len({word for sentence in timing_batch() for word in sentence}) + 2  # the boundary tokens
+        _describe(bilm, label, n_distinct)
+        decision = remeasure(bilm, record=size is None)
+        fp32 = decision.trials["fp32"].tokens_per_s
+        typer.echo(
+            f"| precision | tokens/s | / fp32 | a lone sentence, tokens/s | {FEW_ROWS} sentences, tokens/s "
+            "| worst layer's mean cosine to fp32 |\n|---|---|---|---|---|---|"
+        )
+        for name, trial in decision.trials.items():
+            batch = f"{trial.tokens_per_s:,.0f} | {trial.tokens_per_s / fp32:.2f}x"
+            service = f"{trial.lone_tokens_per_s:,.0f} | {trial.few_tokens_per_s:,.0f}"
+            typer.echo(f"| {name} | {batch} | {service} | {trial.cosine:.5f} |")
+        training = remeasure(bilm, record=size is None, training=True)
+        typer.echo("| training step (forward and backward) | tokens/s | / fp32 |\n|---|---|---|")
+        for name, trial in training.trials.items():
+            ratio = trial.tokens_per_s / training.trials["fp32"].tokens_per_s
+            typer.echo(f"| {name} | {trial.tokens_per_s:,.0f} | {ratio:.2f}x |")
+        where = f"recorded in {decisions_path()}" if size is None else "not recorded: untrained weights"
+        typer.echo(f'precision "auto" here: {decision.choice} for inference, {training.choice} for training ({where})')
+        _roofline(bilm, decision.trials, n_distinct)
+        override = switches().precision
+        if override:
+            typer.echo(f"{PRECISION_ENV}={override} overrides it in this environment")
 
 
 def _bench_model(model: Optional[str], size: Optional[str]) -> Tuple["BiLM", str]:
@@ -131,8 +130,9 @@ def _roofline(bilm: "BiLM", trials: Dict[str, "Trial"], n_distinct: int) -> None
     from ..bilm.precision.roofline import bilm_products, product_rates, report, roofline
     from ..bilm.precision.timed_passes import BATCH_ROWS, BATCH_WORDS
 
-    count = flops_per_token(bilm.options)
-    rates = product_rates(bilm_products(bilm.options, BATCH_ROWS, BATCH_WORDS + 2, n_distinct), list(trials))
+    count, tuning = flops_per_token(bilm.options), bilm.runtime.tuning
+    products = bilm_products(bilm.options, BATCH_ROWS, BATCH_WORDS + 2, n_distinct, tuning.roofline_rows)
+    rates = product_rates(products, list(trials), tuning.roofline_seconds)
     lines = {p: roofline(p, trial.tokens_per_s, count, rates[p]) for p, trial in trials.items()}
     for line in report(count, rates, lines):
         typer.echo(line)

@@ -59,10 +59,12 @@ def pretrain(
     """
     import torch
 
+    from ..bilm import BiLM
     from ..fileio import standard_files
     from ..pretraining import export_pipeline, get_preset
     from ..pretraining import pretrain as run_pretraining
     from ..pretraining.checkpoint import Interrupted
+    from ..published.resolve import resolve_files, resolve_pretrained
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -70,7 +72,11 @@ def pretrain(
         with reported(ValueError, FileNotFoundError):
             chosen = get_preset(preset)
             config = chosen.training.updated(**(settings or {}))
-            init = _init_files(init_from, init_from_model)
+            if init_from is not None and init_from_model is not None:
+                raise ValueError("give --init-from or --init-from-model, not both")
+            init = None if init_from is None else resolve_files(*init_from, check=BiLM.from_files)
+            if init_from_model is not None:  # a biLM named as everywhere else, downloaded if need be
+                init = resolve_pretrained(init_from_model, check=BiLM.from_files)
             metrics = run_pretraining(
                 input_path, output_dir, chosen.options, config, dev, init, resume, progress, init_tokens_from
             )
@@ -89,18 +95,6 @@ def pretrain(
     if pipeline is not None:
         export_pipeline(output_dir, pipeline, lang=config.lang)
         typer.echo(f"Saved a spaCy pipeline with the elmo component to {pipeline}")
-
-
-def _init_files(init_from: Optional[Tuple[str, str]], init_from_model: Optional[str]) -> Optional[Tuple[Path, Path]]:
-    """The files `pretrain` starts from: a pair, or a biLM named as everywhere else (downloaded if need be)."""
-    from ..bilm import BiLM
-    from ..published.resolve import resolve_files, resolve_pretrained
-
-    if init_from is not None and init_from_model is not None:
-        raise ValueError("give --init-from or --init-from-model, not both")
-    if init_from_model is not None:
-        return resolve_pretrained(init_from_model, check=BiLM.from_files)
-    return None if init_from is None else resolve_files(*init_from, check=BiLM.from_files)
 
 
 @app.command("copy-pretrained")

@@ -14,6 +14,7 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
+from ..bilm.precision.hardware import MACHINE, Hardware
 from ..bilm.precision.resolved import Explicit, Precision, ResolvedPrecision
 
 _SPEC = re.compile(r"auto|cpu|cuda(?::(\d+))?")
@@ -63,7 +64,7 @@ def resolve_device(spec: str, cuda_devices: int, thinc_gpu: Optional[int], prefe
     return torch.device("cuda", index)
 
 
-def thinc_gpu() -> Optional[int]:
+def thinc_gpu(hardware: Hardware = MACHINE) -> Optional[int]:
     """The CUDA device thinc's current ops run on (after ``spacy.require_gpu()``), None on the CPU.
 
     Read from torch, as thinc's own ``get_torch_default_device`` does: ``require_gpu(n)`` makes
@@ -71,14 +72,9 @@ def thinc_gpu() -> Optional[int]:
     """
     from thinc.api import CupyOps, get_current_ops
 
-    if not isinstance(get_current_ops(), CupyOps) or not torch.cuda.is_available():
+    if not isinstance(get_current_ops(), CupyOps) or not hardware.cuda.is_available():
         return None
-    return torch.cuda.current_device()
-
-
-def local_device(spec: str, prefer_gpu: bool) -> torch.device:
-    """:func:`resolve_device` on this machine."""
-    return resolve_device(spec, torch.cuda.device_count(), thinc_gpu(), prefer_gpu)
+    return hardware.cuda.current_device()
 
 
 def worker_device(spec: str, gpus_per_worker: float) -> str:

@@ -17,6 +17,7 @@ import numpy
 import torch
 
 from ..bilm import BiLM
+from ..bilm.runtime import token_groups
 from ..fileio import PathLike, atomic_path
 from ..published import pretrained_files
 from .manifest import shard_name
@@ -67,17 +68,7 @@ def sentence_source(input_path: PathLike, settings: EmbedSettings) -> SentenceSo
 
 def chunks(sentences: Iterable[Sentence], budget: int = CHUNK_TOKENS) -> Iterator[List[Sentence]]:
     """Consecutive sentences in groups of at most ``budget`` tokens (boundaries counted), or one."""
-    chunk: List[Sentence] = []
-    total = 0
-    for sentence in sentences:
-        width = len(sentence.tokens) + 2
-        if chunk and total + width > budget:
-            yield chunk
-            chunk, total = [], 0
-        chunk.append(sentence)
-        total += width
-    if chunk:
-        yield chunk
+    return token_groups(sentences, lambda sentence: len(sentence.tokens) + 2, budget)
 
 
 def embed_chunk(bilm: BiLM, sentences: List[List[str]]) -> List[numpy.ndarray]:

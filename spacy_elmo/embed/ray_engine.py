@@ -20,6 +20,7 @@ replaced atomically and has the same content whoever writes it, and the driver l
 in the manifest once, when its result arrives: the output is complete, with no index twice.
 """
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -107,7 +108,7 @@ def embed_on_ray(
         if started and not address:
             check_local_gpus(workers, gpus_per_worker, ray.cluster_resources().get("GPU", 0.0))
         ray.data.DataContext.get_current().enable_progress_bars = False  # ours counts sentences
-        shards = ray.data.from_items([spec.to_dict() for spec in todo], override_num_blocks=len(todo))
+        shards = ray.data.from_items([asdict(spec) for spec in todo], override_num_blocks=len(todo))
         results = shards.map_batches(
             ShardEmbedder,
             fn_constructor_kwargs={

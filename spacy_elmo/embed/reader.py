@@ -15,7 +15,7 @@ sentences starts; any process can then read any shard on its own (:meth:`Sentenc
 which is what lets a run resume at a shard and lets Ray workers read their shards in parallel.
 """
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -48,9 +48,6 @@ class ShardSpec:
     count: int
     file_index: int
     offset: int
-
-    def to_dict(self) -> Dict[str, int]:
-        return asdict(self)
 
 
 class SentenceSource:

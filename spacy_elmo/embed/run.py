@@ -16,10 +16,9 @@ from tqdm import tqdm
 
 from ..bilm import BiLM
 from ..fileio import PathLike, remove_stale_temporaries
-from .device import local_device, worker_device, worker_precision
-from .engine import Progress, Summary, load_bilm, sentence_source
+from .device import resolve_device, thinc_gpu, worker_device, worker_precision
+from .engine import Progress, Summary, embed_shard, load_bilm, sentence_source
 from .hdf5 import assemble, finished_manifest, parts_directory
-from .local import embed_locally
 from .manifest import Manifest, open_output, shard_name
 from .reader import SentenceSource, ShardSpec
 from .settings import EmbedSettings, model_identity
@@ -117,7 +116,7 @@ class Embedder(Protocol):
 
 @dataclasses.dataclass
 class LocalEmbedder:
-    """This process computes the shards, with ``threads`` torch threads (None: as set)."""
+    """This process computes the shards one after another, with ``threads`` torch threads (None: as set)."""
 
     bilm: BiLM
     settings: EmbedSettings
@@ -127,15 +126,18 @@ class LocalEmbedder:
     def start(
         cls, files: BiLMFiles, settings: EmbedSettings, device: str, prefer_gpu: bool, threads: Optional[int]
     ) -> "LocalEmbedder":
-        """The biLM of ``files`` on the local device (:func:`device.local_device`)."""
-        return cls(load_bilm(*files, settings, local_device(device, prefer_gpu)), settings, threads)
+        """The biLM of ``files`` on the local device (:func:`device.resolve_device` on this machine)."""
+        where = resolve_device(device, torch.cuda.device_count(), thinc_gpu(), prefer_gpu)
+        return cls(load_bilm(*files, settings, where), settings, threads)
 
     def embed(
         self, source: SentenceSource, directory: Path, manifest: Manifest, todo: List[ShardSpec], advance: Progress
     ) -> None:
         if self.threads is not None:
             torch.set_num_threads(self.threads)
-        embed_locally(self.bilm, source, self.settings, directory, manifest, todo, advance)
+        for spec in todo:  # in order, each listed in the manifest once it is on disk
+            manifest.shards[spec.shard] = embed_shard(self.bilm, source, spec, self.settings, directory, advance)
+            manifest.write(directory)
 
 
 @dataclasses.dataclass

@@ -108,10 +108,7 @@ class FeatureStore:
     def _check(self, bilm: BiLM) -> None:
         """Refuse a biLM other than the store's, a more precise setting than the store's products,
         or another state mode (checked once per weights and precision)."""
-        checked = (
-            bilm.runtime.fingerprint(),
-            bilm.runtime.precision,
-        )  # the setting: "auto" and "fp32" may resolve alike
+        checked = (bilm.runtime.fingerprint(), bilm.runtime.precision)  # the setting: auto and fp32 may resolve alike
         if self._checked == checked:
             return
         assert self._manifest is not None

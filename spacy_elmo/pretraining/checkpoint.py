@@ -16,11 +16,12 @@ import signal
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Sequence, Tuple, cast
+from typing import Any, Dict, Iterator, List, Tuple, cast
 
 import numpy
 import torch
 
+from ..bilm.precision.hardware import MACHINE, Hardware
 from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, OutputError, atomic_path, remove_stale_temporaries
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -127,24 +128,20 @@ def rng_state() -> Dict[str, Any]:
     }
 
 
-def set_rng_state(state: Dict[str, Any]) -> None:
-    random.setstate(_tuples(state["python"]))
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    numpy.random.set_state((name, keys.numpy().astype(numpy.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
-    set_cuda_rng_states(state["cuda"])
-
-
-def set_cuda_rng_states(states: Sequence[torch.Tensor]) -> None:
-    """Restore the saved RNG state of each GPU that is visible now, by index; skip the others.
+def set_rng_state(state: Dict[str, Any], hardware: Hardware = MACHINE) -> None:
+    """Restore what :func:`rng_state` saved; of the GPUs' states, those of the GPUs ``hardware`` has now, by index.
 
     A run may resume on another machine, with fewer GPUs or none: a process draws only on its own
     GPU, ``LOCAL_RANK`` (see :mod:`.distributed`), which the resumed run, of the same number of
     processes, has again; states of GPUs it does not see are of no use to it.
     (``torch.cuda.set_rng_state_all`` raises IndexError for them.)
     """
-    for index, state in enumerate(states[: torch.cuda.device_count()]):
-        torch.cuda.set_rng_state(state, index)
+    random.setstate(_tuples(state["python"]))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    numpy.random.set_state((name, keys.numpy().astype(numpy.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    for index, gpu_state in enumerate(state["cuda"][: hardware.cuda.device_count()]):
+        hardware.cuda.set_rng_state(gpu_state, index)
 
 
 def _tuples(value: Any) -> Any:

@@ -61,18 +61,10 @@ class TrainingConfig:
     )
 
     def __post_init__(self) -> None:
-        positive = (
-            "batch_size",
-            "window",
-            "checkpoint_every",
-            "eval_every",
-            "log_every",
-            "eval_tokens",
-            "init_tokens_epochs",
-        )
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        positive = "batch_size window checkpoint_every eval_every log_every eval_tokens init_tokens_epochs max_steps"
+        for name in positive.split():
+            if (value := getattr(self, name)) is not None and value < 1:  # max_steps None: no limit
+                raise ValueError(f"{name} must be at least 1, got {value}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if self.learning_rate <= 0 or self.clip_norm <= 0:
@@ -81,8 +73,6 @@ class TrainingConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.n_negatives < 0 or self.min_count < 1 or self.warm_documents < 0:
             raise ValueError("n_negatives and warm_documents must be >= 0, min_count >= 1")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(f"max_steps must be at least 1, got {self.max_steps}")
         if self.init_tokens_weight < 0:
             raise ValueError(f"init_tokens_weight must be >= 0, got {self.init_tokens_weight}")
         if self.max_time is not None and self.max_time <= 0:
@@ -129,13 +119,7 @@ _PUBLISHED_TRAINING = TrainingConfig(batch_size=384, window=20, vocab_size=800_0
 # The CPU presets' training. Adam, not the paper's Adagrad: on a few million tokens it reaches a
 # low held-out perplexity in far fewer steps (docs/pretraining.md, "Presets").
 _CPU_TRAINING = TrainingConfig(
-    batch_size=64,
-    window=20,
-    vocab_size=50_000,
-    min_count=2,
-    n_negatives=2048,
-    optimizer="adam",
-    learning_rate=0.002,
+    batch_size=64, window=20, vocab_size=50_000, min_count=2, n_negatives=2048, optimizer="adam", learning_rate=0.002
 )
 
 PRESETS: Dict[str, Preset] = {
@@ -143,10 +127,8 @@ PRESETS: Dict[str, Preset] = {
         ElmoOptions(
             lstm_dim=24,
             projection_dim=8,
-            n_layers=2,
             char_embedding_dim=4,
             filters=((1, 4), (2, 8), (3, 8)),
-            n_highway=1,
             max_characters_per_token=20,
         ),
         TrainingConfig(
@@ -165,30 +147,16 @@ PRESETS: Dict[str, Preset] = {
         "a few thousand parameters, for tests (Adam: learns in a few dozen steps)",
     ),
     "small": Preset(
-        ElmoOptions(
-            lstm_dim=512,
-            projection_dim=64,
-            n_layers=2,
-            char_embedding_dim=16,
-            filters=((1, 32), (2, 32), (3, 64), (4, 128), (5, 128)),
-            n_highway=1,
-        ),
+        ElmoOptions(lstm_dim=512, projection_dim=64, filters=((1, 32), (2, 32), (3, 64), (4, 128), (5, 128))),
         _CPU_TRAINING,
-        "about 5 M tokens an hour on 2 CPU cores",
+        "sized for training on a CPU",
     ),
+    # The published Small sizes (ElmoOptions' defaults) with a char CNN of 1,024 filters (not 2,048), trained as
+    # `small`.
     "base": Preset(
-        ElmoOptions(
-            lstm_dim=1024,
-            projection_dim=128,
-            n_layers=2,
-            char_embedding_dim=16,
-            filters=((1, 32), (2, 64), (3, 128), (4, 256), (5, 256), (6, 288)),
-            n_highway=1,
-        ),
-        # The published Small LSTM and projection with a char CNN of 1,024 filters (not 2,048),
-        # trained as `small`: twice the token vector of `small`, within a CPU budget.
+        ElmoOptions(filters=((1, 32), (2, 64), (3, 128), (4, 256), (5, 256), (6, 288))),
         _CPU_TRAINING,
-        "about 2 M tokens an hour on 2 CPU cores",
+        "twice small's token vector, for a CPU budget",
     ),
     "elmo-small": Preset(_published(1024, 128, 1), _PUBLISHED_TRAINING, "the published Small sizes"),
     "elmo-medium": Preset(_published(2048, 256, 1), _PUBLISHED_TRAINING, "the published Medium sizes"),
@@ -206,18 +174,7 @@ def with_training_keys(
     options: ElmoOptions, config: TrainingConfig, vocab_size: int, n_train_tokens: int
 ) -> ElmoOptions:
     """``options`` plus the bilm-tf training keys of ``options.json`` describing this run."""
-    return replace(options, training={**options.training, **_training_keys(config, vocab_size, n_train_tokens)})
-
-
-def build_optimizer(config: TrainingConfig, parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-    """The optimizer ``config`` names; Adagrad as bilm-tf sets it up (initial accumulator 1.0)."""
-    if config.optimizer == "adagrad":
-        return torch.optim.Adagrad(parameters, lr=config.learning_rate, initial_accumulator_value=1.0)
-    return torch.optim.Adam(parameters, lr=config.learning_rate)
-
-
-def _training_keys(config: TrainingConfig, vocab_size: int, n_train_tokens: int) -> Dict[str, Any]:
-    return {
+    keys = {
         "bidirectional": True,
         "dropout": config.dropout,
         "all_clip_norm_val": config.clip_norm,
@@ -227,3 +184,11 @@ def _training_keys(config: TrainingConfig, vocab_size: int, n_train_tokens: int)
         "unroll_steps": config.window,
         "n_negative_samples_batch": config.n_negatives,
     }
+    return replace(options, training={**options.training, **keys})
+
+
+def build_optimizer(config: TrainingConfig, parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """The optimizer ``config`` names; Adagrad as bilm-tf sets it up (initial accumulator 1.0)."""
+    if config.optimizer == "adagrad":
+        return torch.optim.Adagrad(parameters, lr=config.learning_rate, initial_accumulator_value=1.0)
+    return torch.optim.Adam(parameters, lr=config.learning_rate)

@@ -1,14 +1,13 @@
 """What a later run needs to continue pretraining exactly: the softmax and its vocabulary.
 
 The standard files (``options.json`` + ``weights.hdf5``) hold the biLM and its warm start, but
-not the output layer: bilm-tf's dumps drop it, as inference never needs it. A run continued
-from those files alone starts a new softmax, and its first thousand steps go to relearning what
-the old one knew. So ``pretrain`` also exports ``softmax.hdf5`` (datasets ``weight``
-(vocab_size, projection_dim) and ``bias`` (vocab_size,), float32) beside ``vocab.txt`` (bilm-tf's
-vocabulary file: the words in id order, markers first). ``--init-from OPTIONS WEIGHTS`` finds
-both beside WEIGHTS and continues with them: the model then scores the held-out text exactly as
-the exporting run did at its end. The optimiser's moments are not exported; they rebuild within
-a few steps. Without the two files (e.g. the bundled biLM), a new vocabulary and softmax are made.
+not the output layer: bilm-tf's dumps drop it, as inference never needs it, and a continued run's
+new softmax would spend its first steps relearning the old one. So ``pretrain`` also exports
+``softmax.hdf5`` (datasets ``weight`` (vocab_size, projection_dim) and ``bias`` (vocab_size,),
+float32) beside ``vocab.txt`` (bilm-tf's vocabulary file: the words in id order, markers first).
+``--init-from OPTIONS WEIGHTS`` continues with both when they lie beside WEIGHTS, scoring held-out
+text exactly as the exporting run did at its end (the optimiser's moments, not exported, rebuild
+within a few steps); without them (e.g. the bundled biLM), a new vocabulary and softmax are made.
 
 A run that keeps its token encoder near static vectors (``init_tokens_weight``, see
 :mod:`.init_tokens`) also exports ``kept_vectors.hdf5``: the words (``words``, UTF-8), the vectors as
@@ -133,13 +132,9 @@ def load_softmax(softmax: SharedSoftmax, continuation: Continuation) -> None:
 
 
 def export_checkpoint(checkpoint_path: PathLike, output_dir: PathLike) -> int:
-    """Export a run's checkpoint as the files its end would write; return the checkpoint's step.
-
-    For a look at a run that is still going (a probe, a downstream screen) or was stopped: the
-    standard files plus ``vocab.txt``, ``softmax.hdf5`` and the kept vectors of a run that keeps
-    them, so ``--init-from`` continues from them. Only the warm start, which the end of a run
-    computes from the corpus, is missing.
-    """
+    """Export a run's checkpoint (of a run still going, or stopped) as the files its end would
+    write, so ``--init-from`` continues from them; return the checkpoint's step. Only the warm
+    start, which the end of a run computes from the corpus, is missing."""
     checkpoint = load_checkpoint(Path(checkpoint_path))
     bilm = BiLM(ElmoOptions.from_dict(checkpoint["options"]))
     bilm.load_state_dict(checkpoint["bilm"])

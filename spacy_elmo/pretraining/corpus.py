@@ -13,6 +13,7 @@ current line (or paragraph, or ``.spacy`` file) is held in memory. Every documen
 the :class:`Position` just after it, so reading can resume there.
 """
 
+import functools
 import json
 from pathlib import Path
 from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
@@ -23,10 +24,8 @@ Tokenizer = Callable[[str], List[str]]
 
 
 class Position(NamedTuple):
-    """Where reading resumes: a file (index into the sorted file list) and an offset in it.
-
-    ``offset`` is a byte offset for text and JSONL files, a Doc index for ``.spacy`` files.
-    """
+    """Where reading resumes: a file (index into the sorted file list) and an offset in it, in bytes
+    for text and JSONL files, in Docs for ``.spacy`` files."""
 
     file_index: int = 0
     offset: int = 0
@@ -64,12 +63,11 @@ class CorpusReader:
         self.files = corpus_files(path)
         self.lang = lang
         self.paragraphs = paragraphs
-        self._tokenize: Optional[Tokenizer] = None
 
-    def tokenize(self, text: str) -> List[str]:
-        if self._tokenize is None:
-            self._tokenize = spacy_tokenizer(self.lang)
-        return self._tokenize(text)
+    @functools.cached_property
+    def tokenize(self) -> Tokenizer:
+        """The tokenizer, loaded when first used."""
+        return spacy_tokenizer(self.lang)
 
     def documents(self, start: Position = Position()) -> Iterator[Tuple[List[str], Position]]:
         """Documents from ``start`` to the end of the corpus; empty documents are skipped."""

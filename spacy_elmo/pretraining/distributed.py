@@ -68,17 +68,14 @@ class Distributed:
 def init_distributed() -> Distributed:
     """Join the process group described by the environment, or run alone."""
     launch = torchrun_launch()
+    cuda = torch.cuda.is_available()
     if launch.world <= 1:
-        return Distributed(device=torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
-    if torch.cuda.is_available():
-        device = torch.device("cuda", launch.local_rank)
+        return Distributed(device=torch.device("cuda" if cuda else "cpu"))
+    device = torch.device("cuda", launch.local_rank) if cuda else torch.device("cpu")
+    if cuda:
         torch.cuda.set_device(device)
-        backend = "nccl"
-    else:
-        device = torch.device("cpu")
-        backend = "gloo"
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend, timeout=COLLECTIVE_TIMEOUT)
+        dist.init_process_group(backend="nccl" if cuda else "gloo", timeout=COLLECTIVE_TIMEOUT)
     return Distributed(rank=launch.rank, world=launch.world, device=device)
 
 

@@ -13,7 +13,7 @@ like ``BiLM(state="carry")``; the first ones start from zero).
 """
 
 import math
-from typing import Dict, Sequence
+from typing import Dict, Sequence, Tuple
 
 import torch
 
@@ -74,7 +74,7 @@ def _document_nll(
     softmax: SharedSoftmax,
     vocab: Vocabulary,
     dtype: torch.dtype,
-):
+) -> Tuple[torch.Tensor, int]:
     """NLL sums (2,) float64 [forward, backward] of a batch, and its number of targets per direction.
 
     ``top``: (batch, time, 2P), boundaries included, as BiLM.forward returns it; ``dtype``: of

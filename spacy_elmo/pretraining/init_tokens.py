@@ -10,7 +10,7 @@ layer 0 to the vectors' width and the loss is one minus the cosine to the vector
 shared direction removed, else matching it alone scores a high cosine) and of unit length. The
 head is not part of the biLM's files. Language-model training then pulls layer 0 towards what
 predicts the next word and can wash the vectors' knowledge out; a run may keep the same distance
-as a second, weighted loss (``init_tokens_weight``, see :mod:`.objective`).
+as a second, weighted loss (``init_tokens_weight``, see :mod:`.lm`).
 """
 
 from pathlib import Path
@@ -28,10 +28,8 @@ LEARNING_RATE = 1e-3
 
 
 def load_static_vectors(path: PathLike) -> Tuple[List[str], numpy.ndarray]:
-    """The words and rows of a spaCy pipeline's static vectors (e.g. ``spacy init vectors``'s output).
-
-    Returns the words and their vectors, shape (n_words, width) float32.
-    """
+    """The words and vectors, (n_words, width) float32, of a spaCy pipeline's static vectors (e.g.
+    ``spacy init vectors``'s output)."""
     import spacy
     from thinc.api import NumpyOps
 

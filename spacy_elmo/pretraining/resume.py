@@ -6,7 +6,7 @@ A mixin, so that what a checkpoint holds is read in one place, beside its invers
 """
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import torch
 
@@ -15,8 +15,7 @@ from ..bilm.model.lstm import LSTMState
 from .checkpoint import CHECKPOINT_NAME, rng_state, save_checkpoint, set_rng_state
 from .config import TrainingConfig
 from .distributed import Distributed
-from .lm import BiLMLoss
-from .objective import Objective
+from .lm import BiLMLoss, Objective
 from .runlog import RunLog
 from .stream import WindowStream
 from .vocab import Vocabulary
@@ -46,22 +45,12 @@ class Checkpointed:
 
     def save(self) -> None:
         """Every process contributes its data position, LSTM state and RNG; rank 0 writes."""
-        per_process = self.env.gather(
-            {
-                "data": self.stream.state_dict(),
-                "lstm_state": [self.state.hidden.cpu(), self.state.memory.cpu()],
-                "rng": rng_state(),
-            }
-        )
+        lstm_state = [self.state.hidden.cpu(), self.state.memory.cpu()]
+        per_process = self.env.gather({"data": self.stream.state_dict(), "lstm_state": lstm_state, "rng": rng_state()})
         if not self.env.is_main:
             return
-        with self.log.writing(CHECKPOINT_NAME):
-            save_checkpoint(self.output_dir / CHECKPOINT_NAME, self._checkpoint(per_process))
-        self.saved_step = self.step
-
-    def _checkpoint(self, per_process: List[Dict[str, Any]]) -> Dict[str, Any]:
         init_tokens = self.objective.init_tokens
-        return {
+        checkpoint: Dict[str, Any] = {
             "step": self.step,
             "tokens": self.tokens,
             "elapsed": self.elapsed,
@@ -79,6 +68,9 @@ class Checkpointed:
             "optimizer": self.optimizer.state_dict(),
             "processes": per_process,
         }
+        with self.log.writing(CHECKPOINT_NAME):
+            save_checkpoint(self.output_dir / CHECKPOINT_NAME, checkpoint)
+        self.saved_step = self.step
 
     def restore(self, checkpoint: Dict[str, Any]) -> None:
         """Continue exactly where ``checkpoint`` stopped: weights, optimizer, data position, LSTM state, RNG."""

@@ -1,8 +1,6 @@
 """The run log, ``OUTPUT_DIR/log.jsonl``: one JSON record per log interval, held-out evaluation and the end.
 
-Kept apart from the loop so that the loop says when to log and this module says what a record holds
-and how a failed write is explained (which checkpoint survived, what to run next).
-"""
+The loop says when to log; this module says what a record holds and how a failed write is explained."""
 
 import contextlib
 import json
@@ -32,9 +30,11 @@ class RunLog:
 
     def start(self, step: int) -> None:
         """On resume, drop the records a killed run wrote after its last checkpoint (``step``)."""
-        if self.is_main:
+        path = self.output_dir / LOG_NAME
+        if self.is_main and path.exists():
             with self.writing(LOG_NAME):
-                _truncate_log(self.output_dir / LOG_NAME, step)
+                kept = [line for line in path.read_text(encoding="utf8").splitlines() if _record_step(line) <= step]
+                path.write_text("".join(line + "\n" for line in kept), encoding="utf8")
 
     def write(self, record: Dict[str, Any]) -> None:
         if self.is_main:
@@ -84,15 +84,9 @@ def progress_postfix(record: Dict[str, Any], max_time: Optional[float], elapsed:
     """What the progress bar shows beside the step count."""
     postfix = {"tok/s": f"{record['tokens_per_s']:.0f}", "ppl": f"{record['ppl']:.1f}"}
     if max_time is not None:
-        postfix["time left"] = _duration(max(max_time - elapsed, 0.0))
+        minutes, seconds = divmod(int(max(max_time - elapsed, 0.0)), 60)
+        postfix["time left"] = f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}"
     return postfix
-
-
-def _truncate_log(path: Path, step: int) -> None:
-    if not path.exists():
-        return
-    kept = [line for line in path.read_text(encoding="utf8").splitlines() if _record_step(line) <= step]
-    path.write_text("".join(line + "\n" for line in kept), encoding="utf8")
 
 
 def _record_step(line: str) -> float:
@@ -101,9 +95,3 @@ def _record_step(line: str) -> float:
     except json.JSONDecodeError:
         return math.inf  # a line cut by the kill
     return float(record.get("step", record.get("final", {}).get("step", math.inf)))
-
-
-def _duration(seconds: float) -> str:
-    minutes, seconds = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{seconds:02d}"

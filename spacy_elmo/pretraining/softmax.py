@@ -28,8 +28,9 @@ LOGITS_PER_CHUNK = 2**24
 class SharedSoftmax(nn.Module):
     """Output layer over the vocabulary: ``weight`` (vocab, dim), ``bias`` (vocab,)."""
 
-    def __init__(self, vocab_size: int, dim: int) -> None:
+    def __init__(self, vocab_size: int, dim: int, chunk_logits: int = LOGITS_PER_CHUNK) -> None:
         super().__init__()
+        self.chunk_logits = chunk_logits
         self.weight = nn.Parameter(torch.empty(vocab_size, dim))
         self.bias = nn.Parameter(torch.zeros(vocab_size))
         nn.init.normal_(self.weight, 0.0, 1.0 / math.sqrt(dim))
@@ -42,11 +43,11 @@ class SharedSoftmax(nn.Module):
     def full_nll(self, hidden: Tensor, targets: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
         """Negative log-likelihood of each target under the full softmax, the logits' product in ``dtype``.
 
-        Shapes: ``hidden`` (n, dim), ``targets`` (n,) int64 -> (n,). Rows go through in chunks
-        of ``LOGITS_PER_CHUNK / vocab_size``, so that without autograd (held-out evaluation)
-        the logits never take more than 64 MB, whatever the vocabulary size.
+        Shapes: ``hidden`` (n, dim), ``targets`` (n,) int64 -> (n,). Rows go through in chunks of
+        ``chunk_logits / vocab_size`` (``chunk_logits``: the constructor's), so that without autograd
+        (held-out evaluation) the logits never take more than 64 MB by default, whatever the vocabulary size.
         """
-        rows = max(1, LOGITS_PER_CHUNK // self.vocab_size)
+        rows = max(1, self.chunk_logits // self.vocab_size)
         weight: Tensor = self.weight
         if dtype != torch.float32:
             weight = self.low_precision.cast("weight", dtype, [self.weight], lambda: self.weight)

@@ -1,14 +1,10 @@
 """How a pretraining run starts: fresh, continued from an exported biLM (``init_from``), or resumed
-from the checkpoint in its output directory.
-
-:func:`run_start` decides it once, from the output directory and the command; the
-:class:`.train.Trainer` then asks the start it got for each thing that depends on it: the run's
-settings, its vocabulary, its biLM, its softmax, and the state to restore.
-"""
+from the checkpoint in its output directory. :func:`run_start` decides it once; the
+:class:`.train.Trainer` then asks the start it got for each thing that depends on it."""
 
 import functools
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from ..bilm import BiLM, ElmoOptions
 from ..fileio import PathLike
@@ -23,55 +19,37 @@ from .vocab import Vocabulary
 RESUME_OVERRIDES = ("max_steps", "max_time", "checkpoint_every", "eval_every", "log_every", "eval_tokens", "precision")
 
 
-class RunStart(Protocol):
-    """What differs between the ways a run starts, asked in this order by the Trainer."""
+class FreshStart:
+    """A new biLM of the command's sizes, its vocabulary counted from the corpus. The other starts
+    override what differs; the Trainer asks in this order."""
 
-    @property
-    def resumes(self) -> bool:
-        """The run was started before: its biLM's token encoder is not fitted to static vectors again."""
+    resumes = False  # the run was started before: its token encoder is not fitted to static vectors again
 
     def settings(self, options: ElmoOptions, config: TrainingConfig) -> Tuple[ElmoOptions, TrainingConfig]:
         """The biLM's sizes and the run's settings, from the command's ``options`` and ``config``."""
-
-    def vocabulary(self, count_corpus: Callable[[], Vocabulary]) -> Vocabulary:
-        """The run's vocabulary; ``count_corpus`` builds a new one from the corpus."""
-
-    def bilm(self, options: ElmoOptions) -> BiLM:
-        """The biLM to train, before any state is restored into it."""
-
-    def continue_softmax(self, softmax: SharedSoftmax) -> Optional[str]:
-        """Load the softmax the run continues, if any; returns what to tell the user about it."""
-
-    def restore(self, run: Checkpointed) -> None:
-        """Put ``run``, set up, where the start left off."""
-
-
-class FreshStart:
-    """A new biLM of the command's sizes, its vocabulary counted from the corpus."""
-
-    resumes = False
-
-    def settings(self, options: ElmoOptions, config: TrainingConfig) -> Tuple[ElmoOptions, TrainingConfig]:
         return options, config
 
     def vocabulary(self, count_corpus: Callable[[], Vocabulary]) -> Vocabulary:
+        """The run's vocabulary; ``count_corpus`` builds a new one from the corpus."""
         return count_corpus()
 
     def bilm(self, options: ElmoOptions) -> BiLM:
+        """The biLM to train, before any state is restored into it."""
         return BiLM(options)
 
     def continue_softmax(self, softmax: SharedSoftmax) -> Optional[str]:
-        return None  # a new softmax, of the vocabulary's size
+        """Load the softmax the run continues, if any (else it is new, of the vocabulary's size);
+        returns what to tell the user about it."""
+        return None
 
     def restore(self, run: Checkpointed) -> None:
-        pass  # a new run starts at step 0, as set up
+        """Put ``run``, set up, where the start left off (a new or continued run counts from step 0)."""
 
 
-class ContinuedStart:
-    """``init_from`` = (options file, weight file): the biLM of a standard dump, with the softmax and
-    vocabulary exported beside the weight file when they are there (see :mod:`.continuation`)."""
-
-    resumes = False
+class ContinuedStart(FreshStart):
+    """``init_from`` = (options file, weight file): the biLM of a standard dump (the command's sizes
+    are ignored), with the softmax and vocabulary exported beside the weight file when they are
+    there (see :mod:`.continuation`)."""
 
     def __init__(self, files: Tuple[PathLike, PathLike]) -> None:
         self.files = files
@@ -80,9 +58,6 @@ class ContinuedStart:
     def continuation(self) -> Optional[Continuation]:
         """The exported vocabulary and softmax, read when first asked for (with the vocabulary)."""
         return find_continuation(self.files[1])
-
-    def settings(self, options: ElmoOptions, config: TrainingConfig) -> Tuple[ElmoOptions, TrainingConfig]:
-        return options, config  # the options are ignored: the biLM's files give its sizes
 
     def vocabulary(self, count_corpus: Callable[[], Vocabulary]) -> Vocabulary:
         return self.continuation.vocab if self.continuation is not None else count_corpus()
@@ -96,12 +71,10 @@ class ContinuedStart:
         load_softmax(softmax, self.continuation)
         return f"Continuing with the softmax and vocabulary exported beside {self.files[1]}"
 
-    def restore(self, run: Checkpointed) -> None:
-        pass  # a continued run counts its steps from 0
 
-
-class ResumedStart:
-    """The checkpoint of a run stopped in the output directory: its settings, vocabulary and state."""
+class ResumedStart(FreshStart):
+    """The checkpoint of a run stopped in the output directory: its settings, vocabulary and state
+    (the biLM's weights and the softmax come from it in :meth:`restore`)."""
 
     resumes = True
 
@@ -117,18 +90,12 @@ class ResumedStart:
     def vocabulary(self, count_corpus: Callable[[], Vocabulary]) -> Vocabulary:
         return Vocabulary(self.checkpoint["vocab"])
 
-    def bilm(self, options: ElmoOptions) -> BiLM:
-        return BiLM(options)  # its weights come from the checkpoint, in restore
-
-    def continue_softmax(self, softmax: SharedSoftmax) -> Optional[str]:
-        return None  # restored from the checkpoint with the rest
-
     def restore(self, run: Checkpointed) -> None:
         """Weights, optimizer, data position, LSTM state and RNG of the checkpoint (:meth:`Checkpointed.restore`)."""
         run.restore(self.checkpoint)
 
 
-def run_start(output_dir: Path, resume: bool, init_from: Optional[Tuple[PathLike, PathLike]]) -> RunStart:
+def run_start(output_dir: Path, resume: bool, init_from: Optional[Tuple[PathLike, PathLike]]) -> FreshStart:
     """Resumed where ``resume`` finds a checkpoint in ``output_dir``, else continued from ``init_from``
     where it is given, else fresh."""
     checkpoint_path = output_dir / CHECKPOINT_NAME

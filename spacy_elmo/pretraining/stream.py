@@ -63,10 +63,6 @@ class WindowStream:
         self.rows: List[Tuple[List[Hashable], List[Hashable]]] = [([], []) for _ in range(batch_size)]
         self._documents: Optional[Iterator[Tuple[List[str], Position]]] = None
 
-    def __iter__(self) -> Iterator[WindowBatch]:
-        while True:
-            yield self.next_batch()
-
     def next_batch(self) -> WindowBatch:
         forward_inputs: List[List[Hashable]] = []
         backward_inputs: List[List[Hashable]] = []

@@ -11,7 +11,7 @@ may change (a resumed run may be on another machine).
 
 Here: the loop and its set-up. Apart: how a run starts, fresh, continued or resumed
 (:mod:`.start`), the run log (:mod:`.runlog`), save and restore (:mod:`.resume`), the
-init-tokens objective (:mod:`.objective`).
+init-tokens objective and what a step optimises (:mod:`.lm`).
 """
 
 import functools
@@ -36,8 +36,7 @@ from .corpus import CorpusReader, read_documents
 from .distributed import Distributed, all_sum, init_distributed, shutdown
 from .evaluate import heldout_perplexity
 from .init_tokens import InitTokens
-from .lm import BiLMLoss, detach, mean_loss
-from .objective import Objective, data_parallel, fit_token_encoder, load_init_tokens
+from .lm import BiLMLoss, Objective, data_parallel, detach, fit_token_encoder, load_init_tokens, mean_loss
 from .resume import Checkpointed
 from .runlog import RunLog, interval_record, progress_postfix
 from .start import run_start
@@ -74,16 +73,7 @@ def pretrain(
     env = init_distributed()
     try:
         return Trainer(
-            env,
-            Path(input_path),
-            Path(output_dir),
-            options,
-            config,
-            dev_path,
-            init_from,
-            resume,
-            progress,
-            init_tokens_from,
+            env, input_path, output_dir, options, config, dev_path, init_from, resume, progress, init_tokens_from
         ).run()
     except Interrupted as stopped:
         # Its traceback would keep the trainer, and with it the process group, alive past shutdown.
@@ -98,8 +88,8 @@ class Trainer(Checkpointed):
     def __init__(
         self,
         env: Distributed,
-        input_path: Path,
-        output_dir: Path,
+        input_path: PathLike,
+        output_dir: PathLike,
         options: ElmoOptions,
         config: TrainingConfig,
         dev_path: Optional[PathLike],
@@ -114,7 +104,7 @@ class Trainer(Checkpointed):
                 "one: give one of them"
             )
         self.env = env
-        self.output_dir = output_dir
+        self.output_dir = output_dir = Path(output_dir)
         self.progress = progress and env.is_main
         self.log = RunLog(output_dir, env.is_main, lambda: (self.step, self.saved_step))
         if env.is_main:
@@ -236,14 +226,8 @@ class Trainer(Checkpointed):
     # ------------------------------------------------------------------ reporting
     def _log_interval(self, interval: Tensor, tokens: int, seconds: float) -> Dict[str, Any]:
         """Sum the interval over all processes and log it."""
-        record = interval_record(
-            all_sum(self.env, interval),
-            self.step,
-            self.stream.epoch,
-            tokens / max(seconds, 1e-9),
-            self.tokens,
-            self.elapsed,
-        )
+        total, rate = all_sum(self.env, interval), tokens / max(seconds, 1e-9)
+        record = interval_record(total, self.step, self.stream.epoch, rate, self.tokens, self.elapsed)
         self.log.write(record)
         return record
 
@@ -306,7 +290,7 @@ class Trainer(Checkpointed):
         init_tokens_from: Optional[PathLike],
         init_from: Optional[Tuple[PathLike, PathLike]],
     ) -> Tuple[Optional[InitTokens], List[float]]:
-        """The static vectors of the init-tokens objective (see :mod:`.objective`), on this process's
+        """The static vectors of the init-tokens objective (see :mod:`.lm`), on this process's
         device, or None; and the mean cosines of fitting a new biLM's token encoder to them, once,
         on rank 0 ([] where not fitted: a resumed or continued run, or another rank)."""
         config = self.config

@@ -11,6 +11,7 @@ from typing import Dict, Hashable, Iterable, List, Sequence
 import torch
 
 from ..bilm.model.token_encoder import SENTENCE_END, SENTENCE_START
+from ..fileio import PathLike
 
 BOS, EOS, UNK = 0, 1, 2
 MARKER_NAMES = ("<S>", "</S>", "<UNK>")
@@ -30,11 +31,8 @@ class Vocabulary:
 
     @classmethod
     def build(cls, documents: Iterable[Sequence[str]], max_size: int, min_count: int = 1) -> "Vocabulary":
-        """Count words over a stream of documents and keep the most frequent.
-
-        ``max_size`` counts the three markers too. Memory is one counter entry per distinct
-        word (its string and its count: a few million distinct words still fit comfortably).
-        """
+        """Count words over a stream of documents (one counter entry per distinct word in memory) and
+        keep the most frequent; ``max_size`` counts the three markers too."""
         if max_size <= len(MARKER_NAMES):
             raise ValueError(f"vocabulary size must exceed {len(MARKER_NAMES)} (the markers), got {max_size}")
         counts: Counter = Counter()
@@ -54,7 +52,7 @@ class Vocabulary:
         """Plain form for checkpoints: the words after the markers, in id order."""
         return list(self.words)
 
-    def to_file(self, path) -> None:
+    def to_file(self, path: PathLike) -> None:
         """bilm-tf's vocabulary file: one word per line, markers first, in id order."""
         with open(path, "w", encoding="utf8") as f:
             for word in [*MARKER_NAMES, *self.words]:

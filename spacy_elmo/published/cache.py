@@ -88,10 +88,7 @@ def cache_root() -> Path:
     """Where downloaded biLMs are kept: ``SPACY_ELMO_CACHE``, else the user's cache directory for
     spacy-elmo as :func:`platformdirs.user_cache_dir` gives it for this system (on Linux
     ``$XDG_CACHE_HOME/spacy-elmo``, else ``~/.cache/spacy-elmo``)."""
-    configured = download_settings().cache_dir
-    if configured is not None:
-        return configured
-    return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+    return download_settings().cache_dir or Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
 
 
 def fetch(

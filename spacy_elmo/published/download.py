@@ -17,19 +17,13 @@ keeping the bytes for the next run. What cannot be an ELMo file stops the transf
 leaves nothing behind: a 4xx answer, an HTML page (a login, error or "moved" page served with
 status 200), or a size that contradicts the one expected. Bytes are kept as the host sends them
 (``Accept-Encoding: identity``, nothing decoded), so that a ``Range`` continues the same bytes.
-
-The file's sha256 is computed from the bytes as they arrive, so that the cache records it
-without reading the file again (on a resumed transfer, the bytes kept from before are hashed
-first, once).
-
-A host that cannot be reached at all (no name resolution, no route, a refused or timed-out
-connection) is a :class:`HostUnreachable`, which says which host and why in a few words, so that
-the cache can say what to do instead (:mod:`.cache`).
+A host that cannot be reached at all is a :class:`HostUnreachable`, for the cache to say what to do instead.
 """
 
 import hashlib
 import time
 import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, NoReturn, Optional, Sequence, Tuple
 
@@ -92,29 +86,6 @@ class _Retries(Retry):
         return None if seconds is None else min(seconds, MAX_BACKOFF_SECONDS)
 
 
-def session() -> requests.Session:
-    """A session whose requests retry as the module's docstring says (the constants are read now)."""
-    retries = _Retries(
-        total=RETRIES + CONNECT_RETRIES,
-        connect=CONNECT_RETRIES,
-        read=RETRIES,
-        status=RETRIES,
-        other=0,
-        redirect=10,
-        status_forcelist=RETRY_STATUSES,
-        allowed_methods=["GET", "HEAD"],
-        backoff_factor=BACKOFF_SECONDS,
-        respect_retry_after_header=True,
-        raise_on_status=False,  # the last answer is returned, and reported with its status
-    )
-    adapter = HTTPAdapter(max_retries=retries)
-    client = requests.Session()
-    client.mount("http://", adapter)
-    client.mount("https://", adapter)
-    client.headers.update({"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
-    return client
-
-
 class _Digest:
     """The sha256 of the first :attr:`length` bytes of a file being written, extended as bytes are appended."""
 
@@ -139,18 +110,49 @@ class _Digest:
                 self.update(block)
 
 
-def download(url: str, part: Path, expected_bytes: Optional[int] = None, progress: bool = True) -> str:
-    """Fetch ``url`` into ``part``, continuing from the bytes ``part`` already holds; returns the
-    sha256 (hex) of the whole file, computed as it was written.
+@dataclass(frozen=True)
+class Downloader:
+    """How files are fetched: the waits of the module's docstring, its constants by default (a
+    test passes shorter ones)."""
 
-    Raises :class:`DownloadError`; ``part`` is deleted when its content is wrong and kept when
-    the network gave up mid-file, so that the next call continues where this one stopped.
-    """
-    digest = _Digest()
-    failures = 0
-    with (
-        session() as client,
-        tqdm(
+    timeout_seconds: float = TIMEOUT_SECONDS
+    connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS
+    backoff_seconds: float = BACKOFF_SECONDS
+
+    def session(self) -> requests.Session:
+        """A session whose requests retry as the module's docstring says."""
+        retries = _Retries(
+            total=RETRIES + CONNECT_RETRIES,
+            connect=CONNECT_RETRIES,
+            read=RETRIES,
+            status=RETRIES,
+            other=0,
+            redirect=10,
+            status_forcelist=RETRY_STATUSES,
+            allowed_methods=["GET", "HEAD"],
+            backoff_factor=self.backoff_seconds,
+            respect_retry_after_header=True,
+            raise_on_status=False,  # the last answer is returned, and reported with its status
+        )
+        adapter = HTTPAdapter(max_retries=retries)
+        client = requests.Session()
+        client.mount("http://", adapter)
+        client.mount("https://", adapter)
+        client.headers.update({"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
+        return client
+
+    def download(self, url: str, part: Path, expected_bytes: Optional[int] = None, progress: bool = True) -> str:
+        """Fetch ``url`` into ``part``, continuing from the bytes ``part`` already holds; returns the
+        sha256 (hex) of the whole file, computed as it was written (the kept bytes hashed first, once),
+        so that the cache records it without reading the file again.
+
+        Raises :class:`DownloadError`; ``part`` is deleted when its content is wrong and kept when
+        the network gave up mid-file, so that the next call continues where this one stopped.
+        """
+        digest = _Digest()
+        failures = 0
+        timeout = (min(self.connect_timeout_seconds, self.timeout_seconds), self.timeout_seconds)
+        bar = tqdm(
             total=expected_bytes,
             unit="B",
             unit_scale=True,
@@ -158,49 +160,48 @@ def download(url: str, part: Path, expected_bytes: Optional[int] = None, progres
             desc=url.rsplit("/", 1)[-1],
             disable=not progress,
             miniters=1,
-        ) as bar,
-    ):
-        while True:
-            before = _size(part)
-            bar.reset(total=bar.total)
-            bar.update(before)
+        )
+        with self.session() as client, bar:
+            while True:
+                before = _size(part)
+                bar.reset(total=bar.total)
+                bar.update(before)
+                try:
+                    _attempt(client, url, part, before, expected_bytes, bar, digest, timeout)
+                    digest.at(part, _size(part))  # a no-op unless the bytes written and hashed disagree
+                    return digest.hash.hexdigest()
+                except _Retry as err:
+                    failures = 0 if _size(part) > before else failures + 1
+                    if failures >= ATTEMPTS:
+                        raise DownloadError(
+                            f"downloading {url} failed {ATTEMPTS} times in a row ({err}); {_size(part)} bytes are "
+                            f"kept in {part}: run the same command again to continue from there"
+                        ) from err
+                    time.sleep(min(self.backoff_seconds * 2 ** (failures - 1), MAX_BACKOFF_SECONDS) if failures else 0)
+                except _GaveUp as err:
+                    raise _gave_up(url, part, err) from err
+                except DownloadError:
+                    part.unlink(missing_ok=True)
+                    raise
+
+    def download_first(self, urls: Sequence[str], part: Path, expected_bytes: Optional[int], progress: bool) -> str:
+        """:meth:`download` from the first of ``urls`` that serves the file (the same file under other
+        names: a partial file is continued from the next one); the sha256 of the file. When no host
+        could be reached, a :class:`HostUnreachable` naming them all."""
+        failures: List[Tuple[str, DownloadError]] = []
+        for url in urls:
             try:
-                _attempt(client, url, part, before, expected_bytes, bar, digest)
-                digest.at(part, _size(part))  # a no-op unless the bytes written and hashed disagree
-                return digest.hash.hexdigest()
-            except _Retry as err:
-                failures = 0 if _size(part) > before else failures + 1
-                if failures >= ATTEMPTS:
-                    raise DownloadError(
-                        f"downloading {url} failed {ATTEMPTS} times in a row ({err}); {_size(part)} bytes are kept "
-                        f"in {part}: run the same command again to continue from there"
-                    ) from err
-                time.sleep(min(BACKOFF_SECONDS * 2 ** (failures - 1), MAX_BACKOFF_SECONDS) if failures else 0)
-            except _GaveUp as err:
-                raise _gave_up(url, part, err) from err
-            except DownloadError:
-                part.unlink(missing_ok=True)
-                raise
-
-
-def download_first(urls: Sequence[str], part: Path, expected_bytes: Optional[int], progress: bool) -> str:
-    """:func:`download` from the first of ``urls`` that serves the file (the same file under other
-    names: a partial file is continued from the next one); the sha256 of the file. When no host
-    could be reached, a :class:`HostUnreachable` naming them all."""
-    failures: List[Tuple[str, DownloadError]] = []
-    for url in urls:
-        try:
-            return download(url, part, expected_bytes, progress)
-        except DownloadError as err:
-            if len(urls) == 1:
-                raise
-            failures.append((url, err))
-    message = f"no URL of the file served it; {'; '.join(f'{url}: {err}' for url, err in failures)}"
-    unreachable = [err for _, err in failures if isinstance(err, HostUnreachable)]
-    if len(unreachable) == len(failures):
-        hosts = tuple(dict.fromkeys(host for err in unreachable for host in err.hosts))
-        raise HostUnreachable(message, hosts, unreachable[0].reason)
-    raise DownloadError(message)
+                return self.download(url, part, expected_bytes, progress)
+            except DownloadError as err:
+                if len(urls) == 1:
+                    raise
+                failures.append((url, err))
+        message = f"no URL of the file served it; {'; '.join(f'{url}: {err}' for url, err in failures)}"
+        unreachable = [err for _, err in failures if isinstance(err, HostUnreachable)]
+        if len(unreachable) == len(failures):
+            hosts = tuple(dict.fromkeys(host for err in unreachable for host in err.hosts))
+            raise HostUnreachable(message, hosts, unreachable[0].reason)
+        raise DownloadError(message)
 
 
 def _gave_up(url: str, part: Path, err: "_GaveUp") -> DownloadError:
@@ -228,17 +229,17 @@ def _attempt(
     expected_bytes: Optional[int],
     bar: tqdm,
     digest: _Digest,
+    timeout: Tuple[float, float],
 ) -> None:
     """One request (with the transport's retries): append the rest of the file to ``part`` (all of
     it if the host ignores Range)."""
     headers = {"Range": f"bytes={offset}-"} if offset else {}
-    timeout = (min(CONNECT_TIMEOUT_SECONDS, TIMEOUT_SECONDS), TIMEOUT_SECONDS)
     try:
         response = client.get(url, headers=headers, timeout=timeout, stream=True)
     except requests.exceptions.SSLError as err:  # the same answer however often asked
         raise DownloadError(f"{url}: the host's TLS certificate does not verify ({_reason(err)})") from err
     except requests.exceptions.RequestException as err:
-        raise _GaveUp(_describe(err)) from err
+        raise _GaveUp(_describe(err, timeout[1])) from err
     with response:
         status = response.status_code
         if status == 416 and offset and response.headers.get("Content-Range", "").strip() == f"bytes */{offset}":
@@ -356,14 +357,14 @@ def _reason(error: BaseException) -> str:
         error = inner
 
 
-def _describe(error: requests.exceptions.RequestException) -> str:
+def _describe(error: requests.exceptions.RequestException, timeout_seconds: float) -> str:
     if _refused(error):
         return (
             "the connection was refused: the host is up, but nothing listens on that port: a stopped server, "
             "or a wrong port"
         )
     if isinstance(error, requests.exceptions.Timeout) or "timed out" in str(error).lower():
-        return f"no answer within {TIMEOUT_SECONDS:g} s, {RETRIES + 1} times ({_reason(error)})"
+        return f"no answer within {timeout_seconds:g} s, {RETRIES + 1} times ({_reason(error)})"
     return f"{type(error).__name__}: {_reason(error)}"
 
 

@@ -2,7 +2,7 @@
 
 Each file of a cached biLM is recorded once it passed every check: its byte size, its sha256 and
 its modification time (``st_mtime_ns``). A file is hashed once: as it downloads
-(:func:`.download.download` hashes the bytes as they arrive), or when files placed by hand are
+(:meth:`.download.Downloader.download` hashes the bytes as they arrive), or when files placed by hand are
 first recorded. Later, a file whose size and modification time are those recorded is trusted as
 the file that was checked, without being read. One whose size or time differ is hashed again: the
 same bytes (a copy, a ``touch``) are recorded anew and used; other bytes are an error that names

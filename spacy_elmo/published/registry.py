@@ -323,8 +323,7 @@ def registered_models() -> Dict[str, PublishedModel]:
             for url, alternate in _ALTERNATES.items()
             if url in fields and fields[url] != getattr(base, url) and alternate not in fields
         }
-        models[name] = dataclasses.replace(base, **dropped, **fields)
-        model = models[name]
+        models[name] = model = dataclasses.replace(base, **dropped, **fields)
         if (model.options_url is None) != (model.weights_url is None) and model.archive_url is None:
             raise ValueError(f"{MODELS_ENV}={path}: the entry {name!r} needs both options_url and weights_url")
         if name not in BUILTIN and not model.downloadable:

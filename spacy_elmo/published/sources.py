@@ -21,8 +21,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from ..fileio import OPTIONS_NAME, WEIGHTS_NAME
 from . import records
-from .archive import extract
-from .download import DownloadError, download_first
+from .archive import Extractor
+from .download import Downloader, DownloadError
 from .layout import find_model_directory
 from .records import Record
 
@@ -39,7 +39,7 @@ CheckModel = Callable[[Path, str], object]
 @dataclass(frozen=True)
 class Source:
     """A biLM's two remote files and the cache directory that keeps them; the registry's sizes
-    and checksums, where it gives them, and an alternate URL of each file."""
+    and checksums, where it gives them, an alternate URL of each file, and how they are fetched."""
 
     label: str
     options_url: str
@@ -53,6 +53,7 @@ class Source:
     options_md5: Optional[str] = None
     weights_md5: Optional[str] = None
     weights_sha1: Optional[str] = None
+    downloader: Downloader = Downloader()
 
     @property
     def options_path(self) -> Path:
@@ -99,8 +100,8 @@ class Source:
         try:
             options_urls = _urls(self.options_url, self.alternate_options_url)
             weights_urls = _urls(self.weights_url, self.alternate_weights_url)
-            options_sha256 = download_first(options_urls, options_part, None, False)
-            weights_sha256 = download_first(weights_urls, weights_part, self.weights_bytes, progress)
+            options_sha256 = self.downloader.download_first(options_urls, options_part, None, False)
+            weights_sha256 = self.downloader.download_first(weights_urls, weights_part, self.weights_bytes, progress)
         except DownloadError:
             options_part.unlink(missing_ok=True)
             raise
@@ -143,7 +144,8 @@ class Source:
 @dataclass(frozen=True)
 class ArchiveSource:
     """A biLM published as one archive (zip, tar.gz, tar.bz2), and the cache directory that keeps
-    it extracted; the registry's size and sha256 of the archive, where it gives them."""
+    it extracted; the registry's size and sha256 of the archive, where it gives them; how it is
+    fetched and extracted."""
 
     label: str
     url: str
@@ -151,6 +153,8 @@ class ArchiveSource:
     fix: str
     archive_bytes: Optional[int] = None
     archive_sha256: Optional[str] = None
+    downloader: Downloader = Downloader()
+    extractor: Extractor = Extractor()
 
     @property
     def extracted(self) -> Path:
@@ -198,7 +202,7 @@ class ArchiveSource:
         _remove_leftovers(self.directory)
         if fresh:
             self.part.unlink(missing_ok=True)
-        sha256 = download_first((self.url,), self.part, self.archive_bytes, progress)
+        sha256 = self.downloader.download_first((self.url,), self.part, self.archive_bytes, progress)
         tmp = Path(tempfile.mkdtemp(dir=self.directory, prefix=_EXTRACTING))
         try:
             size = self.part.stat().st_size
@@ -229,7 +233,7 @@ class ArchiveSource:
         """Extract the archive into ``tmp``: its files' sizes and sha256. A failed write (a full
         disk, a quota) keeps the archive, which is fine, for the next run."""
         try:
-            return extract(self.part, tmp, self.url)
+            return self.extractor.extract(self.part, tmp, self.url)
         except ValueError:  # a bad archive, even one that is an OSError too (io.UnsupportedOperation)
             raise
         except OSError as err:

@@ -312,8 +312,8 @@ def _add_watch_routes(app: FastAPI, worker: Worker, metrics: ServiceMetrics) -> 
 
     @app.get("/metrics", response_class=Response)
     async def prometheus() -> Response:
-        """The service's metrics in Prometheus' text format."""
-        return Response(metrics.exposition(), media_type=metrics.content_type)
+        """The service's metrics in Prometheus' text format (on Ray Serve, every replica's)."""
+        return Response(await run_in_threadpool(metrics.exposition), media_type=metrics.content_type)
 
 
 def _add_pipe_route(

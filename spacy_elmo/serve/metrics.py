@@ -4,12 +4,16 @@ One :class:`ServiceMetrics` per application, each in a registry of its own (two 
 one process, as the tests build them, count apart): requests by route and status and their
 seconds, refusals by reason, the queue's depth and each request's wait in it, each batch's texts,
 tokens and seconds, the texts and tokens served, resident memory, and what is served (the
-pipeline, its components, each ``elmo``'s precision as it runs).
+pipeline, its components, each ``elmo``'s precision as it runs). Ray Serve's replicas each
+have their own, which any replica's ``GET /metrics`` answers together, each series labelled with
+its replica (:func:`joined_expositions`, :mod:`.ray_deployment`).
 """
 
-from typing import Dict, Sequence
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from .memory import resident_mib
 
@@ -22,11 +26,13 @@ REFUSALS = ("too_large", "invalid", "queue_full", "not_ready", "shutting_down", 
 
 
 class ServiceMetrics:
-    """The service's metrics; :meth:`exposition` is the body of ``GET /metrics``."""
+    """The service's metrics; :meth:`exposition` is the body of ``GET /metrics``: this process's,
+    or with ``gather`` what it makes of them (a Ray Serve replica's: every replica's)."""
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self) -> None:
+    def __init__(self, gather: Optional[Callable[[bytes], bytes]] = None) -> None:
+        self.gather = gather
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
@@ -72,5 +78,33 @@ class ServiceMetrics:
         """What is served: ``pipeline``, ``components``, and each elmo's precision (``elmo_precision``)."""
         self.pipeline.info(fields)
 
-    def exposition(self) -> bytes:
+    def own_exposition(self) -> bytes:
+        """This process's metrics alone."""
         return generate_latest(self.registry)
+
+    def exposition(self) -> bytes:
+        own = self.own_exposition()
+        return own if self.gather is None else self.gather(own)
+
+
+class _Families:
+    """A collector of metric families already made (parsed from other processes' expositions)."""
+
+    def __init__(self, families: List[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+def joined_expositions(bodies: Mapping[str, bytes], label: str = "replica") -> bytes:
+    """Several processes' expositions (by their name) as one, each sample labelled ``label`` =
+    its process: Prometheus then sums them, or tells them apart, as a query asks."""
+    families: Dict[str, Metric] = {}
+    for name, body in sorted(bodies.items()):
+        for family in text_string_to_metric_families(body.decode()):
+            joined = families.setdefault(family.name, Metric(family.name, family.documentation, family.type))
+            joined.samples += [sample._replace(labels={**sample.labels, label: name}) for sample in family.samples]
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(_Families(list(families.values())))
+    return generate_latest(registry)

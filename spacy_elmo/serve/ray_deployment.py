@@ -11,11 +11,17 @@ warm (its application's startup waits for it), so Ray routes nothing to a replic
 answer 503 while it loads; after that Ray's health check fails, and Ray replaces the replica,
 whenever its worker is not ready (as ``GET /health`` answers 503). Every response names the
 replica that served it in :data:`REPLICA_HEADER`.
+
+``GET /metrics``, whichever replica Ray routes it to, answers every replica's metrics, each
+series labelled with its replica: each replica hands its own to one :class:`Expositions` actor,
+made by the process that deployed them, every :data:`PUSH_SECONDS` and before it answers.
 """
 
 import signal
 import threading
+import time
 from dataclasses import asdict
+from typing import Dict, Tuple
 
 import ray
 import torch
@@ -25,6 +31,7 @@ from ray.serve import Application
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .metrics import ServiceMetrics, joined_expositions
 from .pipeline import PipelineSource
 from .server import PipelineFailed, build_service, configure_logging
 from .settings import REPLICA_HEADER, ServeSettings
@@ -34,6 +41,26 @@ APP_NAME = "spacy-elmo"
 DEPLOYMENT_NAME = "pipeline"
 # How often the process that deployed the service looks for SIGTERM or SIGINT, in seconds.
 SIGNAL_POLL_SECONDS = 0.5
+# How often a replica hands its metrics to the others; one silent for STALE_PUSHES times as long
+# (gone: Ray replaced it, or it stopped) leaves the joined metrics.
+PUSH_SECONDS = 5.0
+STALE_PUSHES = 3
+
+
+class Expositions:
+    """Each replica's latest metrics (Prometheus' text), by replica id, and when they came: a Ray
+    actor (:func:`application` makes it) that needs no CPU of its own."""
+
+    def __init__(self) -> None:
+        self.bodies: Dict[str, Tuple[float, bytes]] = {}
+
+    def put(self, replica: str, body: bytes) -> Dict[str, bytes]:
+        """Keep ``replica``'s metrics; every live replica's, this one's included."""
+        now = time.monotonic()
+        self.bodies[replica] = (now, body)
+        stale = now - STALE_PUSHES * PUSH_SECONDS
+        self.bodies = {name: (at, kept) for name, (at, kept) in self.bodies.items() if at >= stale}
+        return {name: kept for name, (_, kept) in self.bodies.items()}
 
 
 class ReplicaHeader:
@@ -60,13 +87,15 @@ class ReplicaHeader:
 class PipelineReplica:
     """One replica: its own pipeline, worker and application, built in the replica's process."""
 
-    def __init__(self, source: PipelineSource, settings: ServeSettings) -> None:
+    def __init__(self, source: PipelineSource, settings: ServeSettings, expositions: "ray.actor.ActorHandle") -> None:
         configure_logging(settings)
         # Ray's threads run beside the worker, so elmo's threads = "auto" keeps torch's count as set here
         torch.set_num_threads(settings.ray.threads)
-        self.worker, self.http_app = build_service(source, settings, start_when_ready=True)
         replica = serve.get_replica_context().replica_id.unique_id
+        metrics = ServiceMetrics(gather=lambda own: joined_expositions(ray.get(expositions.put.remote(replica, own))))
+        self.worker, self.http_app = build_service(source, settings, start_when_ready=True, metrics=metrics)
         self.http_app.add_middleware(ReplicaHeader, replica=replica)
+        threading.Thread(target=push_metrics, args=(metrics, expositions, replica), daemon=True).start()
         logger.info("replica %s: the pipeline on %d torch threads", replica, settings.ray.threads)
 
     def __serve_build_asgi_app__(self) -> FastAPI:
@@ -78,6 +107,13 @@ class PipelineReplica:
         if not self.worker.ready:
             failure = f": {self.worker.failure}" if self.worker.failure is not None else ""
             raise RuntimeError(f"the pipeline's worker is {self.worker.state}{failure}")
+
+
+def push_metrics(metrics: ServiceMetrics, expositions: "ray.actor.ActorHandle", replica: str) -> None:
+    """Hand ``replica``'s own metrics to ``expositions`` every :data:`PUSH_SECONDS`, for as long as it lives."""
+    while True:
+        expositions.put.remote(replica, metrics.own_exposition())
+        time.sleep(PUSH_SECONDS)
 
 
 def application(source: PipelineSource, settings: ServeSettings) -> Application:
@@ -94,7 +130,7 @@ def application(source: PipelineSource, settings: ServeSettings) -> Application:
         max_ongoing_requests=batches.queue_size + batches.max_batch_texts,
         graceful_shutdown_timeout_s=settings.shutdown_timeout,
     )(PipelineReplica)
-    return deployment.bind(source, settings)
+    return deployment.bind(source, settings, ray.remote(num_cpus=0)(Expositions).remote())
 
 
 def serve_on_ray(source: PipelineSource, settings: ServeSettings) -> None:

@@ -56,10 +56,11 @@ def build_service(
     settings: ServeSettings,
     start_when_ready: bool = False,
     on_failure: Optional[Callable[[BaseException], None]] = None,
+    metrics: Optional[ServiceMetrics] = None,
 ) -> Tuple[Worker, FastAPI]:
     """The worker that will load ``source``'s pipeline, and the application that serves it, with
-    their metrics (this server's, or one Ray Serve replica's)."""
-    metrics = ServiceMetrics()
+    their ``metrics`` (this server's, or one Ray Serve replica's)."""
+    metrics = ServiceMetrics() if metrics is None else metrics
 
     def load() -> BatchRun:
         use_gpu(settings.gpu_id)

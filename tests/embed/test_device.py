@@ -5,12 +5,14 @@ the options, so each case is checked here without a GPU; the GPU suite runs them
 """
 
 import json
+import types
 
 import pytest
 import torch
 from thinc.api import CupyOps, get_current_ops, set_current_ops
 
 from spacy_elmo import BiLM
+from spacy_elmo.bilm.precision.hardware import Hardware
 from spacy_elmo.embed import EmbedSettings, OutputError, run_embed
 from spacy_elmo.embed.device import parse_device, resolve_device, thinc_gpu, worker_device, worker_precision
 from spacy_elmo.embed.ray_engine import ShardEmbedder, check_local_gpus
@@ -66,15 +68,14 @@ def test_parse_device():
     ]
 
 
-def test_thinc_gpu_is_torchs_current_device_when_thincs_ops_are_cupys(monkeypatch):
+def test_thinc_gpu_is_torchs_current_device_when_thincs_ops_are_cupys():
     """thinc's require_gpu(n) makes n current for torch too; CupyOps.device_id stays 0."""
-    assert thinc_gpu() is None  # NumpyOps: the CPU
+    gpu_1_current = Hardware(cuda=types.SimpleNamespace(is_available=lambda: True, current_device=lambda: 1))
+    assert thinc_gpu(gpu_1_current) is None  # NumpyOps: the CPU
     previous = get_current_ops()
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
     set_current_ops(CupyOps())
     try:
-        assert thinc_gpu() == 1
+        assert thinc_gpu(gpu_1_current) == 1
     finally:
         set_current_ops(previous)
 
@@ -212,12 +213,11 @@ def test_a_ray_worker_runs_its_biLM_where_it_is_told_in_the_decided_precision(bi
 def test_ray_gpu_workers_get_the_precision_the_manifest_records(bilm_files, corpus, tmp_path, monkeypatch):
     """auto is decided on the driver for the workers' GPUs (a bf16 GPU, faked here), handed to
     every worker as bf16 and recorded so, though the driver's own biLM on the CPU resolves otherwise."""
-    from spacy_elmo.bilm.precision import resolved
     from spacy_elmo.embed import ray_engine
 
     calls = []
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(resolved, "cuda_has_native_bf16", lambda device: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     monkeypatch.setattr(ray_engine, "embed_on_ray", lambda *args, **kwargs: calls.append((args[3], kwargs)))
     run_embed(corpus, tmp_path / "out", SETTINGS, *bilm_files, engine="ray", gpus_per_worker=0.5, progress=False)
     ((workers_settings, options),) = calls

@@ -10,7 +10,7 @@ from spacy.tokens import Doc
 
 from spacy_elmo import BiLM, ElmoFileError, pretrained_files
 from spacy_elmo.layers import get_bilm
-from spacy_elmo.pipeline_component import _token_budget_groups, install_vector_hooks
+from spacy_elmo.pipeline_component import install_vector_hooks
 
 from ..helpers import N_LAYERS, WIDTH, assert_float32_close, elmo_config, write_bilm_files
 
@@ -159,13 +159,6 @@ def test_pipe_keeps_order_and_matches_single_docs(nlp_elmo) -> None:
     assert [d.text for d in piped] == TEXTS
     for doc, tensor in zip(piped, singles):
         assert_float32_close(doc.tensor, tensor)
-
-
-def test_token_budget_groups_sort_by_length() -> None:
-    nlp = spacy.blank("en")
-    docs = [nlp.make_doc(" ".join(["x"] * n)) for n in (5, 1, 3, 8, 2)]
-    groups = list(_token_budget_groups(docs, 6))
-    assert [[len(d) for d in g] for g in groups] == [[1, 2, 3], [5], [8]]
 
 
 @pytest.mark.slow  # starts worker processes

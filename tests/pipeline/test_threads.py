@@ -12,11 +12,10 @@ import pytest
 import spacy
 import torch
 
-from spacy_elmo import threads as threads_module
-from spacy_elmo.bilm import BiLM
 from spacy_elmo.bilm.precision import autotune
 from spacy_elmo.bilm.settings import PRECISION_ENV
-from spacy_elmo.threads import available_cores, busy_elsewhere, resolve_threads
+from spacy_elmo.layers import get_bilm
+from spacy_elmo.threads import Cores, available_cores, busy_elsewhere
 
 from ..helpers import elmo_config
 
@@ -24,34 +23,27 @@ needs_proc = pytest.mark.skipif(busy_elsewhere() is None, reason="the OS does no
 
 
 def test_a_fixed_count_is_used_as_given() -> None:
-    assert resolve_threads(3) == 3
+    assert Cores().resolve(3) == 3
 
 
-@pytest.fixture
-def alone(monkeypatch) -> None:
-    """This process runs one Python thread, whatever else the test runner started."""
-    monkeypatch.setattr(threads_module, "shares_torch", lambda: False)
+def alone(**answers) -> Cores:
+    """The machine as ``answers`` say (the OS's otherwise), where this process runs one Python
+    thread, whatever else the test runner started."""
+    return Cores(**{"shares_torch": lambda: False, **answers})
 
 
-def recording_threads(monkeypatch) -> List[int]:
-    """torch's thread count at each biLM call from now on."""
+def recording_threads(nlp: spacy.Language) -> List[int]:
+    """torch's thread count at each call of the pipe's biLM from now on."""
     seen: List[int] = []
-    forward = BiLM.forward
-
-    def recording_forward(self, *args, **kwargs):
-        seen.append(torch.get_num_threads())
-        return forward(self, *args, **kwargs)
-
-    monkeypatch.setattr(BiLM, "forward", recording_forward)
+    get_bilm(nlp.get_pipe("elmo").model).register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
     return seen
 
 
 @pytest.mark.parametrize("others, expected", [(0, "all"), (1, "all-1"), (99, 1), (None, "all")])
-def test_auto_leaves_the_cores_other_processes_use(monkeypatch, alone, others, expected) -> None:
-    monkeypatch.setattr(threads_module, "busy_elsewhere", lambda: others)
+def test_auto_leaves_the_cores_other_processes_use(others, expected) -> None:
     cores = available_cores()
     wanted = {"all": cores, "all-1": max(1, cores - 1)}.get(expected, expected)
-    assert resolve_threads("auto") == wanted
+    assert alone(busy_elsewhere=lambda: others).resolve("auto") == wanted
 
 
 @needs_proc
@@ -70,11 +62,11 @@ def test_a_spinning_process_counts_as_busy() -> None:
 
 
 @pytest.mark.parametrize("setting", [1, 2])
-def test_the_component_runs_the_bilm_with_its_threads_and_restores_the_count(bilm_files, monkeypatch, setting) -> None:
+def test_the_component_runs_the_bilm_with_its_threads_and_restores_the_count(bilm_files, setting) -> None:
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={**elmo_config(bilm_files), "threads": setting})
     nlp.initialize()
-    seen = recording_threads(monkeypatch)
+    seen = recording_threads(nlp)
     before = torch.get_num_threads()
     nlp("Threads are a setting of the pipe .")
     assert seen and set(seen) == {setting}
@@ -88,14 +80,13 @@ def test_a_bad_threads_setting_is_a_clear_error(bilm_files, bad) -> None:
         nlp.add_pipe("elmo", config={**elmo_config(bilm_files), "threads": bad})
 
 
-def test_auto_leaves_torchs_count_alone_beside_other_python_threads(bilm_files, monkeypatch) -> None:
+def test_auto_leaves_torchs_count_alone_beside_other_python_threads(bilm_files) -> None:
     """Their torch calls would run at the count set for ours: ``auto`` keeps torch's."""
-    monkeypatch.setattr(threads_module, "available_cores", lambda: torch.get_num_threads() + 1)
-    monkeypatch.setattr(threads_module, "busy_elsewhere", lambda: 0)
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files))
+    nlp.get_pipe("elmo").cores = Cores(available_cores=lambda: torch.get_num_threads() + 1, busy_elsewhere=lambda: 0)
     nlp.initialize()
-    seen = recording_threads(monkeypatch)
+    seen = recording_threads(nlp)
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
     other.start()
@@ -107,20 +98,21 @@ def test_auto_leaves_torchs_count_alone_beside_other_python_threads(bilm_files, 
     assert seen and set(seen) == {torch.get_num_threads()}
 
 
-def test_a_biLM_on_a_gpu_leaves_torchs_count_alone_and_reads_no_load(bilm_files, monkeypatch, alone) -> None:
+def test_a_biLM_on_a_gpu_leaves_torchs_count_alone_and_reads_no_load(bilm_files, monkeypatch) -> None:
     """Its products run on the GPU: torch's CPU threads are kept, and /proc is not read per call.
     (The ops claim a GPU here; the model is the CPU's: the logic tested, not the device.)"""
 
     def no_load() -> int:
         raise AssertionError("a call on a GPU read the machine's load")
 
-    monkeypatch.setattr(threads_module, "available_cores", lambda: torch.get_num_threads() + 1)
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files))
+    elmo = nlp.get_pipe("elmo")
+    elmo.cores = alone(available_cores=lambda: torch.get_num_threads() + 1)
     nlp.initialize()
-    seen = recording_threads(monkeypatch)
-    monkeypatch.setattr(threads_module, "busy_elsewhere", no_load)
-    monkeypatch.setattr(nlp.get_pipe("elmo").model.ops, "device_type", "gpu")
+    seen = recording_threads(nlp)
+    elmo.cores = alone(available_cores=lambda: torch.get_num_threads() + 1, busy_elsewhere=no_load)
+    monkeypatch.setattr(elmo.model.ops, "device_type", "gpu")
     nlp("A call on a GPU .")
     assert seen == [torch.get_num_threads()]
 
@@ -134,17 +126,9 @@ def _counts_beside_a_busy_process(options_file: str, weight_file: str, queue) ->
     nlp.add_pipe("elmo", config={"model": {"options_file": options_file, "weight_file": weight_file}})
     nlp.initialize()
     nlp("The first call .")
-    threads_module.available_cores = lambda: 2
-    seen: List[int] = []
-    forward = BiLM.forward
-
-    def recording_forward(self, *args, **kwargs):
-        seen.append(torch.get_num_threads())
-        return forward(self, *args, **kwargs)
-
-    BiLM.forward = recording_forward
+    seen = recording_threads(nlp)
     for others in (0, 1):
-        threads_module.busy_elsewhere = lambda: others  # noqa: B023 - called before the loop moves on
+        nlp.get_pipe("elmo").cores = Cores(available_cores=lambda: 2, busy_elsewhere=lambda: others)  # noqa: B023
         nlp("A call .")
     queue.put((seen, any(thread.name.startswith(THREAD_NAME) for thread in threading.enumerate())))
 
@@ -163,27 +147,27 @@ def test_auto_leaves_a_busy_core_once_the_biLMs_compute_thread_runs(bilm_files) 
 
 
 def test_a_pipe_that_decided_on_an_idle_machine_measures_nothing_new_beside_a_busy_one(
-    bilm_files, monkeypatch, tmp_path, alone
+    bilm_files, monkeypatch, tmp_path
 ) -> None:
     """``precision = "auto"`` decides for the cores the process may use (2 here) on the first call;
     a call beside a busy process runs on 1 thread, and neither measures nor decides again."""
     monkeypatch.delenv(PRECISION_ENV)
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
-    monkeypatch.setattr(autotune, "MIN_MEASURED_FLOPS", 0)  # the tiny biLM measured (by the fake below)
     measured: List[int] = []  # torch's thread count at each measurement
 
     def measure(passes, precisions, n_tokens, clock):
         measured.append(torch.get_num_threads())
         return {precision: autotune.Trial(100.0, 1.0) for precision in precisions}
 
-    monkeypatch.setattr(autotune, "measure", measure)
-    monkeypatch.setattr(threads_module, "available_cores", lambda: 2)
     load = {"others": 0}
-    monkeypatch.setattr(threads_module, "busy_elsewhere", lambda: load["others"])
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files, precision="auto"))
+    elmo = nlp.get_pipe("elmo")
+    elmo.cores = alone(available_cores=lambda: 2, busy_elsewhere=lambda: load["others"])
+    elmo.model.initialize()  # the biLM made, to be measured (the tiny one, by the fake above) as the pipe initializes
+    get_bilm(elmo.model).runtime.tuning = autotune.Tuning(measure=measure, min_measured_flops=0)
     nlp.initialize()
-    seen = recording_threads(monkeypatch)
+    seen = recording_threads(nlp)
     nlp("An idle machine .")
     load["others"] = 1
     nlp("A busy one .")

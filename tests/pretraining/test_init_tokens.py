@@ -16,7 +16,7 @@ from spacy_elmo.cli import app
 from spacy_elmo.pretraining import get_preset, pretrain
 from spacy_elmo.pretraining.distributed import Distributed
 from spacy_elmo.pretraining.init_tokens import InitTokens, fit_init_tokens, load_static_vectors, unit_targets
-from spacy_elmo.pretraining.objective import data_parallel
+from spacy_elmo.pretraining.lm import data_parallel
 from spacy_elmo.pretraining.train import Trainer
 
 from ..helpers import assert_float32_close

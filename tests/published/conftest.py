@@ -7,17 +7,15 @@ and the cache at a fresh directory.
 """
 
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import pytest
-import urllib3.util.connection
-
-from spacy_elmo.published import download
 
 from .helpers import tiny_entry, write_registry
 
@@ -110,25 +108,39 @@ class HostServer(ThreadingHTTPServer):
         self.host = host
 
 
+@dataclass
+class Network:
+    """What tests may reach: this machine only; names in ``unresolvable`` fail as with no network."""
+
+    guarded: bool = False
+    unresolvable: Set[str] = field(default_factory=set)
+
+
+NETWORK = Network()
+
+
+def _guard(event: str, args: Tuple[Any, ...]) -> None:
+    """An audit hook (the runtime's own way to refuse a socket call: whatever library makes it)."""
+    if not NETWORK.guarded or event not in ("socket.getaddrinfo", "socket.connect"):
+        return
+    host = args[0] if event == "socket.getaddrinfo" else args[1][0] if isinstance(args[1], tuple) else None
+    host = host.decode() if isinstance(host, bytes) else host
+    if host in NETWORK.unresolvable:
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+    if host not in (None, "127.0.0.1", "localhost", "::1"):
+        raise AssertionError(f"a test tried to reach {host!r}")
+
+
+sys.addaudithook(_guard)  # for good (a hook cannot be removed): it guards only while ``network`` is on
+
+
 @pytest.fixture(autouse=True)
-def no_internet(monkeypatch) -> None:
+def network() -> Iterator[Network]:
     """Refuse any connection but to this machine, so that a wrong URL fails here, not on a real host."""
-    for module in (socket, urllib3.util.connection):  # the standard library's and requests' (urllib3's)
-        monkeypatch.setattr(module, "create_connection", _local_only(module.create_connection))
-
-
-def _local_only(connect):
-    def local_only(address: Tuple[str, int], *args, **kwargs):
-        if address[0] not in ("127.0.0.1", "localhost"):
-            raise AssertionError(f"a test tried to reach {address}")
-        return connect(address, *args, **kwargs)
-
-    return local_only
-
-
-@pytest.fixture(autouse=True)
-def fast_retries(monkeypatch) -> None:
-    monkeypatch.setattr(download, "BACKOFF_SECONDS", 0.01)
+    NETWORK.guarded = True
+    yield NETWORK
+    NETWORK.guarded = False
+    NETWORK.unresolvable.clear()
 
 
 @pytest.fixture

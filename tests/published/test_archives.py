@@ -1,6 +1,7 @@
 """Archive entries (issue 37): zip, tar.gz and tar.bz2 models downloaded from the local host,
 resumed, extracted safely, checked, recorded, and loaded by name; malicious archives refused."""
 
+import dataclasses
 import json
 import os
 import tarfile
@@ -18,8 +19,9 @@ from spacy_elmo.cli import app
 from spacy_elmo.published import archive as archives
 from spacy_elmo.published import resolve as resolution
 from spacy_elmo.published import sources
-from spacy_elmo.published.cache import CacheIntegrityError, OfflineError
-from spacy_elmo.published.download import DownloadError
+from spacy_elmo.published.cache import CacheIntegrityError, OfflineError, fetch
+from spacy_elmo.published.download import Downloader, DownloadError
+from spacy_elmo.published.layout import standard_pair
 
 from ..bilm.helpers import write_random_model
 from .helpers import (
@@ -53,6 +55,13 @@ def manylangs_dir(tmp_path_factory) -> Path:
 
 def register(registry, host, **entries) -> None:
     write_registry(registry, tiny=tiny_entry(host), **entries)
+
+
+def fetch_with(spec, **pieces):
+    """``BiLM.from_pretrained(spec)``'s download of an archive in the standard layout, with ``pieces``
+    of its source (``downloader``, ``extractor``) in place of the defaults."""
+    source = dataclasses.replace(resolution.source_for(spec), **pieces)
+    return fetch(source, lambda directory, kind: BiLM.from_files(*standard_pair(directory)), progress=False)
 
 
 def assert_same_weights(a: BiLM, b: BiLM) -> None:
@@ -170,33 +179,29 @@ def test_an_archive_download_that_gives_up_continues_in_a_later_run(
     host.faults["/sl.zip"] = "drop_always"
     size = len(host.files["/sl.zip"])
     with pytest.raises(DownloadError, match="run the same command again"):
-        BiLM.from_pretrained("sl")
+        fetch_with("sl", downloader=Downloader(backoff_seconds=0.01))
     assert (cache / "sl" / ".archive.part").stat().st_size == size // 2 and not (cache / "sl" / "model").exists()
     del host.faults["/sl.zip"]
     assert_same_weights(BiLM.from_pretrained("sl"), BiLM.from_files(*bilm_files))
     assert host.gets("/sl.zip")[-1].range == f"bytes={size // 2}-"
 
 
-def test_an_interrupted_extraction_leaves_nothing_half_made(
-    registry, host, cache, bilm_files, standard_members, monkeypatch
-):
+def test_an_interrupted_extraction_leaves_nothing_half_made(registry, host, cache, bilm_files, standard_members):
     serve(host, "/sl.zip", zip_bytes(standard_members))
     register(registry, host, sl=archive_entry(host, "/sl.zip"))
-    real_write = archives._write
     calls = []
 
-    def interrupted(*args, **kwargs):
-        calls.append(args)
-        if len(calls) == 2:  # one file written, the process stopped during the second
-            raise KeyboardInterrupt
-        return real_write(*args, **kwargs)
+    class Interrupted(archives.Extractor):
+        def write(self, *args):
+            calls.append(args)
+            if len(calls) == 2:  # one file written, the process stopped during the second
+                raise KeyboardInterrupt
+            return super().write(*args)
 
-    monkeypatch.setattr(archives, "_write", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        BiLM.from_pretrained("sl")
+        fetch_with("sl", extractor=Interrupted())
     entry = cache / "sl"
     assert sorted(p.name for p in entry.iterdir()) == [".archive.part", ".lock"]  # the whole archive, kept
-    monkeypatch.setattr(archives, "_write", real_write)
     # A run killed outright (SIGKILL) leaves its temporary directory: never read, removed by the next download.
     (entry / ".extract-killed" / "slovenian").mkdir(parents=True)
     (entry / ".extract-killed" / "slovenian" / "options.json").write_bytes(b"{")
@@ -255,17 +260,16 @@ def test_a_malicious_archive_is_refused_and_nothing_is_cached(registry, host, ca
 @pytest.mark.parametrize(
     "limit, message",
     [
-        ("MAX_MEMBER_BYTES", "more than the 1000 bytes allowed per file"),
-        ("MAX_TOTAL_BYTES", "more than 1000 bytes in all"),
+        ("max_member_bytes", "more than the 1000 bytes allowed per file"),
+        ("max_total_bytes", "more than 1000 bytes in all"),
     ],
 )
-def test_an_oversize_archive_is_refused(registry, host, cache, bilm_files, monkeypatch, limit, message):
-    monkeypatch.setattr(archives, limit, 1000)
+def test_an_oversize_archive_is_refused(registry, host, cache, bilm_files, limit, message):
     big = [("m/options.json", bilm_files[0].read_bytes()), ("m/weights.hdf5", bilm_files[1].read_bytes())]
     serve(host, "/big.tar.gz", tar_bytes(big))
     register(registry, host, big=archive_entry(host, "/big.tar.gz"))
     with pytest.raises(DownloadError, match=message):
-        BiLM.from_pretrained("big")
+        fetch_with("big", extractor=archives.Extractor(**{limit: 1000}))
     assert_nothing_cached(cache, "big")
 
 
@@ -327,7 +331,7 @@ def test_the_extraction_writes_plain_files_only(tmp_path, bilm_files):
     """What the extractor itself guarantees, without the cache: modes, no links, relative paths."""
     archive = tmp_path / "a.tar"
     archive.write_bytes(tar_bytes([("./m/options.json", b"{}"), ("m/sub/w.hdf5", b"x" * 10)], ""))
-    written = archives.extract(archive, tmp_path / "out", "a.tar")
+    written = archives.Extractor().extract(archive, tmp_path / "out", "a.tar")
     assert sorted(written) == ["m/options.json", "m/sub/w.hdf5"] and written["m/sub/w.hdf5"]["bytes"] == 10
     assert oct((tmp_path / "out" / "m" / "options.json").stat().st_mode & 0o7777) == oct(0o644 & ~_umask())
     for name in ["..", "a/../../b", "/abs", "C:\\\\x", "a\\\\..\\\\..\\\\b", "x\x00y"]:
@@ -354,21 +358,19 @@ def test_a_manylangs_check_is_required_for_such_an_archive(registry, host, cache
 
 
 def test_a_full_disk_during_extraction_keeps_the_archive_for_the_next_run(
-    registry, host, cache, bilm_files, standard_members, monkeypatch
+    registry, host, cache, bilm_files, standard_members
 ):
     serve(host, "/sl.zip", zip_bytes(standard_members))
     register(registry, host, sl=archive_entry(host, "/sl.zip"))
-    real_write = archives._write
 
-    def full(*args, **kwargs):
-        raise OSError(28, "No space left on device")
+    class FullDisk(archives.Extractor):
+        def write(self, *args):
+            raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(archives, "_write", full)
     with pytest.raises(
         DownloadError, match="could not be extracted into .*No space left on device.*run the same command again"
     ):
-        BiLM.from_pretrained("sl")
+        fetch_with("sl", extractor=FullDisk())
     assert sorted(p.name for p in (cache / "sl").iterdir()) == [".archive.part", ".lock"]
-    monkeypatch.setattr(archives, "_write", real_write)
     assert_same_weights(BiLM.from_pretrained("sl"), BiLM.from_files(*bilm_files))
     assert host.sent["/sl.zip"] == len(host.files["/sl.zip"])  # the archive was sent once

@@ -1,5 +1,6 @@
 """Names, URLs and the cache against a local server: what users of other ELMo tools ran into."""
 
+import dataclasses
 import json
 import os
 import socket
@@ -7,21 +8,21 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 import torch
-import urllib3.util.connection
 
 from spacy_elmo import BiLM
-from spacy_elmo.published import download
 from spacy_elmo.published import resolve as resolution
-from spacy_elmo.published.cache import CacheIntegrityError, OfflineError
-from spacy_elmo.published.download import ATTEMPTS, RETRIES, DownloadError
+from spacy_elmo.published.cache import CacheIntegrityError, OfflineError, fetch
+from spacy_elmo.published.download import ATTEMPTS, RETRIES, Downloader, DownloadError
 
 from .helpers import tiny_entry, write_registry
 
 WEIGHTS = "/tiny/weights.hdf5"
 OPTIONS = "/tiny/options.json"
+FAST = Downloader(backoff_seconds=0.01)  # the retries of the defaults, with short waits
 
 
 def resolve_pretrained(spec, **kwargs):
@@ -34,6 +35,12 @@ def resolve_files(options_file, weight_file, **kwargs):
 
 def download_pretrained(spec, **kwargs):
     return resolution.download_pretrained(spec, check=BiLM.from_files, **kwargs)
+
+
+def fetch_with(downloader, spec="tiny"):
+    """``resolve_pretrained(spec)`` (a name of two files), the files fetched by ``downloader``."""
+    source = dataclasses.replace(resolution.source_for(spec), downloader=downloader)
+    return fetch(source, BiLM.from_files, progress=False)
 
 
 def assert_same_weights(a: BiLM, b: BiLM) -> None:
@@ -73,18 +80,16 @@ def test_a_dropped_connection_resumes_with_a_range_request(registry, host, cache
 
 
 @pytest.mark.parametrize("fault", ["unavailable_twice", "stall_twice"])
-def test_5xx_answers_and_timeouts_are_retried(registry, host, cache, bilm_files, monkeypatch, fault):
-    monkeypatch.setattr(download, "TIMEOUT_SECONDS", 0.3)
+def test_5xx_answers_and_timeouts_are_retried(registry, host, cache, bilm_files, fault):
     host.faults[WEIGHTS] = fault
-    resolve_pretrained("tiny", progress=False)
+    fetch_with(Downloader(timeout_seconds=0.3, backoff_seconds=0.01))
     assert len(host.gets(WEIGHTS)) == 3
     assert (cache / "tiny" / "weights.hdf5").read_bytes() == bilm_files[1].read_bytes()
 
 
-def test_a_refused_connection_fails_at_once_naming_the_url(cache, tmp_path, monkeypatch):
+def test_a_refused_connection_fails_at_once_naming_the_url(cache, tmp_path):
     """A stopped server (nothing listens on the port) is not asked again and again: with the real
     backoff, the error comes in well under a second (it took about 19 s of retries with urllib)."""
-    monkeypatch.setattr(download, "BACKOFF_SECONDS", 1.0)
     with socket.socket() as probe:  # a port that was free a moment ago: nothing listens on it
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -93,24 +98,20 @@ def test_a_refused_connection_fails_at_once_naming_the_url(cache, tmp_path, monk
     with pytest.raises(
         DownloadError, match=rf"downloading {url} failed \(the connection was refused: .*nothing listens"
     ):
-        download.download(url, tmp_path / "weights.part", progress=False)
+        Downloader().download(url, tmp_path / "weights.part", progress=False)
     assert time.monotonic() - start < 2.0
     assert not (tmp_path / "weights.part").exists()
 
 
-def test_an_unreachable_host_says_in_three_short_lines_how_to_do_without_it(registry, host, cache, monkeypatch):
+def test_an_unreachable_host_says_in_three_short_lines_how_to_do_without_it(registry, host, cache, network):
     """No network (host names do not resolve): retry, place the files by hand at the paths given, or
     SPACY_ELMO_OFFLINE=1. An entry with a second host (as AllenNLP's have) names both."""
     urls = {f"{kind}_url": f"https://first.example/tiny/{kind}" for kind in ("options", "weights")}
     second = {f"alternate_{kind}_url": f"https://second.example/tiny/{kind}" for kind in ("options", "weights")}
     write_registry(registry, tiny=tiny_entry(host, **urls, **second))
-
-    def no_name_resolution(address, *args, **kwargs):
-        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
-
-    monkeypatch.setattr(urllib3.util.connection, "create_connection", no_name_resolution)
+    network.unresolvable.update({"first.example", "second.example"})
     with pytest.raises(DownloadError) as error:
-        resolve_pretrained("tiny", progress=False)
+        fetch_with(FAST)
     what, by_hand, offline = str(error.value).splitlines()
     assert what == (
         "cannot reach first.example or second.example to download the biLM 'tiny' "
@@ -127,7 +128,7 @@ def test_an_unreachable_host_says_in_three_short_lines_how_to_do_without_it(regi
 def test_a_host_that_answers_503_twice_then_the_file_is_retried_by_the_transport(host, tmp_path, bilm_files):
     host.faults[WEIGHTS] = "unavailable_twice"
     part = tmp_path / "weights.part"
-    digest = download.download(f"{host.url}{WEIGHTS}", part, progress=False)
+    digest = FAST.download(f"{host.url}{WEIGHTS}", part, progress=False)
     assert part.read_bytes() == bilm_files[1].read_bytes()
     import hashlib
 
@@ -141,7 +142,7 @@ def test_a_host_that_keeps_answering_503_gives_up_after_the_transports_retries(h
     with pytest.raises(
         DownloadError, match=rf"downloading {url} failed \(HTTP 503 Service Unavailable, {RETRIES + 1} times\)"
     ):
-        download.download(url, tmp_path / "weights.part", progress=False)
+        FAST.download(url, tmp_path / "weights.part", progress=False)
     assert len(host.gets(WEIGHTS)) == RETRIES + 1  # the transport's retries only: no second loop around them
 
 
@@ -149,7 +150,7 @@ def test_a_dropped_connection_continues_with_a_range_request_on_the_same_session
     host.faults[WEIGHTS] = "drop_once"
     size = len(host.files[WEIGHTS])
     part = tmp_path / "weights.part"
-    download.download(f"{host.url}{WEIGHTS}", part, progress=False)
+    Downloader().download(f"{host.url}{WEIGHTS}", part, progress=False)
     assert [r.range for r in host.gets(WEIGHTS)] == [None, f"bytes={size // 2}-"]
     assert part.read_bytes() == bilm_files[1].read_bytes() and host.sent[WEIGHTS] == size
 
@@ -160,7 +161,7 @@ def test_a_host_that_keeps_dropping_gives_up_keeps_the_bytes_and_a_later_run_con
     host.faults[WEIGHTS] = "drop_always"
     size = len(host.files[WEIGHTS])
     with pytest.raises(DownloadError, match=f"failed {ATTEMPTS} times in a row.*run the same command again"):
-        resolve_pretrained("tiny", progress=False)
+        fetch_with(FAST)
     assert_nothing_cached(cache)
     assert (cache / "tiny" / ".weights.hdf5.part").stat().st_size == size // 2
     del host.faults[WEIGHTS]
@@ -354,16 +355,9 @@ def test_the_cache_is_the_users_cache_directory_that_platformdirs_gives(monkeypa
 
     from spacy_elmo.published import cache as caching
 
-    asked = []
-
-    def user_cache_dir(appname=None, appauthor=None, *args, **kwargs):
-        asked.append((appname, appauthor))
-        return str(tmp_path / "platform-cache" / appname)
-
     monkeypatch.delenv("SPACY_ELMO_CACHE", raising=False)
-    monkeypatch.setattr(platformdirs, "user_cache_dir", user_cache_dir)
-    assert caching.cache_root() == tmp_path / "platform-cache" / "spacy-elmo"
-    assert asked == [("spacy-elmo", False)]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "platform-cache"))  # where platformdirs looks on Linux
+    assert caching.cache_root() == Path(platformdirs.user_cache_dir("spacy-elmo", appauthor=False))
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "mine"))  # the variable still wins
     assert caching.cache_root() == tmp_path / "mine"
 

@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from spacy_elmo.serve.app import create_app
-from spacy_elmo.serve.metrics import ServiceMetrics
+from spacy_elmo.serve.metrics import ServiceMetrics, joined_expositions
 from spacy_elmo.serve.settings import BatchLimits
 from spacy_elmo.serve.worker import Worker
 
@@ -87,6 +87,21 @@ def test_metrics_parse_as_prometheus_text_and_move_with_traffic(client: TestClie
     assert after["spacy_elmo_queue_wait_seconds_count"] == 2
     assert after['spacy_elmo_request_seconds_count{route="/pipe"}'] == 4
     assert after["spacy_elmo_resident_memory_bytes"] > 0
+
+
+def test_replicas_metrics_join_into_one_exposition_labelled_by_replica() -> None:
+    first, second = ServiceMetrics(), ServiceMetrics()
+    first.requests.labels("/pipe", "200").inc(3)
+    second.requests.labels("/pipe", "200").inc()
+    second.batch_ran([0.01, 0.02], 5, 0.1)
+    joined = samples(joined_expositions({"a": first.own_exposition(), "b": second.own_exposition()}).decode())
+    assert joined['spacy_elmo_requests_total{replica="a",route="/pipe",status="200"}'] == 3
+    assert joined['spacy_elmo_requests_total{replica="b",route="/pipe",status="200"}'] == 1
+    assert joined['spacy_elmo_texts_total{replica="b"}'] == 5 and joined['spacy_elmo_texts_total{replica="a"}'] == 0
+    assert joined['spacy_elmo_queue_wait_seconds_count{replica="b"}'] == 2
+    assert joined['spacy_elmo_resident_memory_bytes{replica="a"}'] > 0
+    gathered = ServiceMetrics(gather=lambda own: joined_expositions({"self": own}))
+    assert 'spacy_elmo_texts_total{replica="self"}' in samples(gathered.exposition().decode())
 
 
 def test_a_request_id_round_trips_and_names_the_access_line(client: TestClient, caplog) -> None:

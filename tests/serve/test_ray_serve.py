@@ -8,10 +8,11 @@ import importlib.util
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator, List
+from typing import Dict, Iterator, List
 
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from spacy_elmo.serve.settings import REPLICA_HEADER
 
@@ -66,6 +67,23 @@ def test_both_replicas_answer_concurrent_callers_as_nlp_pipe_does(service: Serve
         assert_same_docs(answer.json()["docs"], [expected[text] for text in texts])
     replicas = {answer.headers[REPLICA_HEADER] for answer in answers}
     assert len(replicas) == 2, replicas
+
+
+def texts_by_replica(service: Server) -> Dict[str, float]:
+    """``spacy_elmo_texts_total`` of each replica, as one replica's ``GET /metrics`` gives them."""
+    found = {}
+    for family in text_string_to_metric_families(requests.get(service.url + "/metrics", timeout=30).text):
+        found.update({s.labels["replica"]: s.value for s in family.samples if s.name == "spacy_elmo_texts_total"})
+    return found
+
+
+def test_metrics_on_any_replica_hold_every_replicas_series(service: Server) -> None:
+    """Run after the concurrent callers above, which both replicas served; the other replica's
+    count is as fresh as its last hand-over (ray_deployment.PUSH_SECONDS, a few seconds)."""
+    deadline = time.monotonic() + 30
+    while not (len(found := texts_by_replica(service)) == 2 and all(found.values())) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert len(found) == 2 and all(texts > 0 for texts in found.values()), found
 
 
 def test_health_and_the_limits_are_the_single_servers(service: Server) -> None:

@@ -27,9 +27,8 @@ from ..precision.kinds import listed_dtypes, of_dtype
 from .bf16 import Bf16Kernel
 from .eager import Float32Kernel
 from .gpu.fused import FusedKernel
-from .gpu.fused_lstm import use_fused_lstm
 from .int8 import Int8Kernel
-from .layer import LSTMLayer
+from .layer import BY_RULE, KernelChoice, LSTMLayer
 
 
 class LayerKernel(Protocol):
@@ -51,12 +50,12 @@ class LayerKernel(Protocol):
 
 
 # How each kind of loop is made, by the name a precision's record gives
-# (:attr:`.precision.kinds.ProductPrecision.kernel`): from the weight copies it keeps, the device and the product dtype.
-KernelFactory = Callable[[WeightCopies, torch.device, torch.dtype], LayerKernel]
+# (:attr:`.precision.kinds.ProductPrecision.kernel`): from its weight copies, device, product dtype and choice.
+KernelFactory = Callable[[WeightCopies, torch.device, torch.dtype, KernelChoice], LayerKernel]
 KERNELS: Dict[str, KernelFactory] = {
-    "eager": lambda copies, device, dtype: Float32Kernel(copies),
-    "cast": lambda copies, device, dtype: Bf16Kernel(copies, out_major=device.type == "cpu", dtype=dtype),
-    "int8": lambda copies, device, dtype: Int8Kernel(copies),
+    "eager": lambda copies, device, dtype, choice: Float32Kernel(copies, choice),
+    "cast": lambda copies, device, dtype, choice: Bf16Kernel(copies, device.type == "cpu", dtype, choice),
+    "int8": lambda copies, device, dtype, choice: Int8Kernel(copies, choice),
 }
 
 
@@ -72,16 +71,18 @@ def source_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-def kernel_for(dtype: torch.dtype, device: torch.device, copies: WeightCopies) -> LayerKernel:
+def kernel_for(
+    dtype: torch.dtype, device: torch.device, copies: WeightCopies, choice: KernelChoice = BY_RULE
+) -> LayerKernel:
     """The kernel of a pass with products in ``dtype`` (:attr:`.precision.ResolvedPrecision.dtype`) on
     ``device``, in the current gradient mode; ``copies``: where its weight copies are kept. The
-    fused loop where it serves (:func:`.gpu.fused_lstm.use_fused_lstm`), else the precision's own."""
+    fused loop where it serves (``choice.fused``: :func:`.gpu.fused_lstm.use_fused_lstm`), else the precision's own."""
     kind = of_dtype(dtype)
     if kind is None:
         raise ValueError(f"the LSTM's products run in {listed_dtypes()}, not {dtype}")
-    if use_fused_lstm(device, dtype):
-        return FusedKernel(copies, dtype)
-    return KERNELS[kind.kernel](copies, device, dtype)
+    if choice.fused(device, dtype):
+        return FusedKernel(copies, dtype, choice)
+    return KERNELS[kind.kernel](copies, device, dtype, choice)
 
 
 __all__ = [
@@ -89,6 +90,7 @@ __all__ = [
     "Float32Kernel",
     "FusedKernel",
     "Int8Kernel",
+    "KernelChoice",
     "LSTMLayer",
     "LayerKernel",
     "kernel_for",

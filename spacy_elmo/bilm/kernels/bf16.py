@@ -22,7 +22,7 @@ from . import onednn_packs
 from .cell import double_cell_input_
 from .eager import Float32Kernel, LSTMWeights, Weight
 from .gathered_gradients import GatheredWeight
-from .layer import LSTMLayer
+from .layer import BY_RULE, KernelChoice, LSTMLayer
 from .row_buckets import on_padded_rows
 
 
@@ -30,11 +30,13 @@ class Bf16Kernel(Float32Kernel):
     """The eager loop with products in ``dtype`` (bf16 by default; a :class:`~spacy_elmo.bilm.kernels.LayerKernel`).
 
     ``copies``: where the inference copies are kept, named by layer index; ``out_major``: each
-    copy laid out (2, out, in) and served as its transposed view (on a CPU).
+    copy laid out (2, out, in) and served as its transposed view (on a CPU), or packed (``choice``).
     """
 
-    def __init__(self, copies: WeightCopies, out_major: bool, dtype: torch.dtype = torch.bfloat16) -> None:
-        super().__init__(copies)
+    def __init__(
+        self, copies: WeightCopies, out_major: bool, dtype: torch.dtype = torch.bfloat16, choice: KernelChoice = BY_RULE
+    ) -> None:
+        super().__init__(copies, choice)
         self.out_major = out_major
         self.dtype = dtype
 
@@ -42,8 +44,38 @@ class Bf16Kernel(Float32Kernel):
         """The three weights in :attr:`dtype` from :attr:`copies`, and the bias, which that dtype
         would round: float32, added where the input product is converted to float32; all scaled
         for :func:`.cell.cell_in_place`."""
-        weights = product_copies(self.copies, index, layer, self.dtype, self.out_major, scaled=True)
+        weights = self.product_weights(index, layer, scaled=True)
         return weights._replace(bias=double_cell_input_(layer.gate_bias()).unsqueeze(1))
+
+    def product_weights(self, index: int, layer: LSTMLayer, scaled: bool) -> LSTMWeights:
+        """Layer ``index``'s three product weights as stored, (2, in, out), in :attr:`dtype`, kept
+        while the parameters are unchanged; :attr:`out_major` (on a CPU): laid out (2, out, in) and
+        returned as transposed views, or packed for oneDNN's linear where :func:`.onednn_packs.serves`
+        them (a GPU's loops take them as stored). ``scaled``: for :func:`.cell.cell_in_place` (the
+        cell input's columns of the input and recurrent weights doubled, the projection doubled),
+        scaled in :attr:`dtype`, where doubling is exact."""
+        copies, dtype = self.copies, self.dtype
+
+        def copy(name: str, weight: Tensor, double: Callable[[Tensor, int], Tensor]) -> Weight:
+            if scaled:
+                name += ".scaled"
+            else:
+                double = _as_is
+            if not self.out_major:
+                return copies.cast(
+                    f"{index}.{name}", dtype, [weight], lambda: double(weight.detach().to(dtype, copy=True), -1)
+                )
+            if onednn_packs.serves(weight, self.choice.packed_from):
+                make = partial(onednn_packs.pack_directions, weight, dtype, lambda out_in: double(out_in, 0))
+                return copies.get(f"{index}.{name}.packed", ("oneDNN", dtype), [weight], make)
+            laid_out = copies.cast(f"{index}.{name}.T", dtype, [weight], lambda: double(_laid_out(weight, dtype), 1))
+            return laid_out.transpose(1, 2)
+
+        return LSTMWeights(
+            copy("input_weight", layer.input_weight, double_cell_input_),
+            copy("hidden_weight", layer.hidden_weight, double_cell_input_),
+            copy("projection", layer.projection, _doubled_),
+        )
 
     def gathered_weights(self, layer: LSTMLayer) -> LSTMWeights:
         """Copies made for this pass outside autograd, laid out as :meth:`weights` lays them out,
@@ -83,38 +115,6 @@ class Bf16Kernel(Float32Kernel):
         return self.product(cell_output.to(self.dtype), weight).float()
 
 
-def product_copies(
-    copies: WeightCopies, index: int, layer: LSTMLayer, dtype: torch.dtype, out_major: bool, scaled: bool
-) -> LSTMWeights:
-    """Layer ``index``'s three product weights as stored, (2, in, out), in ``dtype``, kept in
-    ``copies`` while the parameters are unchanged; ``out_major`` (on a CPU): laid out (2, out, in)
-    in memory and returned as transposed views, or, where :func:`.onednn_packs.serves` them, packed
-    for oneDNN's linear (a GPU's loops take them as stored). ``scaled``: for
-    :func:`.cell.cell_in_place` (the cell input's columns of the input and recurrent weights
-    doubled, the projection doubled), scaled in ``dtype``, where doubling is exact."""
-
-    def copy(name: str, weight: Tensor, double: Callable[[Tensor, int], Tensor]) -> Weight:
-        if scaled:
-            name += ".scaled"
-        else:
-            double = _as_is
-        if not out_major:
-            return copies.cast(
-                f"{index}.{name}", dtype, [weight], lambda: double(weight.detach().to(dtype, copy=True), -1)
-            )
-        if onednn_packs.serves(weight):
-            make = partial(onednn_packs.pack_directions, weight, dtype, lambda out_in: double(out_in, 0))
-            return copies.get(f"{index}.{name}.packed", ("oneDNN", dtype), [weight], make)
-        laid_out = copies.cast(f"{index}.{name}.T", dtype, [weight], lambda: double(_laid_out(weight, dtype), 1))
-        return laid_out.transpose(1, 2)
-
-    return LSTMWeights(
-        copy("input_weight", layer.input_weight, double_cell_input_),
-        copy("hidden_weight", layer.hidden_weight, double_cell_input_),
-        copy("projection", layer.projection, _doubled_),
-    )
-
-
 def _laid_out(weight: Tensor, dtype: torch.dtype) -> Tensor:
     """A copy of ``weight`` (2, in, out) in ``dtype``, laid out (2, out, in) in memory."""
     return weight.detach().transpose(1, 2).to(dtype, memory_format=torch.contiguous_format, copy=True)
@@ -133,7 +133,4 @@ def _doubled_(values: Tensor, dim: int) -> Tensor:
 def _copy(source: Tensor, dtype: torch.dtype, out_major: bool) -> Tensor:
     """``source`` (2, in, out) in ``dtype``, outside autograd; ``out_major``: laid out (2, out, in) in
     memory, returned as its transposed view."""
-    with torch.no_grad():
-        if not out_major:
-            return source.detach().to(dtype)
-        return source.transpose(1, 2).to(dtype, memory_format=torch.contiguous_format).transpose(1, 2)
+    return _laid_out(source, dtype).transpose(1, 2) if out_major else source.detach().to(dtype)

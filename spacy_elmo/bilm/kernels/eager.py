@@ -23,20 +23,12 @@ from torch.nn import functional as F
 from ..memory.weight_copies import WeightCopies
 from .cell import cell, cell_in_place, double_cell_input_
 from .gathered_gradients import GatheredWeight
-from .layer import LSTMLayer
+from .layer import BY_RULE, KernelChoice, LSTMLayer, Result
 from .onednn_packs import DirectionPacks
-
-# The float32 gates of a window of timesteps whose input products are computed in one product:
-# small enough to stay in a CPU's cache between the product that writes them and the steps that
-# read them (larger windows made the additions over them run at memory speed). At the Original
-# size this is 128 positions, a product of 128 rows, still efficient; a batch of more rows takes
-# one step.
-WINDOW_GATES_BYTES = 16 * 2**20
 
 # A product weight, the direction first: a tensor; in training such a tensor whose gradient is
 # gathered over the steps; in bf16 inference on a CPU, each direction packed for oneDNN.
 Weight = Union[Tensor, GatheredWeight, DirectionPacks]
-Result = Tuple[Tensor, Tensor, Tensor]
 
 
 class LSTMWeights(NamedTuple):
@@ -58,11 +50,12 @@ class Float32Kernel:
 
     The bias rides in the input product as the weight of one more input that is always 1: cheaper
     than broadcasting it into the gates before the product. One kernel serves one pass: it keeps
-    the workspace its layers share.
+    the workspace its layers share. ``choice``: its sizes (:attr:`.layer.KernelChoice.window_bytes`).
     """
 
-    def __init__(self, copies: Optional[WeightCopies] = None) -> None:
+    def __init__(self, copies: Optional[WeightCopies] = None, choice: KernelChoice = BY_RULE) -> None:
         self.copies = WeightCopies() if copies is None else copies
+        self.choice = choice
         self._workspace: Optional[Tensor] = None
 
     def __call__(
@@ -145,7 +138,7 @@ class Float32Kernel:
         """The gates buffer of every window, float32, made at the pass's first layer (all have
         the same gate width)."""
         n_steps, _, batch, _ = inputs.shape
-        size = 2 * window_steps(n_steps, batch, lstm_dim) * batch * 4 * lstm_dim
+        size = 2 * window_steps(n_steps, batch, lstm_dim, self.choice.window_bytes) * batch * 4 * lstm_dim
         if self._workspace is None or self._workspace.numel() < size:
             self._workspace = inputs.new_empty(size, dtype=torch.float32)
         return self._workspace
@@ -157,7 +150,7 @@ class Float32Kernel:
         lstm_dim) float32, in ``workspace`` where given."""
         lowered = self.lowered_inputs(inputs)
         n_steps, _, batch, _ = inputs.shape
-        chunk = window_steps(n_steps, batch, layer.lstm_dim)
+        chunk = window_steps(n_steps, batch, layer.lstm_dim, self.choice.window_bytes)
         for start in range(0, n_steps, chunk):
             rows = active[start]  # the window's later steps need no more rows than its first
             window = lowered[start : start + chunk, :, :rows]
@@ -225,9 +218,9 @@ def _with_bias(layer: LSTMLayer) -> Tensor:
     return torch.cat([layer.input_weight, layer.gate_bias().unsqueeze(1)], dim=1)
 
 
-def window_steps(n_steps: int, batch: int, lstm_dim: int) -> int:
-    """Timesteps whose input products are computed together (see ``WINDOW_GATES_BYTES``)."""
-    positions = WINDOW_GATES_BYTES // (2 * 4 * lstm_dim * 4)  # both directions, 4 gates, float32
+def window_steps(n_steps: int, batch: int, lstm_dim: int, window_bytes: int) -> int:
+    """Timesteps whose input products are computed together: gates of at most ``window_bytes``."""
+    positions = window_bytes // (2 * 4 * lstm_dim * 4)  # both directions, 4 gates, float32
     return min(n_steps, max(1, positions // batch))
 
 

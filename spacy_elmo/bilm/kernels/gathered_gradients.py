@@ -32,12 +32,12 @@ class GatheredWeight:
     ``copy``: the weight in the products' dtype and layout, made outside autograd (``source``
     itself, detached, in float32). Call it on each step's input (directions, rows, in) for
     ``torch.bmm(input, copy)``; the gradient reaches ``source``, in float32, when the backward
-    pass reaches it, after every product's.
+    pass reaches it, after every product's. ``rows``: of each gathered product (:data:`GATHERED_ROWS`).
     """
 
-    def __init__(self, source: Tensor, copy: Tensor) -> None:
+    def __init__(self, source: Tensor, copy: Tensor, rows: int = GATHERED_ROWS) -> None:
         # The autograd nodes hold the gathering, not this object: no reference cycle through the graph.
-        self._gathering = _Gathering()
+        self._gathering = _Gathering(rows)
         self._source = _Gathered.apply(source, self._gathering)
         self._copy = copy
 
@@ -51,12 +51,13 @@ class GatheredWeight:
 
 class _Gathering:
     """The weight gradient's float32 sum, and in bf16 the products' inputs and output gradients
-    not yet multiplied (:data:`GATHERED_ROWS`).
+    not yet multiplied, until they reach ``max_rows``.
 
     It holds tensors only while the backward pass runs: :meth:`gradient` ends with none.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_rows: int) -> None:
+        self.max_rows = max_rows
         self._inputs: List[Tensor] = []
         self._gradients: List[Tensor] = []
         self._rows = 0
@@ -71,7 +72,7 @@ class _Gathering:
         self._inputs.append(inputs)
         self._gradients.append(gradient)
         self._rows += inputs.shape[1]
-        if self._rows >= GATHERED_ROWS:
+        if self._rows >= self.max_rows:
             self._multiply()
 
     def gradient(self) -> Optional[Tensor]:

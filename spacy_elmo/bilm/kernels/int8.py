@@ -8,7 +8,7 @@ so a step reads one direction's weights, which can stay in the CPU's cache. The 
 for :func:`.cell.cell_in_place` (exact in their power-of-two scales).
 """
 
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -16,27 +16,27 @@ from torch import Tensor
 from ..memory.weight_copies import WeightCopies
 from . import int8_packs
 from .cell import cell_in_place, double_cell_input_
-from .layer import LSTMLayer
+from .layer import BY_RULE, KernelChoice, LSTMLayer, Result
 
 # Per direction: the gates' pack (the input weight over the recurrent one, with the bias), then the projection's.
 Packs = Tuple[Tuple[int8_packs.Packed, ...], Tuple[int8_packs.Packed, ...]]
-Result = Tuple[Tensor, Tensor, Tensor]
 
 
 class Int8Kernel:
     """The int8 loop (a :class:`~spacy_elmo.bilm.kernels.LayerKernel`), without autograd: it
     refuses gradients. ``packs``: where each layer's packs are kept, named by its index, for the
-    engine they are packed for (:func:`.int8_packs.pack_engine`)."""
+    engine they are packed for (:attr:`.layer.KernelChoice.int8_engine`, :func:`.int8_packs.pack_engine`)."""
 
-    def __init__(self, packs: WeightCopies) -> None:
+    def __init__(self, packs: WeightCopies, choice: KernelChoice = BY_RULE) -> None:
         self.packs = packs
+        self.engine = choice.int8_engine or int8_packs.pack_engine()
 
     def __call__(
         self, index: int, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
     ) -> Result:
         sources = list(layer.parameters())
         int8_packs.check_no_gradient(sources)
-        packs = self.packs.get(str(index), int8_packs.pack_engine(), sources, lambda: make_packs(layer))
+        packs = self.packs.get(str(index), self.engine, sources, lambda: make_packs(layer, self.engine))
         n_steps, _, batch, _ = inputs.shape
         outputs = hidden.new_zeros((n_steps, 2, batch, hidden.shape[-1]))
         with torch.no_grad():
@@ -45,17 +45,17 @@ class Int8Kernel:
         return outputs, hidden, memory
 
 
-def make_packs(layer: LSTMLayer) -> Packs:
-    """The layer's int8 packs, per direction, each (out, in): the gates' and the projection's,
-    scaled for :func:`.cell.cell_in_place`."""
+def make_packs(layer: LSTMLayer, engine: Optional[str] = None) -> Packs:
+    """The layer's int8 packs for ``engine``, per direction, each (out, in): the gates' and the
+    projection's, scaled for :func:`.cell.cell_in_place`."""
     bias = double_cell_input_(layer.gate_bias().detach())
     # One direction's stacked float32 weight at a time, made (out, in) as the pack reads it: the
     # only transient copy of a weight, freed once packed, so that packing adds one direction's
     # weight to the peak memory, not both directions'.
     stacked = (torch.cat([layer.input_weight[d].T, layer.hidden_weight[d].T], 1).detach() for d in range(2))
     return (
-        tuple(int8_packs.pack(double_cell_input_(weight, dim=0), bias[d]) for d, weight in enumerate(stacked)),
-        tuple(int8_packs.pack(layer.projection[d].T.detach() * 2.0, None) for d in range(2)),
+        tuple(int8_packs.pack(double_cell_input_(w, dim=0), bias[d], engine=engine) for d, w in enumerate(stacked)),
+        tuple(int8_packs.pack(layer.projection[d].T.detach() * 2.0, None, engine=engine) for d in range(2)),
     )
 
 

@@ -17,7 +17,7 @@ The char CNN does not run in int8: int8 highways and projection lose too much (i
 filters' maxima, have outliers that one per-tensor scale serves badly; project/docs/lab-notebook.md,
 "Speed experiments retired from benchmarks/"), while the LSTM products keep the accuracy contract.
 It runs in bf16 where the CPU multiplies bf16 in hardware, else in float32
-(:attr:`~.precision.ResolvedPrecision.token_encoder_dtype`).
+(:meth:`~.precision.ResolvedPrecision.token_encoder_dtype`).
 
 There is no gradient through int8 products: training refuses the precision
 (:func:`check_no_gradient`). torch has deprecated its quantized tensor type (``quantize_per_channel``
@@ -33,7 +33,7 @@ from typing import Any, Iterator, NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor
 
-from ..precision import compat
+from ..precision.hardware import MACHINE, Hardware
 from .row_buckets import padded_rows
 
 # What `torch.backends.quantized.engine` must be for prepacked int8 linears: fbgemm on x86 (the
@@ -116,11 +116,11 @@ def check_no_gradient(tensors: Sequence[Tensor]) -> None:
         )
 
 
-def pack_engine() -> str:
-    """The quantized engine the weights are packed for: ``onednn`` where this CPU has int8 dot
-    products that oneDNN runs (:data:`ONEDNN_FEATURES`) and torch has the engine, else torch's
-    current engine. A pack carries its engine: :func:`linear` runs it whatever the current one."""
-    capabilities = compat.cpu_capabilities()
+def pack_engine(hardware: Hardware = MACHINE) -> str:
+    """The quantized engine the weights are packed for: ``onednn`` where the CPU of ``hardware`` has
+    int8 dot products that oneDNN runs (:data:`ONEDNN_FEATURES`) and torch has the engine, else
+    torch's current engine. A pack carries its engine: :func:`linear` runs it whatever the current one."""
+    capabilities = hardware.cpu_capabilities()
     native = any(capabilities.get(feature, False) for feature in ONEDNN_FEATURES)
     if native and "onednn" in torch.backends.quantized.supported_engines:
         return "onednn"
@@ -203,10 +203,12 @@ def channel_scales(weight: Tensor, layout: Int8Layout) -> Tensor:
     return torch.maximum(pairs.amax(dim=1) / (layout.pair_sum - 1), largest).clamp_min(tiny)
 
 
-def pack(weight: Tensor, bias: Optional[Tensor], layout: Optional[Int8Layout] = None) -> Packed:
-    """A float32 weight (out, in) quantized per output channel to int8 (:func:`channel_scales`)
-    and prepacked for :func:`pack_engine`, with its bias (out,); :data:`PIN_COLUMNS` zero columns
-    appended. ``layout``: by default the one its engine sums exactly (:func:`layout_for`).
+def pack(
+    weight: Tensor, bias: Optional[Tensor], layout: Optional[Int8Layout] = None, engine: Optional[str] = None
+) -> Packed:
+    """A float32 weight (out, in) quantized per output channel to int8 (:func:`channel_scales`) and
+    prepacked for ``engine`` (:func:`pack_engine`'s), with its bias (out,); :data:`PIN_COLUMNS` zero
+    columns appended. ``layout``: by default the one its engine sums exactly (:func:`layout_for`).
 
     The kernel's bias takes away what the inputs' shift adds (the layout's zero times the
     channel's weights, see :class:`StagedRows`). Where the main pack is oneDNN's, products of few
@@ -214,7 +216,7 @@ def pack(weight: Tensor, bias: Optional[Tensor], layout: Optional[Int8Layout] = 
     there both engines give every product to the bit.
     """
     weight = torch.cat([weight.detach().float(), weight.new_zeros(weight.shape[0], PIN_COLUMNS)], dim=1)
-    engine = pack_engine()
+    engine = engine or pack_engine()
     layout = layout or layout_for(engine)
     scales = channel_scales(weight, layout)
     zero_points = torch.zeros(weight.shape[0], dtype=torch.long)

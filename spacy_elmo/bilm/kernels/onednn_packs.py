@@ -33,11 +33,16 @@ from torch import Tensor
 MIN_PACKED_VALUES = 2**20
 
 
+def _linear(x: Tensor, pack: Tensor) -> Tensor:
+    """(rows, in) -> (rows, out), no bias, no fused activation."""
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), pack, None, "none", [], "")
+
+
 @functools.lru_cache(maxsize=None)
-def available() -> bool:
-    """Whether this torch build packs and runs oneDNN's bf16 linears on this CPU: tried once on a
-    small weight (oneDNN refuses bf16 packs on a CPU without AVX512-BW/VL/DQ or AVX-NE-CONVERT, or
-    when ``ONEDNN_MAX_CPU_ISA`` caps it below them)."""
+def available(linear: Callable[[Tensor, Tensor], Tensor] = _linear) -> bool:
+    """Whether this torch build packs and runs oneDNN's bf16 linears on this CPU: tried once, by
+    ``linear``, on a small weight (oneDNN refuses bf16 packs on a CPU without AVX512-BW/VL/DQ or
+    AVX-NE-CONVERT, or when ``ONEDNN_MAX_CPU_ISA`` caps it below them)."""
     mkldnn = torch.ops.mkldnn
     if not (
         torch.backends.mkldnn.is_available()
@@ -46,16 +51,16 @@ def available() -> bool:
     ):
         return False
     try:
-        _linear(torch.ones(1, 16, dtype=torch.bfloat16), mkldnn._reorder_linear_weight(torch.ones(8, 16).bfloat16()))
+        linear(torch.ones(1, 16, dtype=torch.bfloat16), mkldnn._reorder_linear_weight(torch.ones(8, 16).bfloat16()))
     except RuntimeError:
         return False
     return True
 
 
-def serves(weight: Tensor) -> bool:
-    """Whether inference's bf16 products by ``weight`` (2, in, out) run packed: on a CPU with
-    oneDNN, from :data:`MIN_PACKED_VALUES` values per direction."""
-    return weight.device.type == "cpu" and weight[0].numel() >= MIN_PACKED_VALUES and available()
+def serves(weight: Tensor, min_values: int = MIN_PACKED_VALUES, linear: Callable = _linear) -> bool:
+    """Whether inference's bf16 products by ``weight`` (2, in, out) run packed: on a CPU where
+    oneDNN's linear runs (:func:`available`), from ``min_values`` values per direction."""
+    return weight.device.type == "cpu" and weight[0].numel() >= min_values and available(linear)
 
 
 class DirectionPacks(NamedTuple):
@@ -82,8 +87,3 @@ def pack_directions(
                 for w in weight.detach()
             )
         )
-
-
-def _linear(x: Tensor, pack: Tensor) -> Tensor:
-    """(rows, in) -> (rows, out), no bias, no fused activation."""
-    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), pack, None, "none", [], "")

@@ -42,12 +42,7 @@ class TokenCache:
             self._rows.clear()
             self._slab = None
 
-    def lookup(
-        self,
-        keys: Sequence[Hashable],
-        fingerprint: Tuple,
-        compute: Callable[[List[int]], Tensor],
-    ) -> Tensor:
+    def lookup(self, keys: Sequence[Hashable], fingerprint: Tuple, compute: Callable[[List[int]], Tensor]) -> Tensor:
         """Vectors for the distinct ``keys``, calling ``compute`` for the ones not cached.
 
         ``compute(positions)`` returns the vectors of ``keys[p] for p in positions``, shape

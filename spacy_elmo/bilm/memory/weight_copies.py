@@ -37,11 +37,6 @@ def tensor_versions(tensors: Iterable[Tensor]) -> Tuple:
     return tuple((t.data_ptr(), t.device, t.dtype, t._version) for t in tensors)
 
 
-def gradient_reaches(sources: Sequence[Tensor]) -> bool:
-    """Whether autograd records a gradient to any of ``sources`` now (training)."""
-    return torch.is_grad_enabled() and any(source.requires_grad for source in sources)
-
-
 class WeightCopies:
     """Weight copies by name, each kept with the purpose it was made for and its sources' versions.
 
@@ -72,7 +67,7 @@ class WeightCopies:
         """``make().to(dtype)``, from the cache when made for ``dtype`` and ``sources`` have not
         changed since; with gradients, cast afresh. A copy in another dtype than float32 replaces
         its sources, which then move to disk where frozen."""
-        if gradient_reaches(sources):
+        if torch.is_grad_enabled() and any(source.requires_grad for source in sources):  # training
             return make().to(dtype)
         return self.get(name, dtype, sources, lambda: make().to(dtype), replaces_sources=dtype != torch.float32)
 

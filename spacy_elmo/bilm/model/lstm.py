@@ -15,7 +15,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from ..kernels import kernel_for
+from ..kernels import KernelChoice, kernel_for
 from ..memory.weight_copies import WeightCopies
 from .options import ElmoOptions
 
@@ -87,11 +87,7 @@ class BiLSTMStack(nn.Module):
         self.options = options
         self.layers = nn.ModuleList(
             ProjectedLSTM(
-                options.projection_dim,
-                options.lstm_dim,
-                options.projection_dim,
-                options.cell_clip,
-                options.proj_clip,
+                options.projection_dim, options.lstm_dim, options.projection_dim, options.cell_clip, options.proj_clip
             )
             for _ in range(options.n_layers)
         )
@@ -100,6 +96,7 @@ class BiLSTMStack(nn.Module):
         # named by its index; made at first use, kept while the parameters are unchanged, never
         # pickled nor deep-copied, cleared by :meth:`release_copies`.
         self.copies = WeightCopies()
+        self.kernels = KernelChoice()  # which loop a pass takes: the rules', unless the stack is given another
 
     def release_copies(self) -> None:
         """Forget the kernels' weight copies; the next pass remakes those of its precision."""
@@ -180,7 +177,7 @@ class BiLSTMStack(nn.Module):
         after the first layer (on Python 3.11 and later, whose calls hand their arguments over)."""
         outputs: List[Tensor] = []
         final = LSTMState(*(s.new_empty(s.shape) for s in state))  # state may be a broadcast view
-        kernel = kernel_for(dtype, x.device, self.copies)
+        kernel = kernel_for(dtype, x.device, self.copies, self.kernels)
         for index in range(len(self.layers)):
             # The layer's states in the rows' order: the kernel's own, which it may overwrite.
             hidden, memory = (s[index].index_select(1, rows.order) for s in state)

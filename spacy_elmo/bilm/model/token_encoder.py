@@ -101,13 +101,13 @@ class TokenEncoder(nn.Module, abc.ABC):
     def token_ids(self, tokens: Sequence[Hashable]) -> TokenIds:
         """The ids of ``tokens`` (strings, or the boundary keys) that :meth:`forward` reads."""
 
-    def encode(self, tokens: Sequence[Hashable], dtype: torch.dtype) -> Tensor:
+    def encode(self, tokens: Sequence[Hashable], dtype: torch.dtype, budget_bytes: Optional[int] = None) -> Tensor:
         """The vectors of ``tokens``, products in ``dtype`` (float32 or bf16: the biLM chooses it,
-        see :attr:`.precision.ResolvedPrecision.token_encoder_dtype`). Shape: (len(tokens), projection_dim).
+        see :meth:`.precision.ResolvedPrecision.token_encoder_dtype`). Shape: (len(tokens), projection_dim).
 
-        Tokens go through shortest first, in chunks of at most :func:`chunk_bytes` of working
-        memory, each cut at its padding on the host (:meth:`positions_needed`), so that a GPU's
-        work is not waited for to read how long the tokens are.
+        Tokens go through shortest first, in chunks of at most ``budget_bytes`` of working memory
+        (by default the device's, :func:`chunk_bytes`), each cut at its padding on the host
+        (:meth:`positions_needed`), so that a GPU's work is not waited for to read how long the tokens are.
         """
         device = self.projection.weight.device
         if not len(tokens):
@@ -116,7 +116,7 @@ class TokenEncoder(nn.Module, abc.ABC):
         written = (ids.chars != self.padding_char).sum(axis=1)
         order = numpy.argsort(written, kind="stable")
         encoded = []
-        budget = chunk_bytes(device) // self.bytes_per_position()  # positions a chunk may hold
+        budget = (budget_bytes or chunk_bytes(device)) // self.bytes_per_position()  # positions a chunk may hold
         for chunk in _chunks(self.positions_per_token(written[order]), budget):
             rows = order[chunk]
             chunk_ids = ids.chars[rows]

@@ -44,8 +44,8 @@ import logging
 import math
 import statistics
 import time
-from dataclasses import asdict
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from dataclasses import asdict, dataclass
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, cast
 
 import torch
 
@@ -53,7 +53,7 @@ from .. import kernels
 from ..compute_thread import on_compute_thread
 from ..model.options import ElmoOptions
 from ..settings import PRECISION_ENV, switches
-from . import compat
+from . import compat, roofline
 from .decisions import (
     Decision,
     Trial,
@@ -86,8 +86,7 @@ PASSES = {False: "inference", True: "training"}
 def decision_threads(model: TunedModel) -> int:
     """The thread count a decision for ``model`` now is for: the one its runtime's caller plans
     (:attr:`.BiLMRuntime.planned_threads`), else torch's."""
-    planned = model.runtime.planned_threads
-    return torch.get_num_threads() if planned is None else planned
+    return torch.get_num_threads() if model.runtime.planned_threads is None else model.runtime.planned_threads
 
 
 def cpu_auto_precision(model: TunedModel, training: bool = False) -> str:
@@ -95,25 +94,21 @@ def cpu_auto_precision(model: TunedModel, training: bool = False) -> str:
     ``bf16`` or ``int8`` (inference only); measured on the compute thread, where the biLM's calls
     run (:mod:`spacy_elmo.bilm.compute_thread`: from another thread, beside its OpenMP threads,
     every precision measured slower, and int8 most)."""
-    return on_compute_thread(decide, model, None, time.perf_counter, training).choice
+    return on_compute_thread(decide, model, training).choice
 
 
-def decide(
-    model: TunedModel, run: Optional[Run] = None, clock: Clock = time.perf_counter, training: bool = False
-) -> Decision:
+def decide(model: TunedModel, training: bool = False) -> Decision:
     """The decision for ``model``'s inference (or training) at :func:`decision_threads`: from the
-    environment, memory, the cache file, or measured now and recorded (``run`` and ``clock``
-    replace the biLM's passes and the timer in tests)."""
+    environment, memory, the cache file, or measured now (as its runtime's :class:`Tuning` says) and recorded."""
     override = switches().precision
-    if override and _candidates_for(training, [_checked_override(override)]):  # int8 set: training measures
+    if override and (PRODUCT_PRECISIONS[_checked_override(override)].trains or not training):  # int8: training measures
         return Decision(override, {}, "env")
-    if flops_per_token(model.options).total < MIN_MEASURED_FLOPS:
+    if flops_per_token(model.options).total < model.runtime.tuning.min_measured_flops:
         return Decision("fp32", {}, "tiny")
-    decisions, threads = model.runtime.decisions, decision_threads(model)
-    if (threads, training) in decisions.made:
-        return decisions.made[threads, training]
-    memo = (model.options, threads, training, decisions.weights(model))
-    decision = decisions.made[threads, training] = _decide_once(model_passes(model, run, training), clock, memo, False)
+    decisions, use = model.runtime.decisions, (decision_threads(model), training)
+    if use in decisions.made:
+        return decisions.made[use]
+    decision = decisions.made[use] = _decide_once(model, use, force=False)
     logger.info(
         "spacy-elmo: precision 'auto' on this CPU is %s for this biLM's %s (%s)",
         decision.choice,
@@ -123,52 +118,45 @@ def decide(
     return decision
 
 
-def remeasure(
-    model: TunedModel,
-    record: bool = True,
-    run: Optional[Run] = None,
-    clock: Clock = time.perf_counter,
-    training: bool = False,
-) -> Decision:
+def remeasure(model: TunedModel, record: bool = True, training: bool = False) -> Decision:
     """Measure now, whatever is recorded or set (``spacy-elmo bench``); with ``record``, the
     decision replaces the recorded one, and the runtime's. Without (random weights, whose
     accuracy says nothing of a trained model's), it is only returned."""
-    return on_compute_thread(_remeasure, model, record, run, clock, training)
+    return on_compute_thread(_remeasure, model, record, training)
 
 
-def _remeasure(model: TunedModel, record: bool, run: Optional[Run], clock: Clock, training: bool) -> Decision:
-    passes = model_passes(model, run, training)
+def _remeasure(model: TunedModel, record: bool, training: bool) -> Decision:
+    tuning: Tuning = model.runtime.tuning
     if not record:
-        trials = measure(passes, _candidates_for(training, candidates()), BATCH_ROWS * BATCH_WORDS, clock)
+        passes = model_passes(model, tuning.run, training)
+        trials = tuning.measure(passes, tuning.precisions(training), BATCH_ROWS * BATCH_WORDS, tuning.clock)
         return Decision(choose(trials), trials, "measured")
-    decisions, threads = model.runtime.decisions, decision_threads(model)
-    memo = (model.options, threads, training, decisions.weights(model))
-    decision = decisions.made[threads, training] = _decide_once(passes, clock, memo, force=True)
+    use = (decision_threads(model), training)
+    decision = model.runtime.decisions.made[use] = _decide_once(model, use, force=True)
     return decision
 
 
-def _decide_once(passes: Passes, clock: Clock, memo: Tuple[ElmoOptions, int, bool, str], force: bool) -> Decision:
-    """Read the decision of ``memo``, (shapes, threads, training, weights digest), from the cache
-    file, or make and record it, holding the file's lock: measured, or, where the speeds of these
-    shapes are recorded (another model's), only the accuracy checked (:func:`accuracies`).
+def _decide_once(model: TunedModel, use: Tuple[int, bool], force: bool) -> Decision:
+    """Read the decision for ``model``'s shapes and weights at ``use``, (threads, training), from
+    the cache file, or make and record it, holding the file's lock: measured, or, where the speeds
+    of these shapes are recorded (another model's), only the accuracy checked (:func:`accuracies`).
 
     A cache directory that cannot be written (a read-only home) costs a measurement per process,
     never an error.
     """
-    options, threads, training, weights = memo
-    fields = decision_fields(options, threads, training)
-    key = decision_key({**fields, "weights": weights})
-    path = decisions_path()
-    precisions = _candidates_for(training, candidates())
+    (threads, training), tuning = use, cast(Tuning, model.runtime.tuning)
+    passes, precisions = model_passes(model, tuning.run, training), tuning.precisions(training)
+    fields, weights = decision_fields(model.options, threads, training), model.runtime.decisions.weights(model)
+    key, path = decision_key({**fields, "weights": weights}), decisions_path()
     with locked(path) as usable:
         recorded = read_decisions(path) if usable and not force else {}
         if key in recorded:
             entry = recorded[key]
             return Decision(entry["choice"], {p: Trial(**t) for p, t in entry["trials"].items()}, "cache")
         rates = recorded_rates(recorded.values(), fields, precisions)
-        with _torch_at(threads):
+        with torch_at(threads):
             if rates is None:
-                trials, source = measure(passes, precisions, BATCH_ROWS * BATCH_WORDS, clock), "measured"
+                trials, source = tuning.measure(passes, precisions, BATCH_ROWS * BATCH_WORDS, tuning.clock), "measured"
             else:
                 cosines = accuracies(passes, precisions)
                 trials = {p: Trial(rates[p][0], cosines[p], *rates[p][1:]) for p in precisions}
@@ -186,9 +174,8 @@ def _decide_once(passes: Passes, clock: Clock, memo: Tuple[ElmoOptions, int, boo
 
 
 @contextlib.contextmanager
-def _torch_at(threads: int) -> Iterator[None]:
-    """torch at ``threads`` threads for the block (a measurement), restored after; left alone where it is
-    there already. They differ only under a plan (:attr:`.BiLMRuntime.planned_threads`) that changes torch's count."""
+def torch_at(threads: int) -> Iterator[None]:
+    """torch at ``threads`` threads for the block, restored after; left alone where it is there already."""
     previous = torch.get_num_threads()
     if previous != threads:
         torch.set_num_threads(threads)
@@ -237,11 +224,6 @@ def candidates() -> List[str]:
     return [name for name, kind in PRODUCT_PRECISIONS.items() if kind.runs_natively_on_cpu()]
 
 
-def _candidates_for(training: bool, precisions: Sequence[str]) -> List[str]:
-    """``precisions`` that can run the pass: training has no int8 (no gradient through its products)."""
-    return [p for p in precisions if PRODUCT_PRECISIONS[p].trains or not training]
-
-
 def measure(passes: Passes, precisions: Sequence[str], n_tokens: int, clock: Clock) -> Dict[str, Trial]:
     """Each precision's median tokens/s over interleaved rounds of its pass, and its accuracy to fp32.
 
@@ -282,6 +264,26 @@ def measure(passes: Passes, precisions: Sequence[str], n_tokens: int, clock: Clo
         )
         for precision in precisions
     }
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What ``auto``'s measurement and ``spacy-elmo bench``'s roofline run with (:attr:`.BiLMRuntime.tuning`,
+    which tests set): the precisions (None: this CPU's :func:`candidates`), the pass (None: the model's,
+    :func:`.model_passes`) and clock timed, what times them (:func:`measure`), the FLOP per token below
+    which nothing is measured, and the roofline's least seconds per product and rows of its large one."""
+
+    candidates: Optional[Sequence[str]] = None
+    run: Optional[Run] = None
+    clock: Clock = time.perf_counter
+    measure: Callable[[Passes, Sequence[str], int, Clock], Dict[str, Trial]] = measure
+    min_measured_flops: int = MIN_MEASURED_FLOPS
+    roofline_seconds: float = roofline.MIN_SECONDS
+    roofline_rows: int = roofline.LARGE_ROWS
+
+    def precisions(self, training: bool) -> List[str]:
+        """The candidates that can run the pass: training has no int8 (no gradient through its products)."""
+        return [p for p in self.candidates or candidates() if PRODUCT_PRECISIONS[p].trains or not training]
 
 
 def accuracies(passes: Passes, precisions: Sequence[str]) -> Dict[str, float]:

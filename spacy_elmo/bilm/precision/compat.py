@@ -7,7 +7,7 @@ here rather than an ``AttributeError``: the biLM computes the same values, perha
 
 import functools
 from pathlib import Path
-from typing import Dict, Union
+from typing import Dict, Optional, Union
 
 import torch
 
@@ -17,11 +17,11 @@ Capabilities = Dict[str, Union[bool, int, str]]
 CPUINFO = Path("/proc/cpuinfo")
 
 
-def cpu_capabilities() -> Capabilities:
+def cpu_capabilities(cpuinfo: Optional[Path] = None) -> Capabilities:
     """This CPU's features, as ``torch.cpu.get_capabilities()`` names them: ``{"avx512_bf16": True,
     "amx_bf16": False, ..., "cpu_name": "Intel Xeon"}``.
 
-    That call came with torch 2.11. Before it, the features come from :data:`CPUINFO`'s flags,
+    That call came with torch 2.11. Before it, the features come from the flags of ``cpuinfo`` (:data:`CPUINFO`),
     whose names for those spacy-elmo looks for (``avx512_bf16``, ``amx_bf16``, ``avx512_vnni``,
     ``amx_int8``, ``avx_vnni``) are torch's; where there is no such file (or no feature in it),
     none: precision ``auto`` then times no bf16 and int8 weights are packed for torch's default
@@ -30,7 +30,7 @@ def cpu_capabilities() -> Capabilities:
     probe = getattr(torch.cpu, "get_capabilities", None)
     if probe is not None:
         return probe()
-    return dict(_cpuinfo_capabilities(CPUINFO))
+    return dict(_cpuinfo_capabilities(cpuinfo or CPUINFO))
 
 
 @functools.lru_cache(maxsize=None)

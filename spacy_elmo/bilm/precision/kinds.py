@@ -18,10 +18,6 @@ from .hardware import cpu_has_native_bf16
 REFERENCE = "fp32"
 
 
-def _always() -> bool:
-    return True
-
-
 def _int8_kernels_available() -> bool:
     from ..kernels.int8_packs import int8_available  # kernels read these records: imported at use
 
@@ -69,7 +65,7 @@ class ProductPrecision:
 
 FP32 = ProductPrecision(
     "fp32", torch.float32, trains=True, kernel="eager", fused_on_gpu=True, cuda_graphs=False,
-    roofline_dtype=torch.float32, encodes_tokens=True, runs_natively_on_cpu=_always,
+    roofline_dtype=torch.float32, encodes_tokens=True, runs_natively_on_cpu=lambda: True,
 )  # fmt: skip
 BF16 = ProductPrecision(
     "bf16", torch.bfloat16, trains=True, kernel="cast", fused_on_gpu=True, cuda_graphs=True,

@@ -41,7 +41,7 @@ import torch
 
 from ..settings import switches
 from . import kinds
-from .hardware import cpu_has_native_bf16, cuda_has_native_bf16
+from .hardware import MACHINE, Hardware
 from .kinds import PRODUCT_PRECISIONS, ProductPrecision, product_precision
 
 # The settings, for typing: the precisions of .kinds and "auto". A new precision adds its name here too.
@@ -68,7 +68,7 @@ class ResolvedPrecision:
       that ``"int8"`` runs on a CPU only (PyTorch's dynamic int8 kernels): elsewhere it is an error.
       It has no gradient either: a call with gradients refuses it (:func:`.int8.check_no_gradient`).
     - ``"auto"`` on a GPU is bf16 where that GPU (the model's, not the current one) multiplies bf16
-      natively: compute capability 8.0 (Ampere) and up (:func:`cuda_has_native_bf16`); fp32 on
+      natively: compute capability 8.0 (Ampere) and up (:meth:`.Hardware.cuda_has_native_bf16`); fp32 on
       older ones, which emulate bf16, and on other devices.
     - ``"auto"`` on a CPU is ``measured``, for the use at hand: whether bf16 or int8 beats fp32
       there depends on the CPU, on the model's shapes and on the pass (a training step's backward
@@ -91,12 +91,17 @@ class ResolvedPrecision:
 
     @classmethod
     def resolve(
-        cls, setting: Precision, device: torch.device, training: bool, measured: Optional[Callable[[], str]] = None
+        cls,
+        setting: Precision,
+        device: torch.device,
+        training: bool,
+        measured: Optional[Callable[[], str]] = None,
+        hardware: Hardware = MACHINE,
     ) -> "ResolvedPrecision":
         """``setting`` decided on ``device``, for training or inference (see the class docstring).
 
         ``measured``: the model's measured choice on a CPU for this use (training or inference),
-        called only where that decides.
+        called only where that decides; ``hardware``: the machine whose GPU ``auto`` asks.
         """
         check_precision(setting)
         if setting != "auto":
@@ -104,8 +109,7 @@ class ResolvedPrecision:
             return cls(setting)
         if device.type == "cpu":
             return cls(measured()) if measured is not None else cls._unmeasured()  # type: ignore[arg-type]
-        native = device.type == "cuda" and cuda_has_native_bf16(device)
-        return cls("bf16" if native else "fp32")
+        return cls("bf16" if device.type == "cuda" and hardware.cuda_has_native_bf16(device) else "fp32")
 
     @classmethod
     def _unmeasured(cls) -> "ResolvedPrecision":
@@ -133,18 +137,17 @@ class ResolvedPrecision:
         """The dtype of the LSTM's products and the pretraining softmax's: :data:`INT8` in int8."""
         return self.kind.dtype
 
-    @property
-    def token_encoder_dtype(self) -> torch.dtype:
-        """The dtype of the token encoder's products (char CNN, highways, projection): :attr:`dtype`,
-        except in int8.
+    def token_encoder_dtype(self, hardware: Hardware = MACHINE) -> torch.dtype:
+        """The dtype of the token encoder's products (char CNN, highways, projection) on ``hardware``:
+        :attr:`dtype`, except in int8.
 
         int8 highways lose too much (see :mod:`.int8`), so in int8 the encoder runs in bf16 where
-        this CPU multiplies bf16 in hardware (:func:`cpu_has_native_bf16`: its large highway
+        the CPU multiplies bf16 in hardware (:meth:`.Hardware.cpu_has_native_bf16`: its large highway
         products run much faster there, at bf16's accuracy), and in float32 elsewhere.
         """
         if self.kind.encodes_tokens:
             return self.dtype
-        return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+        return torch.bfloat16 if hardware.cpu_has_native_bf16() else torch.float32
 
     @property
     def recorded(self) -> str:
@@ -175,7 +178,7 @@ def _check_device(kind: ProductPrecision, device: torch.device) -> None:
     )
 
 
-def _cuda_fp32_settings() -> List[Tuple[Any, str, Any]]:
+def _cuda_fp32_settings(backends: Any) -> List[Tuple[Any, str, Any]]:
     """``(object, attribute, strict value)`` of each setting that lets CUDA's float32 products run
     in TF32: cuBLAS's (the linear layers, the LSTM's batched products, the softmax) and cuDNN's
     convolutions' (the char CNN).
@@ -183,12 +186,9 @@ def _cuda_fp32_settings() -> List[Tuple[Any, str, Any]]:
     torch >= 2.9 sets this per backend and operation (``fp32_precision``), and raises when the
     legacy ``allow_tf32`` flags are read after it was used; older versions have the flags only.
     """
-    if hasattr(torch.backends.cudnn, "conv"):
-        return [
-            (torch.backends.cuda.matmul, "fp32_precision", "ieee"),
-            (torch.backends.cudnn.conv, "fp32_precision", "ieee"),
-        ]
-    return [(torch.backends.cuda.matmul, "allow_tf32", False), (torch.backends.cudnn, "allow_tf32", False)]
+    if hasattr(backends.cudnn, "conv"):
+        return [(backends.cuda.matmul, "fp32_precision", "ieee"), (backends.cudnn.conv, "fp32_precision", "ieee")]
+    return [(backends.cuda.matmul, "allow_tf32", False), (backends.cudnn, "allow_tf32", False)]
 
 
 class _IeeeFloat32:
@@ -200,16 +200,24 @@ class _IeeeFloat32:
     still running, and the last to end would leave it off for good.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, backends: Any = torch.backends) -> None:
+        self._backends = backends
         self._lock = threading.Lock()
         self._holders = 0
         self._saved: List[Tuple[Any, str, Any]] = []
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
+        """A block whose float32 CUDA matmuls and convolutions run in IEEE float32, not TF32.
+
+        Sets ``torch.backends.cuda.matmul.fp32_precision`` and
+        ``torch.backends.cudnn.conv.fp32_precision`` to ``"ieee"`` (before torch 2.9: the
+        ``allow_tf32`` flags of both to False) and restores them when the last such block, of any
+        thread, ends. CPU settings (``torch.backends.mkldnn``) are left alone.
+        """
         with self._lock:
             if self._holders == 0:
-                settings = _cuda_fp32_settings()
+                settings = _cuda_fp32_settings(self._backends)
                 self._saved = [(owner, name, getattr(owner, name)) for owner, name, _ in settings]
                 for owner, name, strict in settings:
                     setattr(owner, name, strict)
@@ -224,20 +232,7 @@ class _IeeeFloat32:
                         setattr(owner, name, value)
 
 
-_IEEE_FLOAT32 = _IeeeFloat32()
-
-
-@contextlib.contextmanager
-def ieee_float32() -> Iterator[None]:
-    """A block whose float32 CUDA matmuls and convolutions run in IEEE float32, not TF32.
-
-    Sets ``torch.backends.cuda.matmul.fp32_precision`` and
-    ``torch.backends.cudnn.conv.fp32_precision`` to ``"ieee"`` (before torch 2.9: the
-    ``allow_tf32`` flags of both to False) and restores them when the last such block, of any
-    thread, ends. CPU settings (``torch.backends.mkldnn``) are left alone.
-    """
-    with _IEEE_FLOAT32.held():
-        yield
+ieee_float32 = _IeeeFloat32().held  # the process's one holder of CUDA's float32 settings (see held)
 
 
 @contextlib.contextmanager

@@ -20,14 +20,13 @@ from ..model.options import ElmoOptions
 from .flops import FlopCount
 from .kinds import PRODUCT_PRECISIONS, product_precision
 from .resolved import own_precision
+from .timed_passes import Clock
 
 # The precisions timed with ``torch.bmm``, and the dtype of each; the others through their kernel.
 DTYPES = {name: kind.roofline_dtype for name, kind in PRODUCT_PRECISIONS.items() if kind.roofline_dtype is not None}
 LARGE_ROWS = 1024  # rows of the large product: what the LSTM's input product reaches with long batches
 MIN_SECONDS = 0.2  # each product is timed at least this long (after one untimed call) ...
 MIN_REPEATS, MAX_REPEATS = 3, 50  # ... and at least 3 times; its rate is that of its fastest call
-
-Clock = Callable[[], float]
 
 
 @dataclass(frozen=True)
@@ -50,10 +49,12 @@ class Product:
         return f"{self.label}: {self.batch} x {shape}" if self.batch > 1 else f"{self.label}: {shape}"
 
 
-def bilm_products(options: ElmoOptions, n_sentences: int, n_positions: int, n_distinct: int) -> List[Product]:
+def bilm_products(
+    options: ElmoOptions, n_sentences: int, n_positions: int, n_distinct: int, large_rows: int = LARGE_ROWS
+) -> List[Product]:
     """The biLM's products for a batch of ``n_sentences`` of ``n_positions`` positions each
     (boundaries included) holding ``n_distinct`` distinct tokens, and a large product of the
-    LSTM's input shape at :data:`LARGE_ROWS` rows, nearer what the machine can do.
+    LSTM's input shape at ``large_rows`` rows, nearer what the machine can do.
 
     The LSTM multiplies both directions at once (a batch of 2): its input product at every
     position of the batch, its recurrent and projection products at one step (a row per
@@ -65,25 +66,24 @@ def bilm_products(options: ElmoOptions, n_sentences: int, n_positions: int, n_di
         Product("LSTM recurrent, per step", 2, n_sentences, p, g),
         Product("LSTM projection, per step", 2, n_sentences, options.lstm_dim, p),
         Product("highway", 1, n_distinct, options.n_filters, options.n_filters, char_cnn=True),
-        Product("large", 1, LARGE_ROWS, p, g),
+        Product("large", 1, large_rows, p, g),
     ]
 
 
 def product_rates(
-    products: Sequence[Product], precisions: Sequence[str], clock: Clock = time.perf_counter
+    products: Sequence[Product], precisions: Sequence[str], seconds: float = MIN_SECONDS
 ) -> Dict[str, Dict[Product, float]]:
-    """FLOP/s of each product in each precision (``fp32``, ``bf16``, ``int8``): ``torch.bmm`` on
-    random tensors of the dtype, for bf16 also by packed weights (:mod:`..kernels.onednn_packs`);
-    for int8 the kernel the biLM's int8 products use (dynamic quantization,
-    :func:`.bilm.int8.linear`: the activations quantized at each call, as there)."""
+    """FLOP/s of each product in each precision, each timed for ``seconds`` (:func:`time_product`):
+    ``torch.bmm`` on random tensors of the dtype, for bf16 also by packed weights (:mod:`..kernels.onednn_packs`);
+    for int8 the biLM's own kernel (dynamic quantization, :func:`.bilm.int8.linear`: activations quantized per call)."""
     rates: Dict[str, Dict[Product, float]] = {}
     with torch.no_grad():
         for precision in precisions:
-            rates[precision] = {product: _rate(product, precision, clock) for product in products}
+            rates[precision] = {product: _rate(product, precision, seconds) for product in products}
     return rates
 
 
-def _rate(product: Product, precision: str, clock: Clock) -> float:
+def _rate(product: Product, precision: str, seconds: float) -> float:
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(product.batch, product.rows, product.inner, generator=generator)
     b = torch.randn(product.batch, product.inner, product.cols, generator=generator)
@@ -95,7 +95,7 @@ def _rate(product: Product, precision: str, clock: Clock) -> float:
             for i in range(product.batch):
                 int8_packs.linear(a[i], packs[i])
 
-        return time_product(run, product.flops, clock)
+        return time_product(run, product.flops, seconds=seconds)
     runs = [partial(torch.bmm, a.to(dtype), b.to(dtype))]
     # The weight stored (in, out), (out, in) read through its transposed view, and in bf16 packed
     # for oneDNN's linear, as the biLM's copies are on a CPU: the machine's rate is the fastest's.
@@ -103,15 +103,17 @@ def _rate(product: Product, precision: str, clock: Clock) -> float:
     if dtype == torch.bfloat16 and onednn_packs.available():
         runs.append(partial(onednn_packs.pack_directions(b, dtype).product, a.to(dtype)))
     with own_precision(torch.device("cpu"), dtype):
-        return max(time_product(run, product.flops, clock) for run in runs)
+        return max(time_product(run, product.flops, seconds=seconds) for run in runs)
 
 
-def time_product(run: Callable[[], object], flops: int, clock: Clock = time.perf_counter) -> float:
+def time_product(
+    run: Callable[[], object], flops: int, clock: Clock = time.perf_counter, seconds: float = MIN_SECONDS
+) -> float:
     """FLOP/s of ``run``'s fastest call, after one untimed call (kernel choice, packing, caches),
-    over at least :data:`MIN_REPEATS` calls and :data:`MIN_SECONDS`."""
+    over at least :data:`MIN_REPEATS` calls and ``seconds``."""
     run()
     best, spent, repeats = math.inf, 0.0, 0
-    while repeats < MIN_REPEATS or (spent < MIN_SECONDS and repeats < MAX_REPEATS):
+    while repeats < MIN_REPEATS or (spent < seconds and repeats < MAX_REPEATS):
         start = clock()
         run()
         took = clock() - start

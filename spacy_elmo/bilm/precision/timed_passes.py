@@ -2,7 +2,7 @@
 products in a precision given per call, through the biLM's public calls."""
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, List, Optional, Protocol, Sequence, cast
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, cast
 
 import numpy
 import torch
@@ -28,11 +28,12 @@ class PassOutput(Protocol):
 
 
 class TunedRuntime(Protocol):
-    """What the decision needs of a biLM's runtime: its decisions (:class:`.decisions.Decisions`)
-    and what drops the weight copies between candidates."""
+    """What the decision needs of a biLM's runtime: its decisions (:class:`.decisions.Decisions`),
+    what it measures with, and what drops the weight copies between candidates."""
 
     decisions: Decisions
     planned_threads: Optional[int]
+    tuning: Any  # an autotune.Tuning (autotune imports this module: no import back)
 
     def release_product_copies(self) -> None: ...
 

@@ -15,7 +15,8 @@ from typing import Callable, List, Sequence
 import pytest
 import torch
 
-from spacy_elmo.bilm import kernels, settings
+from spacy_elmo.bilm import settings
+from spacy_elmo.bilm.kernels import KernelChoice
 from spacy_elmo.bilm.kernels.gpu import cuda_graphs
 from spacy_elmo.bilm.kernels.row_buckets import padded_rows
 from spacy_elmo.bilm.model.lstm import ProjectedLSTM
@@ -214,7 +215,7 @@ def test_which_fused_passes_replay_graphs(monkeypatch, device, dtype, switch, ex
 
 
 @pytest.mark.slow  # seconds in Triton's interpreter, which runs every padded row
-def test_a_biLM_through_graphs_gives_the_eager_layers_and_states(monkeypatch) -> None:
+def test_a_biLM_through_graphs_gives_the_eager_layers_and_states() -> None:
     """The whole biLM, the stack taking the fused loop and graphs (as on a GPU): the first pass
     launched, the second capturing both layers' graphs, the third replaying them."""
     model = random_bilm(3, options=tiny_options(lstm_dim=40)).to(DEVICE)
@@ -224,8 +225,9 @@ def test_a_biLM_through_graphs_gives_the_eager_layers_and_states(monkeypatch) ->
     cache = new_cache()
     with torch.no_grad():
         eager = model(sentences, state=state)
-        monkeypatch.setattr(kernels, "use_fused_lstm", lambda device, dtype: dtype == torch.float32)
-        monkeypatch.setattr(cuda_graphs, "use_cuda_graphs", lambda device, dtype: True)
+        model.lstm.kernels = KernelChoice(
+            fused=lambda device, dtype: dtype == torch.float32, graphs=lambda device, dtype: True
+        )
         # The biLM's cache, kept with its LSTM's copies, keyed as its tensors name their device
         # (on a GPU "cuda:0", not DEVICE's "cuda"): this test's, made first.
         device = next(model.parameters()).device

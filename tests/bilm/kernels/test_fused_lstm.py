@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from spacy_elmo.bilm import kernels, settings
+from spacy_elmo.bilm import settings
+from spacy_elmo.bilm.kernels import KernelChoice
 from spacy_elmo.bilm.kernels.gpu import fused_lstm
 from spacy_elmo.bilm.model.lstm import ProjectedLSTM
 
@@ -129,7 +130,7 @@ def test_the_fused_step_leaves_the_callers_states_alone() -> None:
     assert torch.equal(hidden, kept[0]) and torch.equal(memory, kept[1])
 
 
-def test_a_biLM_through_the_fused_loop_gives_the_eager_layers_and_states(monkeypatch) -> None:
+def test_a_biLM_through_the_fused_loop_gives_the_eager_layers_and_states() -> None:
     """The whole biLM, the stack choosing the fused loop (as on a GPU) or not, from a carried state."""
     model = random_bilm(3, options=tiny_options(lstm_dim=40)).to(DEVICE)
     sentences = [["The", "cat", "sat", "on", "the", "mat", "."], ["Hi"], [], ["a", "b", "c"]]
@@ -137,7 +138,7 @@ def test_a_biLM_through_the_fused_loop_gives_the_eager_layers_and_states(monkeyp
     state = type(state)(torch.randn_like(state.hidden), torch.randn_like(state.memory))
     with torch.no_grad():
         eager = model(sentences, state=state)
-        monkeypatch.setattr(kernels, "use_fused_lstm", lambda device, dtype: dtype == torch.float32)
+        model.lstm.kernels = KernelChoice(fused=lambda device, dtype: dtype == torch.float32)
         fused = model(sentences, state=state)
     assert_float32_close(fused.layers, eager.layers)
     assert_float32_close(fused.state.hidden, eager.state.hidden)

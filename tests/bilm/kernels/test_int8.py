@@ -6,7 +6,8 @@ import torch
 
 from spacy_elmo import BiLM, pretrained_files
 from spacy_elmo.bilm.kernels import int8_packs
-from spacy_elmo.bilm.precision import compat, resolved
+from spacy_elmo.bilm.precision import resolved
+from spacy_elmo.bilm.precision.hardware import Hardware
 from spacy_elmo.pretraining.config import TrainingConfig
 
 from ...helpers import MIN_MEAN_COSINE, REAL_TEXT, mean_cosines, random_bilm
@@ -16,16 +17,22 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+def cpu(native_bf16: bool) -> Hardware:
+    """A machine whose CPU multiplies bf16 in hardware, or not."""
+    return Hardware(cpu_capabilities=lambda: {"amx_bf16": native_bf16})
+
+
 @pytest.mark.parametrize("native_bf16", [True, False], ids=["bf16-cpu", "fp32-cpu"])
-def test_int8_layers_keep_the_accuracy_contract_on_the_bundled_bilm(monkeypatch, native_bf16):
+def test_int8_layers_keep_the_accuracy_contract_on_the_bundled_bilm(native_bf16):
     """The contract: mean per-token cosine to float32 of at least 0.999 in every layer (bundled
     ``en``), with the char CNN in bf16 (a CPU that multiplies bf16 in hardware) or float32."""
-    monkeypatch.setattr(resolved, "cpu_has_native_bf16", lambda: native_bf16)
     files = pretrained_files("en")
     encoder = "bf16" if native_bf16 else "fp32"
     expected = numpy.concatenate(BiLM.from_files(*files, precision="fp32").embed_sentences(REAL_TEXT), axis=1)
     same_encoder = numpy.concatenate(BiLM.from_files(*files, precision=encoder).embed_sentences(REAL_TEXT), axis=1)
-    found = numpy.concatenate(BiLM.from_files(*files, precision="int8").embed_sentences(REAL_TEXT), axis=1)
+    int8 = BiLM.from_files(*files, precision="int8")
+    int8.runtime.hardware = cpu(native_bf16)
+    found = numpy.concatenate(int8.embed_sentences(REAL_TEXT), axis=1)
     numpy.testing.assert_array_equal(found[0], same_encoder[0])  # the char CNN in the encoder's dtype
     assert numpy.abs(found[1:] - same_encoder[1:]).max() > 1e-3  # the LSTM products did run in int8
     cosines = mean_cosines(found, expected)
@@ -33,19 +40,19 @@ def test_int8_layers_keep_the_accuracy_contract_on_the_bundled_bilm(monkeypatch,
 
 
 @pytest.mark.parametrize("native", [True, False])
-def test_the_token_encoder_runs_int8_in_bf16_only_where_the_cpu_multiplies_bf16(monkeypatch, native):
-    monkeypatch.setattr(resolved, "cpu_has_native_bf16", lambda: native)
-    assert resolved.ResolvedPrecision("int8").token_encoder_dtype == (torch.bfloat16 if native else torch.float32)
-    assert resolved.ResolvedPrecision("fp32").token_encoder_dtype == torch.float32
-    assert resolved.ResolvedPrecision("bf16").token_encoder_dtype == torch.bfloat16
+def test_the_token_encoder_runs_int8_in_bf16_only_where_the_cpu_multiplies_bf16(native):
+    here = cpu(native)
+    assert resolved.ResolvedPrecision("int8").token_encoder_dtype(here) == (torch.bfloat16 if native else torch.float32)
+    assert resolved.ResolvedPrecision("fp32").token_encoder_dtype(here) == torch.float32
+    assert resolved.ResolvedPrecision("bf16").token_encoder_dtype(here) == torch.bfloat16
 
 
-def test_int8_steps_follow_each_directions_rows_and_state(monkeypatch):
+def test_int8_steps_follow_each_directions_rows_and_state():
     """int8 runs each direction's steps on their own, each step one product over its input beside
     the previous output. With sentences of different lengths and a state of its own for every
     direction and row, every layer and final state stays within int8's roundings of float32's."""
-    monkeypatch.setattr(resolved, "cpu_has_native_bf16", lambda: False)  # the char CNN in float32 both times
     model = random_bilm(cache_size=0)
+    model.runtime.hardware = cpu(native_bf16=False)  # the char CNN in float32 both times
     sentences = [["Short", "one", "."], REAL_TEXT[0], ["A"], REAL_TEXT[1][:7]]
     zero = model.runtime.initial_state(len(sentences))
     generator = torch.Generator().manual_seed(0)
@@ -109,16 +116,20 @@ def test_int8_results_are_not_served_as_fp32_ones():
     assert model.runtime.fingerprint() != fp32 and model.runtime.fingerprint()[0] == torch.qint8
 
 
-def test_a_pack_is_made_once_while_the_weights_are_unchanged(monkeypatch):
-    made = []
-    original = int8_packs.pack
-    monkeypatch.setattr(int8_packs, "pack", lambda weight, bias: made.append(1) or original(weight, bias))
+def test_a_pack_is_made_once_while_the_weights_are_unchanged():
+    def made_packs(model):
+        """The int8 packs the stack keeps (held: compared by identity)."""
+        kept = [made for _, made in model.lstm.copies._copies.values()]
+        return [p for packs in kept for of_product in packs for p in of_product if isinstance(p, int8_packs.Packed)]
+
     model = random_bilm(precision="int8", cache_size=0)
     model.embed_sentences(REAL_TEXT[:2])
-    first = len(made)
+    first = made_packs(model)
     model.embed_sentences(REAL_TEXT[2:4])
     # gates (input and recurrent weights stacked) and projection x 2 directions per layer
-    assert first == 2 * 2 * model.options.n_layers and len(made) == first
+    again = made_packs(model)
+    assert len(first) == 2 * 2 * model.options.n_layers and len(again) == len(first)
+    assert all(kept is made for kept, made in zip(again, first))  # none made again
 
 
 @pytest.mark.parametrize(
@@ -150,20 +161,19 @@ def test_copies_and_pickles_of_a_model_leave_the_packs_behind():
 @pytest.mark.parametrize(
     "features, expected", [({"avx512_vnni": True}, "onednn"), ({"amx_int8": True}, "onednn"), ({}, None)]
 )
-def test_packs_are_made_for_onednn_where_the_cpu_has_int8_dot_products(monkeypatch, features, expected):
+def test_packs_are_made_for_onednn_where_the_cpu_has_int8_dot_products(features, expected):
     """oneDNN's kernels run the packs where VNNI or AMX int8 is; elsewhere torch's engine. A pack
     runs whatever the current engine, which packing leaves as it was, and keeps int8's rounding
     only on every CPU: where its engine saturates pairs of products (oneDNN or fbgemm without VNNI),
     its products use the pair-safe layout."""
     if "onednn" not in torch.backends.quantized.supported_engines:
         pytest.skip("this torch build has no oneDNN quantized engine")
-    monkeypatch.setattr(compat, "cpu_capabilities", lambda: features)
     current = torch.backends.quantized.engine
-    engine = int8_packs.pack_engine()
+    engine = int8_packs.pack_engine(Hardware(cpu_capabilities=lambda: features))
     assert engine == (expected or current)
     generator = torch.Generator().manual_seed(0)
     weight, bias, x = (torch.randn(*shape, generator=generator) for shape in ((64, 32), (64,), (5, 32)))
-    packed = int8_packs.pack(weight, bias)
+    packed = int8_packs.pack(weight, bias, engine=engine)
     assert torch.backends.quantized.engine == current
     exact = int8_packs.sums_int8_products_exactly(engine)
     assert packed.layout is (int8_packs.FULL_LAYOUT if exact else int8_packs.PAIR_SAFE_LAYOUT)

@@ -1,10 +1,12 @@
 """The LSTM's kernels (spacy_elmo/bilm/kernels): one chosen per pass, their weight copies kept by the stack."""
 
+from functools import partial
+
 import pytest
 import torch
 
 from spacy_elmo.bilm import settings
-from spacy_elmo.bilm.kernels import Bf16Kernel, Float32Kernel, FusedKernel, Int8Kernel, kernel_for
+from spacy_elmo.bilm.kernels import Bf16Kernel, Float32Kernel, FusedKernel, Int8Kernel, KernelChoice, kernel_for
 from spacy_elmo.bilm.kernels.cell import cell_in_place, double_cell_input_
 from spacy_elmo.bilm.kernels.gpu import fused_lstm
 from spacy_elmo.bilm.kernels.int8_packs import int8_available
@@ -27,10 +29,10 @@ from ...helpers import REAL_TEXT, random_bilm
     ],
 )
 def test_a_pass_takes_the_kernel_of_its_products_device_and_gradient_mode(monkeypatch, dtype, device, grad, expected):
-    monkeypatch.setattr(fused_lstm, "HAS_TRITON", True)
     monkeypatch.delenv(settings.FUSED_LSTM_ENV, raising=False)
+    with_triton = KernelChoice(fused=partial(fused_lstm.use_fused_lstm, triton=True))
     with torch.set_grad_enabled(grad):
-        kernel = kernel_for(dtype, torch.device(device), WeightCopies())
+        kernel = kernel_for(dtype, torch.device(device), WeightCopies(), with_triton)
     assert type(kernel) is expected
     if expected is Bf16Kernel:  # oneDNN's CPU kernels read (out, in) copies faster; a GPU's take them as stored
         assert kernel.out_major is (device == "cpu")

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from spacy_elmo.bilm.kernels import Bf16Kernel, onednn_packs
+from spacy_elmo.bilm.kernels import Bf16Kernel, KernelChoice, onednn_packs
 from spacy_elmo.bilm.memory.weight_copies import WeightCopies
 
 from ...helpers import random_bilm
@@ -34,37 +34,32 @@ def test_a_rows_result_is_its_own_alone_and_among_others() -> None:
         assert float((alone != among).float().mean()) < 0.01
 
 
-def test_large_weights_are_packed_small_ones_keep_plain_copies(monkeypatch) -> None:
+def refuse(*args: object) -> torch.Tensor:
+    """oneDNN's linear on a CPU without the features of bf16 packs."""
+    raise RuntimeError("mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx512bw")
+
+
+def test_large_weights_are_packed_small_ones_keep_plain_copies() -> None:
     large = torch.zeros(2, 1024, onednn_packs.MIN_PACKED_VALUES // 1024)
     assert onednn_packs.serves(large) and not onednn_packs.serves(large[:, :, :-1])
     assert not onednn_packs.serves(large.to("meta"))  # a CPU's only
-    monkeypatch.setattr(onednn_packs, "available", lambda: False)
-    assert not onednn_packs.serves(large)
+    assert not onednn_packs.serves(large, linear=refuse)  # where oneDNN's linear is not available
 
 
-def test_the_kernel_multiplies_by_packs_kept_with_the_stacks_copies(monkeypatch) -> None:
-    monkeypatch.setattr(onednn_packs, "MIN_PACKED_VALUES", 0)
+def test_the_kernel_multiplies_by_packs_kept_with_the_stacks_copies() -> None:
     layer = random_bilm().lstm.layers[0]
-    copies = WeightCopies()
-    weights = Bf16Kernel(copies, out_major=True).weights(0, layer)
+    copies, every_weight = WeightCopies(), KernelChoice(packed_from=0)
+    weights = Bf16Kernel(copies, out_major=True, choice=every_weight).weights(0, layer)
     products = (weights.input, weights.hidden, weights.projection)
     assert all(isinstance(w, onednn_packs.DirectionPacks) for w in products) and len(copies) == 3
-    assert Bf16Kernel(copies, out_major=True).weights(0, layer).hidden is weights.hidden  # kept, not packed again
+    again = Bf16Kernel(copies, out_major=True, choice=every_weight).weights(0, layer)
+    assert again.hidden is weights.hidden  # kept, not packed again
     with torch.no_grad():
         layer.hidden_weight.add_(1.0)  # a changed parameter is packed again
-    assert Bf16Kernel(copies, out_major=True).weights(0, layer).hidden is not weights.hidden
+    assert Bf16Kernel(copies, out_major=True, choice=every_weight).weights(0, layer).hidden is not weights.hidden
 
 
-def test_a_cpu_that_refuses_bf16_packs_multiplies_by_plain_copies(monkeypatch) -> None:
-    def refuse(*args: object) -> torch.Tensor:
-        raise RuntimeError("mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx512bw")
-
-    monkeypatch.setattr(onednn_packs, "_linear", refuse)
-    onednn_packs.available.cache_clear()
-    try:
-        assert not onednn_packs.available()
-        assert not onednn_packs.serves(torch.zeros(2, 1024, 1024))
-    finally:
-        monkeypatch.undo()
-        onednn_packs.available.cache_clear()
-    assert onednn_packs.available()
+def test_a_cpu_that_refuses_bf16_packs_multiplies_by_plain_copies() -> None:
+    assert not onednn_packs.available(refuse)
+    assert not onednn_packs.serves(torch.zeros(2, 1024, 1024), linear=refuse)
+    assert onednn_packs.available()  # this CPU's own linear is tried apart

@@ -11,7 +11,7 @@ import torch
 from spacy.language import Language
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm.kernels import int8_packs, onednn_packs
+from spacy_elmo.bilm.kernels import KernelChoice, int8_packs, onednn_packs
 from spacy_elmo.bilm.model.options import ORIGINAL_SIZES, ElmoOptions
 
 from ...helpers import elmo_config, random_bilm
@@ -52,16 +52,16 @@ PRECISIONS = (
 
 
 @pytest.fixture
-def with_precision(monkeypatch) -> Callable[[BiLM, str], BiLM]:
+def with_precision() -> Callable[[BiLM, str], BiLM]:
     """Sets a biLM's precision, ``int8-ENGINE`` packing its int8 weights for ENGINE, ``bf16-packed``
     packing every bf16 weight for oneDNN."""
 
     def set_precision(model: BiLM, precision: str) -> BiLM:
         name, _, way = precision.partition("-")
         if way == "packed":
-            monkeypatch.setattr(onednn_packs, "MIN_PACKED_VALUES", 0)
+            model.lstm.kernels = KernelChoice(packed_from=0)
         elif way:
-            monkeypatch.setattr(int8_packs, "pack_engine", lambda: way)
+            model.lstm.kernels = KernelChoice(int8_engine=way)
         model.runtime.precision = name
         model.requires_grad_(False)
         return model

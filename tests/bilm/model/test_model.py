@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm.kernels import Float32Kernel, eager
+from spacy_elmo.bilm.kernels import Float32Kernel, KernelChoice
 from spacy_elmo.bilm.kernels.reference import ReferenceKernel
 
 from ...helpers import REAL_TEXT, assert_float32_close, random_bilm, tiny_options
@@ -210,12 +210,12 @@ def test_bad_arguments_are_reported():
 
 
 @pytest.mark.parametrize("window_positions", [1, 7, 2048])
-def test_inference_path_matches_the_autograd_path(monkeypatch, window_positions):
+def test_inference_path_matches_the_autograd_path(window_positions):
     """Without gradients the LSTM works in place, reusing one buffer across windows of
     timesteps; it must compute the very same values and final states."""
     lstm_dim = tiny_options().lstm_dim
-    monkeypatch.setattr(eager, "WINDOW_GATES_BYTES", window_positions * 2 * 4 * lstm_dim * 4)
     model = random_bilm()
+    model.lstm.kernels = KernelChoice(window_bytes=window_positions * 2 * 4 * lstm_dim * 4)
     with torch.no_grad():
         fast = model(SENTENCES)
     slow = model(SENTENCES)
@@ -225,19 +225,19 @@ def test_inference_path_matches_the_autograd_path(monkeypatch, window_positions)
 
 
 @pytest.mark.parametrize("window_steps", [1, 3, 100])
-def test_the_lstm_gradients_are_those_of_the_cell_written_out(monkeypatch, window_steps):
+def test_the_lstm_gradients_are_those_of_the_cell_written_out(window_steps):
     """Gradients through windows of input gates (one, several, all timesteps), with rows ending at
     different steps, to the inputs, the initial states and every weight: a plain cell's, for a loss
     on the outputs and the final states."""
     from ..helpers import random_layer_batch, random_lstm_layer
 
     lengths = [7, 5, 5, 2]
-    monkeypatch.setattr(eager, "WINDOW_GATES_BYTES", window_steps * len(lengths) * 2 * 4 * 24 * 4)  # 24 cells
+    windows = KernelChoice(window_bytes=window_steps * len(lengths) * 2 * 4 * 24 * 4)  # 24 cells
     layer = random_lstm_layer(0, torch.device("cpu"))
     batch = random_layer_batch(lengths, torch.device("cpu"))
     found = {}
     for name, run in (
-        ("layer", lambda x, h, c: Float32Kernel()(0, layer, x, batch.active, h, c)),
+        ("layer", lambda x, h, c: Float32Kernel(choice=windows)(0, layer, x, batch.active, h, c)),
         ("reference", lambda x, h, c: ReferenceKernel()(0, layer, x, batch.active, h, c)),
     ):
         leaves = [t.clone().requires_grad_() for t in (batch.inputs, batch.hidden, batch.memory)]

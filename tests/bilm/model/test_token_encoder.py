@@ -27,23 +27,16 @@ def encoder(request, tmp_path) -> TokenEncoder:
     return BiLM.from_pretrained(str(write_random_model(tmp_path / "model"))).token_encoder
 
 
-def test_encode_in_chunks_gives_each_token_the_vector_of_all_its_positions(encoder, monkeypatch) -> None:
+def test_encode_in_chunks_gives_each_token_the_vector_of_all_its_positions(encoder) -> None:
     ids = encoder.token_ids(TOKENS)
     words = None if ids.words is None else torch.from_numpy(ids.words)
     with torch.no_grad():
         expected = encoder(torch.from_numpy(ids.chars), words)  # every position, in the order asked
     budget = encoder.options.max_characters_per_token  # positions: one token of the longest
-    monkeypatch.setattr(token_encoder, "CHUNK_BYTES", budget * encoder.bytes_per_position())
     chunks: List[Tuple[int, int]] = []
-    forward = encoder.forward
-
-    def recorded(chars: torch.Tensor, *args: object) -> torch.Tensor:
-        chunks.append(tuple(chars.shape))
-        return forward(chars, *args)
-
-    monkeypatch.setattr(encoder, "forward", recorded)
+    encoder.register_forward_hook(lambda module, args, output: chunks.append(tuple(args[0].shape)))
     with torch.no_grad():
-        found = encoder.encode(TOKENS, torch.float32)
+        found = encoder.encode(TOKENS, torch.float32, budget * encoder.bytes_per_position())
     assert sum(rows for rows, _ in chunks) == len(TOKENS) and len(chunks) >= 3
     assert all(rows * positions <= budget for rows, positions in chunks)
     assert min(positions for _, positions in chunks) < encoder.options.max_characters_per_token  # cut short

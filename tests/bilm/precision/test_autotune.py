@@ -1,13 +1,14 @@
 """``precision = "auto"`` on a CPU, measured: the decision logic, its cache and its overrides.
 
-No test times a real model: the passes and the clock are replaced (``run``, ``clock``), or the
-measurement is (``autotune.measure``), so that the suite stays deterministic on any CPU.
+No test times a real model: the passes and the clock are replaced, or the measurement is, by the
+biLM's tuning (``bilm.runtime.tuning``: ``run``, ``clock``, ``measure``), so that the suite stays
+deterministic on any CPU.
 """
 
 import hashlib
 import json
 import threading
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from spacy_elmo.bilm.formats.identity import weights_digest
 from spacy_elmo.bilm.kernels.int8_packs import int8_available
 from spacy_elmo.bilm.precision import autotune, compat, timed_passes
 from spacy_elmo.bilm.precision.autotune import Trial
+from spacy_elmo.bilm.runtime import BiLMRuntime
 from spacy_elmo.cli import app
 
 from ...helpers import random_bilm, tiny_options, write_bilm_files
@@ -31,18 +33,27 @@ def measured_options(**overrides):
     return tiny_options(**{"lstm_dim": 512, "projection_dim": 64, **overrides})
 
 
+def tuned(model: BiLM, machine: Optional["FakeMachine"] = None, **knobs) -> BiLM:
+    """``model`` deciding among every precision, whatever this CPU runs, timing ``machine``'s passes
+    on its clock where given, with the other ``knobs`` of its tuning
+    (:class:`~spacy_elmo.bilm.precision.autotune.Tuning`) as given or by default."""
+    if machine is not None:
+        knobs = {"run": machine.run, "clock": machine.clock, **knobs}
+    model.runtime.tuning = autotune.Tuning(candidates=tuple(PRECISIONS), **knobs)
+    return model
+
+
 def measured_bilm(seed: int = 0) -> BiLM:
     """A biLM of :func:`measured_options` whose weights ``seed`` decides: the same seed, the same weights."""
     torch.manual_seed(seed)
-    return BiLM(measured_options())
+    return tuned(BiLM(measured_options()))
 
 
 @pytest.fixture(autouse=True)
 def fresh_decisions(monkeypatch, tmp_path):
-    """No override, an empty cache directory, every precision runnable (each biLM decides afresh)."""
+    """No override, an empty cache directory (each biLM decides afresh)."""
     monkeypatch.delenv(settings.PRECISION_ENV, raising=False)
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(autotune, "candidates", lambda: list(PRECISIONS))
 
 
 class FakeMachine:
@@ -67,9 +78,8 @@ def never(*args):
 
 
 def test_the_fastest_precision_that_keeps_the_contract_wins():
-    model = BiLM(measured_options())
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.25}, noise={"bf16": 1e-4, "int8": 0.2})
-    decision = autotune.decide(model, machine.run, machine.clock)
+    decision = autotune.decide(tuned(BiLM(measured_options()), machine))
     assert decision.choice == "bf16"  # int8 is faster, but its layers are too far from fp32's
     assert decision.trials["int8"].cosine < autotune.MIN_MEAN_COSINE <= decision.trials["bf16"].cosine
     n_tokens = timed_passes.BATCH_ROWS * timed_passes.BATCH_WORDS
@@ -82,7 +92,7 @@ def test_the_fastest_precision_that_keeps_the_contract_wins():
 @pytest.mark.parametrize("seconds, expected", [((1.0, 0.5, 0.25), "int8"), ((0.5, 1.0, 0.7), "fp32")])
 def test_the_fastest_wins_when_all_keep_the_contract(seconds, expected):
     machine = FakeMachine(dict(zip(PRECISIONS, seconds)), noise={"bf16": 1e-4, "int8": 1e-3})
-    assert autotune.decide(BiLM(measured_options()), machine.run, machine.clock).choice == expected
+    assert autotune.decide(tuned(BiLM(measured_options()), machine)).choice == expected
 
 
 @pytest.mark.parametrize(
@@ -96,7 +106,7 @@ def test_the_fastest_wins_when_all_keep_the_contract(seconds, expected):
 )
 def test_a_less_accurate_precision_must_win_clearly(seconds, expected):
     machine = FakeMachine(dict(zip(PRECISIONS, seconds)), noise={"bf16": 1e-4, "int8": 1e-3})
-    assert autotune.decide(BiLM(measured_options()), machine.run, machine.clock).choice == expected
+    assert autotune.decide(tuned(BiLM(measured_options()), machine)).choice == expected
 
 
 @pytest.mark.parametrize(
@@ -166,9 +176,9 @@ def test_the_models_passes_time_a_services_calls_for_inference_only():
 def test_a_recorded_decision_is_read_back_without_timing(monkeypatch):
     model = measured_bilm()
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
-    first = autotune.decide(model, machine.run, machine.clock)
+    first = autotune.decide(tuned(model, machine))
     assert (first.choice, first.source) == ("bf16", "measured")
-    again = autotune.decide(measured_bilm(), never, never)
+    again = autotune.decide(tuned(measured_bilm(), run=never, clock=never))
     assert (again.choice, again.source, again.trials) == ("bf16", "cache", first.trials)
     recorded = json.loads(autotune.decisions_path().read_text())
     (entry,) = recorded.values()
@@ -179,13 +189,13 @@ def test_a_recorded_decision_is_read_back_without_timing(monkeypatch):
 def test_another_model_of_the_same_shapes_checks_its_own_accuracy_at_the_recorded_speeds():
     """The speeds are the shapes'; the accuracy is the weights': a second model runs one untimed
     pass per precision (no clock), and decides by its own cosines."""
-    first = autotune.decide(measured_bilm(0), *clocked(FakeMachine({"fp32": 1.0, "bf16": 0.8, "int8": 0.5}, {})))
+    first = autotune.decide(tuned(measured_bilm(0), FakeMachine({"fp32": 1.0, "bf16": 0.8, "int8": 0.5}, {})))
     assert (first.choice, first.source) == ("int8", "measured")
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.8, "int8": 0.5}, noise={"bf16": 1e-4, "int8": 0.2})
-    other = autotune.decide(measured_bilm(1), machine.run, never)
+    other = autotune.decide(tuned(measured_bilm(1), run=machine.run, clock=never))
     assert (other.choice, other.source) == ("bf16", "checked") and machine.runs == PRECISIONS
     assert {p: t.tokens_per_s for p, t in other.trials.items()} == {p: t.tokens_per_s for p, t in first.trials.items()}
-    assert autotune.decide(measured_bilm(0), never, never).choice == "int8"  # each model keeps its own
+    assert autotune.decide(tuned(measured_bilm(0), run=never, clock=never)).choice == "int8"  # each model keeps its own
     recorded = json.loads(autotune.decisions_path().read_text())
     assert sorted(e["choice"] for e in recorded.values()) == ["bf16", "int8"]
 
@@ -202,12 +212,12 @@ def test_a_record_from_before_decisions_named_their_weights_lends_its_speeds_not
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({old_key: {"choice": "int8", "trials": trials, "fields": fields, "measured": "then"}}))
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.8, "int8": 0.5}, noise={"bf16": 1e-4, "int8": 0.2})
-    decision = autotune.decide(measured_bilm(), machine.run, never)
+    decision = autotune.decide(tuned(measured_bilm(), run=machine.run, clock=never))
     assert (decision.choice, decision.source) == ("bf16", "checked")  # int8 is too far from fp32 with these weights
     assert decision.trials["int8"].tokens_per_s == 300.0 and len(json.loads(path.read_text())) == 2
 
 
-def test_a_decision_is_for_the_planned_thread_count_and_measured_at_it(monkeypatch):
+def test_a_decision_is_for_the_planned_thread_count_and_measured_at_it():
     """Under a plan (the component's threads = "auto"), the count of the moment changes nothing."""
     seen: List[int] = []
 
@@ -215,8 +225,7 @@ def test_a_decision_is_for_the_planned_thread_count_and_measured_at_it(monkeypat
         seen.append(torch.get_num_threads())
         return {p: Trial(100.0, 1.0) for p in precisions}
 
-    monkeypatch.setattr(autotune, "measure", measure)
-    model, before = measured_bilm(), torch.get_num_threads()
+    model, before = tuned(measured_bilm(), measure=measure), torch.get_num_threads()
     model.runtime.planned_threads = before + 2
     autotune.decide(model)
     torch.set_num_threads(before + 1)  # a busy moment: fewer threads for a call
@@ -229,7 +238,7 @@ def test_a_decision_is_for_the_planned_thread_count_and_measured_at_it(monkeypat
     assert entry["fields"]["threads"] == before + 2
 
 
-def test_auto_measures_on_the_compute_thread_at_the_callers_plan(monkeypatch):
+def test_auto_measures_on_the_compute_thread_at_the_callers_plan():
     """The biLM's calls run on the compute thread, so ``auto`` measures there too (from another
     thread, beside its OpenMP threads, every precision ran slower), for the caller's planned count."""
     seen: List[tuple] = []
@@ -238,35 +247,31 @@ def test_auto_measures_on_the_compute_thread_at_the_callers_plan(monkeypatch):
         seen.append((threading.current_thread().name, torch.get_num_threads()))
         return {p: Trial(100.0, 1.0) for p in precisions}
 
-    monkeypatch.setattr(autotune, "measure", measure)
-    threads, model = torch.get_num_threads() + 1, measured_bilm()
+    threads, model = torch.get_num_threads() + 1, tuned(measured_bilm(), measure=measure)
     model.runtime.planned_threads = threads
     autotune.cpu_auto_precision(model)
     ((name, count),) = seen
     assert name.startswith(compute_thread.THREAD_NAME) and count == threads
 
 
-def clocked(machine: FakeMachine):
-    return machine.run, machine.clock
-
-
 def test_the_decision_is_kept_by_the_runtime(monkeypatch):
-    model = BiLM(measured_options())
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
-    autotune.decide(model, machine.run, machine.clock)
+    model = tuned(BiLM(measured_options()), machine)
+    autotune.decide(model)
     autotune.decisions_path().unlink()  # only the process's memory is left
-    assert autotune.decide(model, never, never).choice == "bf16"
+    assert autotune.decide(tuned(model, run=never, clock=never)).choice == "bf16"
 
 
-def test_another_thread_count_or_other_shapes_are_measured_again(monkeypatch):
+def test_another_thread_count_or_other_shapes_are_measured_again():
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
-    autotune.decide(BiLM(measured_options()), machine.run, machine.clock)
+    autotune.decide(tuned(BiLM(measured_options()), machine))
     runs = len(machine.runs)
-    autotune.decide(BiLM(measured_options(n_highway=1)), machine.run, machine.clock)
+    autotune.decide(tuned(BiLM(measured_options(n_highway=1)), machine))
     assert len(machine.runs) > runs
     runs = len(machine.runs)
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 97)
-    autotune.decide(BiLM(measured_options()), machine.run, machine.clock)
+    model = tuned(BiLM(measured_options()), machine)
+    model.runtime.planned_threads = torch.get_num_threads() + 1  # the count it decides for
+    autotune.decide(model)
     assert len(machine.runs) > runs
     assert len(json.loads(autotune.decisions_path().read_text())) == 3
     fields = autotune.decision_fields(measured_options(), 1)
@@ -281,7 +286,7 @@ def test_an_unreadable_cache_file_is_ignored_and_rewritten(content):
     path.parent.mkdir(parents=True)
     path.write_text(content)
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
-    assert autotune.decide(BiLM(measured_options()), machine.run, machine.clock).choice == "bf16"
+    assert autotune.decide(tuned(BiLM(measured_options()), machine)).choice == "bf16"
     (entry,) = json.loads(path.read_text()).values()
     assert entry["choice"] == "bf16"
 
@@ -289,7 +294,7 @@ def test_an_unreadable_cache_file_is_ignored_and_rewritten(content):
 @pytest.mark.parametrize("value", ["fp32", "bf16", "int8"])
 def test_the_environment_decides_auto_without_timing(monkeypatch, value):
     monkeypatch.setenv(settings.PRECISION_ENV, value)
-    decision = autotune.decide(BiLM(measured_options()), never, never)
+    decision = autotune.decide(tuned(BiLM(measured_options()), run=never, clock=never))
     assert (decision.choice, decision.source) == (value, "env")
     assert not autotune.decisions_path().exists()
 
@@ -301,15 +306,15 @@ def test_the_environment_decides_auto_without_timing(monkeypatch, value):
 def test_a_wrong_environment_value_says_what_to_set(monkeypatch, value, message):
     monkeypatch.setenv(settings.PRECISION_ENV, value)
     with pytest.raises(ValueError, match=message):
-        autotune.decide(BiLM(measured_options()), never, never)
+        autotune.decide(tuned(BiLM(measured_options()), run=never, clock=never))
 
 
 def test_a_tiny_model_runs_fp32_unmeasured():
-    decision = autotune.decide(BiLM(tiny_options()), never, never)
+    decision = autotune.decide(tuned(BiLM(tiny_options()), run=never, clock=never))
     assert (decision.choice, decision.source) == ("fp32", "tiny")
 
 
-def test_inference_and_training_each_resolve_auto_by_their_own_decision(monkeypatch):
+def test_inference_and_training_each_resolve_auto_by_their_own_decision():
     timed: List[List[str]] = []
 
     def measure(passes, precisions, n_tokens, clock):
@@ -317,8 +322,7 @@ def test_inference_and_training_each_resolve_auto_by_their_own_decision(monkeypa
         trials = {"fp32": Trial(100.0, 1.0), "bf16": Trial(120.0, 1.0), "int8": Trial(300.0, 0.9999)}
         return {p: trials[p] for p in precisions}
 
-    monkeypatch.setattr(autotune, "measure", measure)
-    model = BiLM(measured_options(), precision="auto")
+    model = tuned(BiLM(measured_options(), precision="auto"), measure=measure)
     with torch.no_grad():
         assert model.runtime.resolved_precision.dtype == torch.qint8
         assert model.runtime.resolved_precision.dtype == torch.qint8
@@ -336,8 +340,8 @@ def test_inference_and_training_each_resolve_auto_by_their_own_decision(monkeypa
 def test_the_environment_decides_training_too_except_int8(monkeypatch, override, training_choice):
     monkeypatch.setenv(settings.PRECISION_ENV, override)
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5}, noise={})
-    assert autotune.decide(BiLM(measured_options()), never, never).choice == override
-    training = autotune.decide(BiLM(measured_options()), machine.run, machine.clock, training=True)
+    assert autotune.decide(tuned(BiLM(measured_options()), run=never, clock=never)).choice == override
+    training = autotune.decide(tuned(BiLM(measured_options()), machine), training=True)
     assert (training.source if training_choice == "measured" else training.choice) == training_choice
     assert set(machine.runs) <= {"fp32", "bf16"}
 
@@ -378,9 +382,11 @@ def test_worst_cosine_skips_padding_and_takes_the_worst_layer():
 def test_bench_prints_the_rates_and_records_the_choice(tmp_path, monkeypatch):
     """On a tiny model: real passes, too small to matter, and measured although auto would not measure it
     (nor would it with SPACY_ELMO_PRECISION set: bench measures, and says the variable decides instead)."""
-    monkeypatch.setattr(autotune, "candidates", lambda: ["fp32", "int8"] if int8_available() else ["fp32"])
+    # every runtime's default, the one bench makes included
+    monkeypatch.setattr(
+        BiLMRuntime, "tuning", autotune.Tuning(candidates=("fp32", "int8") if int8_available() else ("fp32",))
+    )
     monkeypatch.setenv(settings.PRECISION_ENV, " fp32 ")
-    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # the suite's thread count stays
     write_bilm_files(tmp_path)
     result = CliRunner().invoke(app, ["bench", "--model", str(tmp_path), "--threads", "1"])
     assert result.exit_code == 0, result.output
@@ -405,17 +411,17 @@ def test_a_cache_directory_that_cannot_be_written_costs_a_measurement_not_an_err
     (tmp_path / "not_a_directory").write_text("")
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "not_a_directory"))
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
-    assert autotune.decide(BiLM(measured_options()), machine.run, machine.clock).choice == "bf16"
+    assert autotune.decide(tuned(BiLM(measured_options()), machine)).choice == "bf16"
     assert "cannot keep precision decisions" in caplog.text and "SPACY_ELMO_CACHE" in caplog.text
 
 
 def test_bench_of_untrained_weights_prints_the_choice_without_recording_it(monkeypatch):
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
-    model = BiLM(measured_options())
-    assert autotune.remeasure(model, record=False, run=machine.run, clock=machine.clock).choice == "bf16"
+    model = tuned(BiLM(measured_options()), machine)
+    assert autotune.remeasure(model, record=False).choice == "bf16"
     assert not autotune.decisions_path().exists() and not model.runtime.decisions.made
-    assert autotune.remeasure(model, run=machine.run, clock=machine.clock).choice == "bf16"
-    assert autotune.decide(model, never, never).source == "measured"  # remembered by its runtime
+    assert autotune.remeasure(model).choice == "bf16"
+    assert autotune.decide(tuned(model, run=never, clock=never)).source == "measured"  # remembered by its runtime
     assert json.loads(autotune.decisions_path().read_text())
 
 
@@ -446,7 +452,7 @@ def held_copies(model: BiLM) -> int:
 def test_measuring_leaves_no_candidates_copies_behind():
     """Each candidate's copies (float32 input weights with their bias row, bf16 copies, int8 packs)
     are dropped once timed; inference then makes only the chosen precision's."""
-    model = BiLM(measured_options(), precision="auto")
+    model = tuned(BiLM(measured_options(), precision="auto"))
     with torch.no_grad():
         timed_passes.timed_pass(model, [["warm", "copies"]], "bf16")
         timed_passes.timed_pass(model, [["warm", "copies"]], "int8")

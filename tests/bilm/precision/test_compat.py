@@ -9,7 +9,8 @@ import torch
 from spacy_elmo import BiLM
 from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.kernels import int8_packs
-from spacy_elmo.bilm.precision import autotune, compat, resolved
+from spacy_elmo.bilm.precision import autotune, compat
+from spacy_elmo.bilm.precision.hardware import Hardware
 
 from ...helpers import tiny_options
 
@@ -33,14 +34,15 @@ def old_torch(monkeypatch):
     monkeypatch.delattr(torch.cpu, "get_capabilities", raising=False)
 
 
-def with_cpuinfo(monkeypatch, path: Path) -> None:
-    monkeypatch.setattr(compat, "CPUINFO", path)
+def with_cpuinfo(path: Path) -> Hardware:
+    """A machine whose CPU's features come from ``path``, as a torch without the probe reads them."""
+    return Hardware(cpu_capabilities=lambda: compat.cpu_capabilities(path))
 
 
-def test_without_torchs_probe_the_features_come_from_cpuinfo(old_torch, monkeypatch, tmp_path):
+def test_without_torchs_probe_the_features_come_from_cpuinfo(old_torch, tmp_path):
     (tmp_path / "cpuinfo").write_text(CPUINFO)
-    with_cpuinfo(monkeypatch, tmp_path / "cpuinfo")
-    capabilities = compat.cpu_capabilities()
+    machine = with_cpuinfo(tmp_path / "cpuinfo")
+    capabilities = machine.cpu_capabilities()
     assert capabilities["cpu_name"] == "Made-up Xeon"
     assert {name: capabilities.get(name, False) for name in ASKED} == {
         "avx512_bf16": True,
@@ -49,15 +51,15 @@ def test_without_torchs_probe_the_features_come_from_cpuinfo(old_torch, monkeypa
         "amx_int8": False,
         "avx_vnni": False,
     }
-    assert resolved.cpu_has_native_bf16()
+    assert machine.cpu_has_native_bf16()
 
 
-def test_without_torchs_probe_or_cpuinfo_no_feature_is_claimed(old_torch, monkeypatch, tmp_path):
+def test_without_torchs_probe_or_cpuinfo_no_feature_is_claimed(old_torch, tmp_path):
     """Slower at worst: fp32 products for ``auto``'s bf16 question, torch's own int8 engine."""
-    with_cpuinfo(monkeypatch, tmp_path / "absent")
-    assert compat.cpu_capabilities() == {}
-    assert not resolved.cpu_has_native_bf16()
-    assert int8_packs.pack_engine() == torch.backends.quantized.engine
+    machine = with_cpuinfo(tmp_path / "absent")
+    assert machine.cpu_capabilities() == {}
+    assert not machine.cpu_has_native_bf16()
+    assert int8_packs.pack_engine(machine) == torch.backends.quantized.engine
 
 
 @pytest.mark.skipif(not hasattr(torch.cpu, "get_capabilities"), reason="torch < 2.11 has no probe to compare with")
@@ -84,7 +86,10 @@ def test_a_failing_capability_probe_surfaces_its_own_message(monkeypatch, tmp_pa
 
 
 def test_other_errors_under_a_property_pass_unchanged(monkeypatch):
+    monkeypatch.delenv(settings.PRECISION_ENV, raising=False)  # auto is the runtime's decision, made up below
     bilm = BiLM(tiny_options(), precision="auto")
-    monkeypatch.setattr(autotune, "cpu_auto_precision", lambda model, training: "fp64")
+    bilm.runtime.tuning = autotune.Tuning(min_measured_flops=0)  # a decision the tiny biLM reads, not "tiny"'s fp32
+    for training in (False, True):
+        bilm.runtime.decisions.made[torch.get_num_threads(), training] = autotune.Decision("fp64", {}, "measured")
     with pytest.raises(ValueError, match="fp64"):
         _ = bilm.runtime.resolved_precision

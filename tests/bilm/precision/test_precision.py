@@ -17,7 +17,8 @@ from spacy_elmo.bilm import runtime as runtime_module
 from spacy_elmo.bilm import settings
 from spacy_elmo.bilm.kernels import kernel_for
 from spacy_elmo.bilm.kernels.cell import double_cell_input_
-from spacy_elmo.bilm.precision import compat, hardware, resolved
+from spacy_elmo.bilm.precision import hardware, resolved
+from spacy_elmo.bilm.precision.hardware import Hardware
 
 from ...helpers import (
     MIN_MEAN_COSINE,
@@ -80,15 +81,15 @@ DECISIONS = [
 
 
 @pytest.mark.parametrize("setting, device, training, expected", DECISIONS)
-def test_products_decide_each_setting_per_device_and_use(monkeypatch, setting, device, training, expected):
-    monkeypatch.setattr(resolved, "cuda_has_native_bf16", lambda device: True)
+def test_products_decide_each_setting_per_device_and_use(setting, device, training, expected):
+    bf16_gpu = Hardware(cuda=types.SimpleNamespace(get_device_capability=lambda device: (8, 0)))
     asked = []
 
     def measured() -> str:
         asked.append(1)
         return "bf16" if training else "int8"
 
-    found = resolved.ResolvedPrecision.resolve(setting, torch.device(device), training, measured)
+    found = resolved.ResolvedPrecision.resolve(setting, torch.device(device), training, measured, bf16_gpu)
     assert found == resolved.ResolvedPrecision(expected)
     assert len(asked) == ((setting, device) == ("auto", "cpu"))  # asked only where it decides
 
@@ -158,9 +159,8 @@ def test_an_explicit_setting_is_what_the_products_run_in():
         ({"architecture": "arm64"}, False),
     ],
 )
-def test_the_probe_reads_torchs_cpu_capabilities(monkeypatch, features, native):
-    monkeypatch.setattr(compat, "cpu_capabilities", lambda: features)
-    assert resolved.cpu_has_native_bf16() is native
+def test_the_probe_reads_torchs_cpu_capabilities(features, native):
+    assert Hardware(cpu_capabilities=lambda: features).cpu_has_native_bf16() is native
 
 
 @needs_bf16
@@ -273,7 +273,7 @@ def test_a_gpu_has_native_bf16_from_ampere_on(capability, native):
 
 
 @pytest.mark.parametrize("capability, expected", [((7, 5), torch.float32), ((8, 0), torch.bfloat16)])
-def test_auto_on_a_gpu_asks_the_models_gpu(monkeypatch, capability, expected):
+def test_auto_on_a_gpu_asks_the_models_gpu(capability, expected):
     """The capability of the model's device, not the current device's, nor is_bf16_supported()'s answer."""
     asked = []
 
@@ -284,12 +284,11 @@ def test_auto_on_a_gpu_asks_the_models_gpu(monkeypatch, capability, expected):
     def is_bf16_supported(including_emulation=True):
         raise AssertionError("is_bf16_supported counts emulated bf16 and answers for the current device")
 
-    monkeypatch.setattr(torch.cuda, "get_device_capability", get_device_capability)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
-    assert resolved.ResolvedPrecision.resolve("auto", torch.device("cuda", 1), training=False).dtype == expected
-    assert asked == [torch.device("cuda", 1)]
-    assert resolved.ResolvedPrecision.resolve("fp32", torch.device("cuda", 1), training=False).dtype == torch.float32
-    assert resolved.ResolvedPrecision.resolve("bf16", torch.device("cuda", 1), training=False).dtype == torch.bfloat16
+    cuda = types.SimpleNamespace(get_device_capability=get_device_capability, is_bf16_supported=is_bf16_supported)
+    gpu = torch.device("cuda", 1)
+    for setting, dtype in [("auto", expected), ("fp32", torch.float32), ("bf16", torch.bfloat16)]:
+        assert resolved.ResolvedPrecision.resolve(setting, gpu, False, hardware=Hardware(cuda=cuda)).dtype == dtype
+        assert asked == [gpu]
     assert len(asked) == 1  # only "auto" looks at the hardware
 
 
@@ -331,13 +330,12 @@ def test_nested_and_concurrent_fp32_calls_restore_the_settings_once_the_last_end
     assert cuda_fp32_precision() == ("tf32", "tf32")
 
 
-def test_before_torch_2_9_the_legacy_tf32_flags_are_set_and_restored(monkeypatch):
+def test_before_torch_2_9_the_legacy_tf32_flags_are_set_and_restored():
     """torch < 2.9 has only the allow_tf32 flags (torch.backends.cudnn has no ``conv`` setting)."""
     flags = types.SimpleNamespace(allow_tf32=True)
     cudnn = types.SimpleNamespace(allow_tf32=True)
-    monkeypatch.setattr(torch.backends.cuda, "matmul", flags)
-    monkeypatch.setattr(torch.backends, "cudnn", cudnn)
-    with resolved.own_precision(torch.device("cuda", 0), torch.float32):
+    legacy = types.SimpleNamespace(cuda=types.SimpleNamespace(matmul=flags), cudnn=cudnn)  # torch.backends before 2.9
+    with resolved._IeeeFloat32(legacy).held():  # what own_precision holds on CUDA in float32
         assert (flags.allow_tf32, cudnn.allow_tf32) == (False, False)
     assert (flags.allow_tf32, cudnn.allow_tf32) == (True, True)
 

@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from spacy_elmo.bilm import settings
@@ -12,6 +11,7 @@ from spacy_elmo.bilm.model.options import ElmoOptions
 from spacy_elmo.bilm.precision import autotune, roofline, timed_passes
 from spacy_elmo.bilm.precision.flops import FlopCount, flops_per_token
 from spacy_elmo.bilm.precision.roofline import Product
+from spacy_elmo.bilm.runtime import BiLMRuntime
 from spacy_elmo.cli import app
 
 from ...helpers import tiny_options, write_bilm_files
@@ -44,11 +44,10 @@ def test_the_count_follows_the_options():
     assert flops_per_token(tiny_options()).total < autotune.MIN_MEASURED_FLOPS  # the suite's biLMs run unmeasured
 
 
-def test_a_products_rate_is_that_of_its_fastest_call(monkeypatch):
-    monkeypatch.setattr(roofline, "MIN_SECONDS", 0.0)
+def test_a_products_rate_is_that_of_its_fastest_call():
     durations = iter([0.0, 3.0, 3.0, 5.0, 7.0, 8.0])  # calls of 3, 2 and 1 s on a fake clock
     calls = []
-    rate = roofline.time_product(lambda: calls.append(1), 4_000, clock=lambda: next(durations))
+    rate = roofline.time_product(lambda: calls.append(1), 4_000, clock=lambda: next(durations), seconds=0.0)
     assert rate == 4_000 and len(calls) == 1 + roofline.MIN_REPEATS  # one untimed call first
 
 
@@ -64,10 +63,8 @@ def test_bench_prints_the_model_its_sizes_and_the_roofline(tmp_path, monkeypatch
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv(settings.PRECISION_ENV, raising=False)
     precisions = ["fp32", "int8"] if int8_available() else ["fp32"]
-    monkeypatch.setattr(autotune, "candidates", lambda: list(precisions))
-    monkeypatch.setattr(roofline, "MIN_SECONDS", 0.0)
-    monkeypatch.setattr(roofline, "LARGE_ROWS", 64)
-    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # the suite's thread count stays
+    tuning = autotune.Tuning(candidates=tuple(precisions), roofline_seconds=0.0, roofline_rows=64)
+    monkeypatch.setattr(BiLMRuntime, "tuning", tuning)  # every runtime's default, the one bench makes included
     write_bilm_files(tmp_path / "bilm")
     result = CliRunner().invoke(app, ["bench", "--model", str(tmp_path / "bilm"), "--threads", "1"])
     assert result.exit_code == 0, result.output

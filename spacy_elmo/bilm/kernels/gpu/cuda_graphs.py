@@ -235,7 +235,7 @@ class GraphCache:
             if graph is None:
                 if not self._used_before(key):
                     return None
-                graph = self._capture(key, owner, shape, weights, identity, cell_clip, proj_clip)
+                graph = self._capture(key, owner, weights)
                 if graph is None:
                     return None
             self._graphs.move_to_end(key)
@@ -258,17 +258,10 @@ class GraphCache:
             self._seen.popitem(last=False)
         return seen
 
-    def _capture(
-        self,
-        key: Hashable,
-        owner: object,
-        shape: Bucket,
-        weights: Weights,
-        identity: Tuple,
-        cell_clip: float,
-        proj_clip: float,
-    ) -> Optional[_Graph]:
-        """Capture the padded loop of ``shape`` over the static buffers; None if capture failed."""
+    def _capture(self, key: Tuple[Bucket, Tuple, float, float], owner: object, weights: Weights) -> Optional[_Graph]:
+        """Capture the padded loop of ``key`` (its bucket, weights' identity and clips) over the
+        static buffers; None if capture failed."""
+        shape, identity, cell_clip, proj_clip = key
         generation = self.buffers.generation
         buffers = self.buffers.views(shape)
         if self.buffers.generation != generation:

@@ -7,21 +7,20 @@ import torch
 from torch import Tensor
 
 from ...memory.weight_copies import WeightCopies
-from ..bf16 import product_copies
-from ..layer import LSTMLayer
+from ..bf16 import Bf16Kernel
+from ..layer import BY_RULE, KernelChoice, LSTMLayer, Result
 from . import cuda_graphs
 from .fused_lstm import fused_layer
-
-Result = Tuple[Tensor, Tensor, Tensor]
 
 
 class FusedKernel:
     """The fused loop (a :class:`~spacy_elmo.bilm.kernels.LayerKernel`) with products in ``dtype``
-    (float32 or bf16), without autograd; bf16 copies kept in ``copies``, named by layer index."""
+    (float32 or bf16), without autograd, from CUDA graphs where ``choice`` says; bf16 copies in ``copies``."""
 
-    def __init__(self, copies: WeightCopies, dtype: torch.dtype) -> None:
+    def __init__(self, copies: WeightCopies, dtype: torch.dtype, choice: KernelChoice = BY_RULE) -> None:
         self.copies = copies
         self.dtype = dtype
+        self.choice = choice
 
     def __call__(
         self, index: int, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
@@ -29,7 +28,7 @@ class FusedKernel:
         weights = fused_weights(self.copies, index, layer, self.dtype)
         bias = layer.gate_bias().contiguous()
         clips = (layer.cell_clip, layer.proj_clip)
-        if cuda_graphs.use_cuda_graphs(inputs.device, weights[1].dtype):  # replayed where a graph serves
+        if self.choice.graphs(inputs.device, weights[1].dtype):  # replayed where a graph serves
             result = cuda_graphs.cache_for(self.copies, inputs.device).run(
                 layer, inputs, active, hidden, memory, weights, bias, *clips
             )
@@ -45,5 +44,5 @@ def fused_weights(
     parameters in float32, else copies kept in ``copies``."""
     if dtype == torch.float32:
         return layer.input_weight, layer.hidden_weight, layer.projection
-    copies_made = product_copies(copies, index, layer, dtype, out_major=False, scaled=False)
+    copies_made = Bf16Kernel(copies, out_major=False, dtype=dtype).product_weights(index, layer, scaled=False)
     return copies_made.input, copies_made.hidden, copies_made.projection  # type: ignore[return-value]

@@ -40,18 +40,16 @@ from ...settings import switches
 
 # Positions (steps x rows) whose input products are computed in one product on a GPU: 0.5 GB of
 # bf16 gates at the Original size (1 GB in float32). A GPU gains from fewer, larger products; a CPU from windows
-# that stay in its cache (kernels.eager.WINDOW_GATES_BYTES).
+# that stay in its cache (kernels.layer.WINDOW_GATES_BYTES).
 GPU_PRECOMPUTED_POSITIONS = 8192
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 
 
-def use_fused_lstm(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether a forward pass takes the fused loop: inference (no autograd) on a CUDA device in
-    products it fuses (:func:`fuses`: float32 or bf16), with Triton installed, unless ``SPACY_ELMO_FUSED_LSTM=0``."""
-    return (
-        HAS_TRITON and device.type == "cuda" and fuses(dtype) and not torch.is_grad_enabled() and switches().fused_lstm
-    )
+def use_fused_lstm(device: torch.device, dtype: torch.dtype, triton: bool = HAS_TRITON) -> bool:
+    """Whether a forward pass takes the fused loop: inference (no autograd) on a CUDA device in products
+    it fuses (:func:`fuses`: float32 or bf16), with Triton (``triton``), unless ``SPACY_ELMO_FUSED_LSTM=0``."""
+    return triton and device.type == "cuda" and fuses(dtype) and not torch.is_grad_enabled() and switches().fused_lstm
 
 
 def fuses(dtype: torch.dtype) -> bool:
