@@ -60,7 +60,7 @@ def roofline_fractions(found: Dict[str, float], batches: List[List[List[str]]]) 
 def first_and_second_decision(model: BiLM) -> None:
     """Time auto's decision at first use (measured or read) and at a second load (read, untimed)."""
     for label in ("first use", "second load"):
-        autotune._decided.clear()  # as in a new process
+        model.runtime.decisions.made.clear()  # as in a new process
         start = time.perf_counter()
         decision = autotune.decide(model)
         typer.echo(
