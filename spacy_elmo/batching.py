@@ -274,10 +274,8 @@ class Batcher(Generic[Item, Out]):
         """Wait (the lock held, released while waiting) until the requests the next batch expects
         have queued with the front request's key or fill a batch, the batcher closes, or patience
         runs out (:class:`ReturnPatience`)."""
-        longest = self._last_seconds
-        if self.policy.batch_wait_timeout_s is not None:
-            longest = min(longest, self.policy.batch_wait_timeout_s)
-        patience = ReturnPatience(self._last_seconds, longest)
+        last, cap = self._last_seconds, self.policy.batch_wait_timeout_s
+        patience = ReturnPatience(last, last if cap is None else min(last, cap))
         while self._pending and not self._closing:
             key = self._pending[0].key
             queued = [request for request in self._pending if request.key == key]
@@ -331,14 +329,9 @@ class Batcher(Generic[Item, Out]):
                     self._run_requests([request])
                 return
             if self._logger is not None:
-                self._logger.warning(
-                    "request %sof %d items failed: %s: %s",
-                    f"{batch[0].label} " if batch[0].label else "",
-                    len(batch[0].items),
-                    type(err).__name__,
-                    err,
-                    extra={"request_id": batch[0].label},
-                )
+                label = batch[0].label
+                what = (f"{label} " if label else "", len(batch[0].items), type(err).__name__, err)
+                self._logger.warning("request %sof %d items failed: %s: %s", *what, extra={"request_id": label})
             batch[0].future.set_exception(err)
             return
         except BaseException as err:

@@ -46,11 +46,8 @@ for _attr in (FEATURES_ATTR, UNREAD_ATTR, LAYERS_ATTR):
         Doc.set_extension(_attr, default=None)
 
 
-# What the component sets, for ``nlp.analyze_pipes()``: its vectors and the vector/similarity hooks
-# always, the tensor where no component before it wrote one, the layers for the listeners (and
-# which of them have yet to read them) when there are listeners, every layer as numpy with
-# ``store_layers``. It requires nothing but tokens: a doc's sentences, where it has them, are
-# run one by one, and without them the doc is run whole.
+# What the component sets, for ``nlp.analyze_pipes()`` (see :meth:`Elmo.set_annotations`). It
+# requires nothing but tokens: a doc's sentences, where it has them, are run one by one, else whole.
 ASSIGNS = ["doc.tensor", "doc.user_hooks", "doc.user_span_hooks", "doc.user_token_hooks"] + [
     f"doc._.{attr}" for attr in (VECTORS_ATTR, FEATURES_ATTR, UNREAD_ATTR, LAYERS_ATTR)
 ]
@@ -147,19 +144,15 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
         self._loaded = False  # the biLM's weights are in place (see _load_once)
         self._backprop_pending = False  # a fine-tuning forward pass awaits its listeners' gradients
         self._deferred_sgd: Optional[Optimizer] = None
-        if features is not None:
-            self._use_features(Path(features))
+        if features is not None:  # the frozen biLM reads precomputed layers there (opened on first use)
+            from .embed.store import FeatureStore
 
-    def _use_features(self, path: Path) -> None:
-        """Let the frozen biLM read precomputed layers from ``path`` (opened on first use)."""
-        from .embed.store import FeatureStore
-
-        if not self.model.attrs["freeze"]:
-            raise ValueError(
-                "elmo features: precomputed layers need a frozen biLM (freeze = true); a biLM being "
-                "fine-tuned changes its outputs. Set [components.elmo] features = null or freeze = true."
-            )
-        self.model.attrs["feature_store"] = FeatureStore(path)
+            if not self.model.attrs["freeze"]:
+                raise ValueError(
+                    "elmo features: precomputed layers need a frozen biLM (freeze = true); a biLM being "
+                    "fine-tuned changes its outputs. Set [components.elmo] features = null or freeze = true."
+                )
+            self.model.attrs["feature_store"] = FeatureStore(Path(features))
 
     # ------------------------------------------------------------------ prediction
     def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
@@ -181,8 +174,7 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
 
     def _annotate(self, docs: List[Doc]) -> None:
         """:meth:`predict` and :meth:`set_annotations`; where nothing reads the layers (no
-        listener, no ``store_layers``), only their mix is made, batch by batch, so the docs'
-        layers, n_layers + 1 times as large, are never held at once."""
+        listener, no ``store_layers``), only their mix is made (:func:`~.layers.predict_mixed`)."""
         if self.listeners or self.cfg["store_layers"]:
             self.set_annotations(docs, self.predict(docs))
             return
@@ -255,10 +247,7 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
         if os.getpid() != self._pid:
             torch.set_num_threads(1)
             return 1
-        if self.model.ops.device_type != "cpu":
-            # The products run on the GPU: torch's CPU threads are left as they are, and "auto"
-            # reads no /proc before each call, which on a many-threaded GPU host was a large share
-            # of a lone call's time (docs/performance.md, "Serving").
+        if self.model.ops.device_type != "cpu":  # the products run on the GPU: no /proc read before each call
             return torch.get_num_threads()
         return self.cfg["threads"]
 
@@ -359,9 +348,8 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
         self._prepare_inference()
 
     def _load_once(self) -> None:
-        """:meth:`_load` on first use (predict, update, saving) where no weights are in place: they
-        come from files, never from training, so ``elmo`` added to a trained pipeline needs no
-        ``nlp.initialize()`` (which would reset the others). Deserialized weights count as in place."""
+        """:meth:`_load` on first use (predict, update, saving) where no weights are in place (see the
+        module docstring); deserialized weights count as in place."""
         if not self._loaded:
             self._load()
 
@@ -384,7 +372,7 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
         """A frozen CPU biLM makes its inference weights as it loads (:meth:`.BiLMRuntime.prepare_inference`)."""
         bilm = get_bilm(self.model)
         if self.model.attrs["freeze"] and bilm.device.type == "cpu":
-            with self.cores.torch_threads(self._threads(), get_bilm(self.model).runtime):
+            with self.cores.torch_threads(self._threads(), bilm.runtime):
                 bilm.runtime.prepare_inference()
 
 

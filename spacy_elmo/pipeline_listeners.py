@@ -55,12 +55,8 @@ class ElmoListeners:
                     self.add_listener(node, component.name)
 
     def _size_listener(self, listener: ElmoListener) -> None:
-        """Give the listener the biLM's (n_layers, width) as soon as the biLM's sizes are known.
-
-        A fresh biLM knows them when it is built, here at registration; one from files at
-        :meth:`Elmo.initialize`, which spaCy runs before the initialize of the components after
-        this one: the listener has its sizes when its own component infers the sizes of the layers
-        after it. A listener sized in its config for another biLM is refused.
-        """
+        """Give the listener the biLM's (n_layers, width) once they are known: at registration for a
+        fresh biLM, at :meth:`Elmo.initialize` for one from files (see
+        :class:`~spacy_elmo.layers.ElmoListener`). A listener sized for another biLM is refused."""
         if self.model.has_dim("nO") is True and self.model.has_dim("nL") is True:
             listener.take_sizes(self.model.get_dim("nL"), self.model.get_dim("nO"), self.name)

@@ -47,13 +47,9 @@ class ElmoSerialization:
 
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = SimpleFrozenList()) -> "ElmoSerialization":
         """What ``to_disk`` wrote, less ``exclude``."""
-
-        def load_bilm(p: Path) -> None:
-            self._set_bilm(bilm_from_directory(p, self.model.attrs["bilm_settings"].to_dict()))
-
         deserializers: Dict[str, Callable[[Path], None]] = {
             "cfg": lambda p: self.cfg.update(srsly.read_json(p)),
-            "bilm": load_bilm,
+            "bilm": lambda p: self._set_bilm(bilm_from_directory(p, self.model.attrs["bilm_settings"].to_dict())),
         }
         spacy.util.from_disk(path, deserializers, _excluded(exclude))
         return self
@@ -84,6 +80,4 @@ class ElmoSerialization:
 def _excluded(exclude: Iterable[str]) -> Set[str]:
     """The serializer names ``exclude`` skips: "model" stands for "bilm" too."""
     names = set(exclude)
-    if "model" in names:
-        names.add("bilm")
-    return names
+    return names | {"bilm"} if "model" in names else names

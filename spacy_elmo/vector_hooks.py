@@ -37,15 +37,9 @@ def install_vector_hooks(doc: Doc) -> None:
     is an error.
     """
     _vectors(doc)
-    doc.user_hooks["vector"] = _doc_vector
-    doc.user_hooks["has_vector"] = _has_vector
-    doc.user_hooks["similarity"] = _similarity
-    doc.user_span_hooks["vector"] = _span_vector
-    doc.user_span_hooks["has_vector"] = _has_vector
-    doc.user_span_hooks["similarity"] = _similarity
-    doc.user_token_hooks["vector"] = _token_vector
-    doc.user_token_hooks["has_vector"] = _has_vector
-    doc.user_token_hooks["similarity"] = _similarity
+    doc.user_hooks.update(vector=_doc_vector, has_vector=_has_vector, similarity=_similarity)
+    doc.user_span_hooks.update(vector=_span_vector, has_vector=_has_vector, similarity=_similarity)
+    doc.user_token_hooks.update(vector=_token_vector, has_vector=_has_vector, similarity=_similarity)
 
 
 def _vectors(doc: Doc) -> Floats2d:

@@ -4,14 +4,11 @@
 torch multiplies on OpenMP threads, and each Python thread that runs a parallel torch operation
 gets a team of them of its own, kept for the thread's life. While a process holds no more OpenMP
 threads than cores, libgomp (the OpenMP of torch's Linux wheels) keeps a team spinning between
-parallel regions; once it holds more, it wakes every team through the kernel for each region.
-The biLM's step loop is made of small operations, so that is what a service's threads paid: a
-small elementwise operation took many times as long with a second thread's team beside the main
-thread's, and the same biLM calls took much longer from a second thread than from a thread whose
-team was alone (docs/performance.md, "Serving"). So every call runs on one thread, and the
-threads that hand it over first free their own team (:func:`release_openmp_threads`): it is made
-again at their next parallel operation, if any. The compute thread frees its own after each
-call, so that torch work of other threads between calls (training, ``embed``) is not slowed by it.
+parallel regions; once it holds more, it wakes every team through the kernel for each region,
+which the biLM's step loop of small operations pays many times over (docs/performance.md,
+"Serving"). So every call runs on one thread, and the threads that hand it over first free their
+own team (:func:`release_openmp_threads`; it is made again at their next parallel operation). The
+compute thread frees its own after each call, so that other threads' torch work is not slowed by it.
 """
 
 import contextvars

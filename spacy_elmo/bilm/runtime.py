@@ -1,12 +1,8 @@
-"""How a biLM runs, kept apart from what it is: :class:`BiLMRuntime`.
-
-:class:`~spacy_elmo.bilm.BiLM` is the network (its options, its weights, a pass from token
-vectors and a start state to the layers). What a call on sentences needs beyond that lives here,
-in one object per biLM that is built with it and can be built again: the precision setting and
-what it resolves to (``auto``'s measured decision, :mod:`.precision.autotune`), inference's weight
-copies made ahead and the float32 weights they let go to disk (:mod:`.memory.offload`), the token
-cache, where a batch's LSTM states start (and the states carried between batches in ``"carry"``
-mode), and the split of many sentences into passes of at most ``max_batch_tokens``.
+"""How a biLM runs, kept apart from what it is (:class:`~spacy_elmo.bilm.BiLM`, the network):
+:class:`BiLMRuntime`, one per biLM, built with it: the precision setting and what it resolves to
+(:mod:`.precision.autotune`), inference's weight copies made ahead and the float32 weights they
+let go to disk (:mod:`.memory.offload`), the token cache, where a batch's LSTM states start (and
+those carried in ``"carry"`` mode), and the split of sentences into passes of ``max_batch_tokens``.
 """
 
 import functools
@@ -151,7 +147,6 @@ class BiLMRuntime:
         see :class:`~spacy_elmo.bilm.precision.resolved.ResolvedPrecision`. ``"auto"`` on a CPU is this
         model's measured decision for that use, made once per machine, shapes and weights
         (:mod:`spacy_elmo.bilm.precision.autotune`)."""
-
         chosen = self.precision if setting is None else setting
         measured = functools.partial(autotune.cpu_auto_precision, self.model, training)
         return ResolvedPrecision.resolve(chosen, self.model.device, training, measured, self.hardware)
@@ -160,25 +155,21 @@ class BiLMRuntime:
         return torch.is_grad_enabled() and self.model.token_encoder.projection.weight.requires_grad
 
     def prepare_inference(self) -> None:
-        """Freeze the biLM for inference: make now, not in the first call, what inference's
-        products need (``auto``'s decision, the low-precision weight copies or int8 packs), and
-        let the float32 weights those copies replace move to disk (:mod:`.memory.offload`), now and
-        whenever a copy is made again: one zero-state pass over one token, its outputs dropped
-        (nothing to make in the reference precision, fp32). The first batch then does not hold the
-        weights in two forms beside its own working memory, and a service's first request waits
-        for none of it. Not for a biLM being trained: an optimizer would write its weights back.
-        """
+        """Freeze the biLM for inference: make now, by one zero-state pass over one token, not in
+        the first call, what inference's products need (``auto``'s decision, the low-precision
+        weight copies or int8 packs), and let the float32 weights those copies replace move to disk
+        (:mod:`.memory.offload`), now and whenever a copy is made again, so that the first batch
+        does not hold the weights in two forms. Not for a biLM being trained: an optimizer would
+        write its weights back."""
         freeze_for_inference(self.model.parameters())
         precision = self.resolved_precision_for(training=False).precision
         if precision != REFERENCE:
             timed_pass(self.model, [["."]], precision)
 
     def release_product_copies(self) -> None:
-        """Forget every low-precision weight copy and int8 pack, the token encoder's and the
-        LSTM's (the next pass remakes those of its precision), drop the float32 weights' pages read
-        back from disk (:func:`.memory.offload.evict`) and hand the freed memory back to the system.
-        ``auto``'s measurement calls it after each candidate's pass, so that memory holds one
-        candidate's weights at a time."""
+        """Forget every low-precision weight copy and int8 pack (the next pass remakes those of its
+        precision), drop the float32 weights' pages read back from disk (:func:`.memory.offload.evict`)
+        and hand the freed memory back to the system: ``auto``'s measurement, after each candidate."""
         self.model.token_encoder.release_copies()
         self.model.lstm.release_copies()
         evict(self.model.parameters())
@@ -201,10 +192,7 @@ class BiLMRuntime:
             raise ValueError(
                 f"BiLM.forward: mix has {len(mix)} weights, the biLM {model.n_output_layers} output layers"
             )
-        if precision is None:
-            resolved = self.resolved_precision
-        else:
-            resolved = self.resolved_precision_for(self._training_now(), precision)
+        resolved = self.resolved_precision_for(self._training_now(), precision)  # None: the model's
         if not resolved.kind.trains:
             check_no_gradient(list(model.parameters()))
         sequences = [(SENTENCE_START, *sentence, SENTENCE_END) for sentence in sentences]
@@ -278,10 +266,10 @@ class BiLMRuntime:
         of inference's products changes.
 
         Caches of what the model computes without gradients (token encodings, features, a store's
-        check) key on it, so a result of another precision, or of older weights, is never served.
-        Inference's products computed those values, whatever the gradient mode now (a frozen biLM
-        under ``spacy train`` is fingerprinted with gradients on, and must not decide training's
-        ``auto``). Writes that torch does not track must be reported with ``BiLM.weights_written``.
+        check) key on it, so a result of another precision, or of older weights, is never served;
+        it is inference's precision whatever the gradient mode now (a frozen biLM under ``spacy
+        train`` must not decide training's ``auto``). Writes torch does not track must be reported
+        with ``BiLM.weights_written``.
         """
         dtype = self.resolved_precision_for(training=False).dtype
         return (dtype, tensor_versions(itertools.chain(self.model.parameters(), self.model.buffers())))
@@ -293,9 +281,8 @@ class BiLMRuntime:
         """The LSTM states a batch of ``batch`` rows starts from, in ``mode`` (default: the runtime's).
 
         ``"carry"`` continues row r from row r of ``carried`` (default: the state carried from the
-        previous batch); rows it lacks start from zero. Shapes: (n_layers, 2, batch,
-        projection_dim) and (n_layers, 2, batch, lstm_dim). Zero and warm states are one row
-        broadcast to ``batch`` rows (views, without memory per row: copy them to write into them).
+        previous batch); rows it lacks start from zero. Shapes: (n_layers, 2, batch, projection_dim)
+        and (n_layers, 2, batch, lstm_dim); zero and warm states are one row broadcast (views).
         """
         mode = self.state_mode if mode is None else mode
         if mode not in STATE_MODES:
@@ -329,13 +316,10 @@ class BiLMRuntime:
         self._carried = LSTMState(hidden, memory)
 
     def warm_up(self, sentences: Sequence[Sequence[str]]) -> None:
-        """Store the state reached after reading ``sentences`` in order as the warm start.
-
-        The text runs as one stream, a sentence at a time, with states carried between
-        sentences as in training. The forward stack keeps its state after the last sentence's
-        end; the backward stack its state after the last sentence's start. Saved by
-        ``BiLM.to_files``, used in ``"warm"`` mode.
-        """
+        """Store the state reached after reading ``sentences`` in order, one stream carried from
+        sentence to sentence as in training, as the warm start (``"warm"`` mode, saved by
+        ``BiLM.to_files``): the forward stack's after the last sentence's end, the backward stack's
+        after its start."""
         if not sentences:
             raise ValueError("warm_up needs at least one sentence")
         with torch.no_grad():

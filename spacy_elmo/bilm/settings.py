@@ -1,16 +1,11 @@
 """The environment variables that switch how the biLM runs, read here and nowhere else in it.
 
-Users set these to pin a choice on a fleet, or as a way out should a GPU path misbehave. Reading
-them in one place keeps the switches visible in one list (docs/bilm.md, "Environment variables")
-and lets the code below take plain values: each module that obeys a switch calls
-:func:`switches` where it decides, so a variable set (or a test's ``monkeypatch.setenv``) after
-import still counts. Nothing is cached.
-
-The download cache's variables (``SPACY_ELMO_CACHE``, ``SPACY_ELMO_OFFLINE``,
-``SPACY_ELMO_MODELS``) belong to :mod:`spacy_elmo.published.settings`, below the biLM. The
-variables a launcher such as ``torchrun`` sets for pretraining are read here too
-(:func:`torchrun_launch`), so that this module and that one are the package's only readers of
-the environment (tests/test_layering.py keeps it so).
+Users set these to pin a choice on a fleet, or as a way out should a GPU path misbehave (the list:
+docs/bilm.md, "Environment variables"). Each module that obeys a switch calls :func:`switches` where
+it decides, so a variable set after import (a test's ``monkeypatch.setenv``) still counts: nothing
+is cached. The variables ``torchrun`` sets are read here too (:func:`torchrun_launch`); the download
+cache's belong to :mod:`spacy_elmo.published.settings`: these two modules are the package's only
+readers of the environment (tests/test_layering.py keeps it so).
 """
 
 import os
@@ -28,10 +23,9 @@ WORLD_SIZE_ENV, RANK_ENV, LOCAL_RANK_ENV = "WORLD_SIZE", "RANK", "LOCAL_RANK"
 class BiLMSwitches:
     """The biLM's switches as the environment sets them; the defaults are those of an unset variable.
 
-    - ``precision``: ``SPACY_ELMO_PRECISION`` (default unset: None), stripped of spaces, an empty
-      value counting as unset. Decides what precision ``"auto"`` is on a CPU without measuring:
-      ``fp32``, ``bf16`` or ``int8`` (int8 for inference only); an explicit ``precision`` wins
-      over it. Checked where it is used (:mod:`.precision.autotune`), whose error names it.
+    - ``precision``: ``SPACY_ELMO_PRECISION`` (default None; stripped, empty counts as unset):
+      ``fp32``, ``bf16`` or ``int8`` (inference only) decides ``"auto"`` on a CPU without measuring;
+      an explicit ``precision`` wins. Checked where it is used (:mod:`.precision.autotune`).
     - ``offload``: ``SPACY_ELMO_OFFLOAD`` (default ``1``); ``0`` keeps the float32 weights of a
       bf16 or int8 biLM in memory instead of moving them to a file (:mod:`.memory.offload`).
     - ``fused_lstm``: ``SPACY_ELMO_FUSED_LSTM`` (default ``1``); ``0`` runs the eager LSTM loop

@@ -20,8 +20,7 @@ def main() -> None:
 
 
 def default(text: str) -> str:
-    """`` [default: text]`` for an option whose default is worked out at run time, as click shows
-    its own."""
+    """`` [default: text]`` for an option whose default is worked out at run time, as click shows its own."""
     return f"  [default: {text}]"
 
 

@@ -91,8 +91,7 @@ def _bench_model(model: Optional[str], size: Optional[str]) -> Tuple["BiLM", str
 
 
 def _describe(bilm: "BiLM", label: str, n_distinct: int) -> None:
-    """Print the machine, the biLM, its sizes and the batch that ``bench`` times (``n_distinct``
-    tokens)."""
+    """Print the machine, the biLM, its sizes and the batch that ``bench`` times (``n_distinct`` tokens)."""
     import torch
 
     from ..bilm.precision.compat import cpu_capabilities
@@ -124,8 +123,7 @@ def _describe(bilm: "BiLM", label: str, n_distinct: int) -> None:
 
 
 def _roofline(bilm: "BiLM", trials: Dict[str, "Trial"], n_distinct: int) -> None:
-    """Print the roofline of ``trials`` (each precision's timing of the biLM, on a batch of
-    ``n_distinct`` tokens)."""
+    """Print the roofline of ``trials`` (each precision's timing, on a batch of ``n_distinct`` tokens)."""
     from ..bilm.precision.flops import flops_per_token
     from ..bilm.precision.roofline import bilm_products, product_rates, report, roofline
     from ..bilm.precision.timed_passes import BATCH_ROWS, BATCH_WORDS

@@ -6,6 +6,7 @@ settings); the flag wins. FastAPI, uvicorn and Ray are imported only when the co
 the rest of the command line works without the extras.
 """
 
+import inspect
 from typing import TYPE_CHECKING, Callable
 
 import typer
@@ -28,71 +29,51 @@ EXTRA_MODULES = ("fastapi", "uvicorn", "starlette", "pydantic", "prometheus_clie
 _REQUESTS, _BATCHES, _SETTINGS, _RAY = RequestLimits(), BatchLimits(), ServeSettings(), RaySettings()
 
 
-def _env(name: str) -> str:
-    return ENV_PREFIX + name.upper()
+def _from_environment(command: Callable[..., None]) -> Callable[..., None]:
+    """Let each of ``command``'s parameters also come from its ``SPACY_ELMO_SERVE_*`` variable."""
+    for name, parameter in inspect.signature(command).parameters.items():
+        parameter.default.envvar = ENV_PREFIX + name.upper()
+    return command
 
 
 @app.command()
+@_from_environment
 def serve(
     pipeline: str = typer.Argument(
         ...,
-        envvar=_env("pipeline"),
         metavar="PIPELINE",
         help="A pipeline directory, an installed pipeline package, or a published biLM's name (spacy-elmo "
         "models) for a blank pipeline with elmo on it",
     ),
-    host: str = typer.Option(_SETTINGS.host, envvar=_env("host"), help="The address to listen on"),
-    port: int = typer.Option(_SETTINGS.port, envvar=_env("port"), help="The port to listen on"),
-    max_texts: int = typer.Option(_REQUESTS.max_texts, envvar=_env("max_texts"), help="Texts per request"),
-    max_text_chars: int = typer.Option(
-        _REQUESTS.max_text_chars, envvar=_env("max_text_chars"), help="Characters per text"
-    ),
-    max_request_chars: int = typer.Option(
-        _REQUESTS.max_request_chars, envvar=_env("max_request_chars"), help="Characters per request"
-    ),
-    max_batch_texts: int = typer.Option(
-        _BATCHES.max_batch_texts, envvar=_env("max_batch_texts"), help="Texts per batch of queued requests"
-    ),
-    max_batch_chars: int = typer.Option(
-        _BATCHES.max_batch_chars, envvar=_env("max_batch_chars"), help="Characters per batch of queued requests"
-    ),
-    queue_size: int = typer.Option(
-        _BATCHES.queue_size, envvar=_env("queue_size"), help="Requests that may wait; more get 503"
-    ),
+    host: str = typer.Option(_SETTINGS.host, help="The address to listen on"),
+    port: int = typer.Option(_SETTINGS.port, help="The port to listen on"),
+    max_texts: int = typer.Option(_REQUESTS.max_texts, help="Texts per request"),
+    max_text_chars: int = typer.Option(_REQUESTS.max_text_chars, help="Characters per text"),
+    max_request_chars: int = typer.Option(_REQUESTS.max_request_chars, help="Characters per request"),
+    max_batch_texts: int = typer.Option(_BATCHES.max_batch_texts, help="Texts per batch of queued requests"),
+    max_batch_chars: int = typer.Option(_BATCHES.max_batch_chars, help="Characters per batch of queued requests"),
+    queue_size: int = typer.Option(_BATCHES.queue_size, help="Requests that may wait; more get 503"),
     shutdown_timeout: float = typer.Option(
-        _SETTINGS.shutdown_timeout,
-        envvar=_env("shutdown_timeout"),
-        help="Seconds that requests in flight get to finish after SIGTERM",
+        _SETTINGS.shutdown_timeout, help="Seconds that requests in flight get to finish after SIGTERM"
     ),
-    log_level: str = typer.Option(_SETTINGS.log_level, envvar=_env("log_level"), help="debug, info, warning"),
-    log_format: str = typer.Option(
-        _SETTINGS.log_format, envvar=_env("log_format"), help="text, or json: one JSON object per line"
-    ),
+    log_level: str = typer.Option(_SETTINGS.log_level, help="debug, info, warning"),
+    log_format: str = typer.Option(_SETTINGS.log_format, help="text, or json: one JSON object per line"),
     request_timeout: float = typer.Option(
         _SETTINGS.request_timeout,
-        envvar=_env("request_timeout"),
         help="Seconds a request may wait in the queue; later it gets 503 and is not run (X-Request-Timeout: less)",
     ),
     exit_on_failure: bool = typer.Option(
         _SETTINGS.exit_on_failure,
         "--exit-on-failure/--keep-serving-on-failure",
-        envvar=_env("exit_on_failure"),
         help="Exit non-zero when the pipeline's worker fails, so a supervisor restarts it; else answer 503",
     ),
-    gpu_id: int = typer.Option(
-        _SETTINGS.gpu_id, envvar=_env("gpu_id"), help="The GPU that runs the pipeline (needs CuPy); -1: the CPU"
-    ),
+    gpu_id: int = typer.Option(_SETTINGS.gpu_id, help="The GPU that runs the pipeline (needs CuPy); -1: the CPU"),
     ray_replicas: int = typer.Option(
-        _RAY.replicas,
-        envvar=_env("ray_replicas"),
-        help="Serve N replicas on Ray Serve, each with its own pipeline (0: this process alone)",
+        _RAY.replicas, help="Serve N replicas on Ray Serve, each with its own pipeline (0: this process alone)"
     ),
-    ray_threads: int = typer.Option(
-        _RAY.threads, envvar=_env("ray_threads"), help="Torch threads, and Ray CPUs, per replica"
-    ),
+    ray_threads: int = typer.Option(_RAY.threads, help="Torch threads, and Ray CPUs, per replica"),
     ray_address: str = typer.Option(
         _RAY.address,
-        envvar=_env("ray_address"),
         help="The Ray cluster to deploy on (auto: the one running here); empty: a Ray started for the service",
     ),
 ) -> None:

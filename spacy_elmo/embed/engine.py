@@ -96,7 +96,7 @@ def embed_shard(
     """
     bilm.runtime.reset_states()
     bilm.runtime.token_cache.clear()
-    n_sentences = n_tokens = 0
+    sentences = tokens = 0
     with atomic_path(directory / shard_name(spec.shard)) as tmp:
         writer = ShardWriter(tmp, settings.output_ndim)
         try:
@@ -105,17 +105,12 @@ def embed_shard(
                     layers = embed_chunk(bilm, [s.tokens for s in chunk])
                 writer.write(chunk, [settings.select(a) for a in layers])
                 chunk_tokens = sum(len(s.tokens) for s in chunk)
-                n_sentences, n_tokens = n_sentences + len(chunk), n_tokens + chunk_tokens
+                sentences, tokens = sentences + len(chunk), tokens + chunk_tokens
                 if progress is not None:
                     progress(len(chunk), chunk_tokens)
         finally:
             writer.close()
-    return {
-        "file": shard_name(spec.shard),
-        "first_index": spec.first_index,
-        "sentences": n_sentences,
-        "tokens": n_tokens,
-    }
+    return {"file": shard_name(spec.shard), "first_index": spec.first_index, "sentences": sentences, "tokens": tokens}
 
 
 @dataclass

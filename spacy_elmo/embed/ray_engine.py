@@ -60,12 +60,10 @@ class ShardEmbedder:
         self.directory = Path(directory)
 
     def __call__(self, batch: Dict[str, numpy.ndarray]) -> Dict[str, numpy.ndarray]:
-        entries: List[Dict[str, Any]] = []
-        for values in zip(*(batch[name] for name in SPEC_FIELDS)):
-            spec = ShardSpec(*(int(v) for v in values))
-            entries.append(
-                {"shard": spec.shard, **embed_shard(self.bilm, self.source, spec, self.settings, self.directory)}
-            )
+        specs = [ShardSpec(*(int(v) for v in values)) for values in zip(*(batch[name] for name in SPEC_FIELDS))]
+        entries = [
+            {"shard": s.shard, **embed_shard(self.bilm, self.source, s, self.settings, self.directory)} for s in specs
+        ]
         return {name: numpy.asarray([entry[name] for entry in entries]) for name in ("shard", *ENTRY_FIELDS)}
 
 

@@ -71,9 +71,7 @@ class SentenceSource:
         return [{"name": path.name, "bytes": path.stat().st_size} for path in self.files]
 
     def tokenize(self, text: str) -> List[str]:
-        if self.whitespace:
-            return text.split()
-        return self._spacy_tokenize(text)
+        return text.split() if self.whitespace else self._spacy_tokenize(text)
 
     def doc_tokens(self, doc: "Doc") -> List[str]:
         """The tokens the ``elmo`` component sees for ``doc`` in ``spacy train`` / ``nlp.evaluate``.

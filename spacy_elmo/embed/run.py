@@ -29,15 +29,6 @@ HDF5_SUFFIXES = (".hdf5", ".h5")
 BiLMFiles = Tuple[Optional[PathLike], Optional[PathLike]]  # (options file, weight file), or neither
 
 
-def output_format(output: Path, chosen: Optional[str]) -> Format:
-    """``chosen``, else hdf5 for a path ending in .hdf5 / .h5, else parquet."""
-    if chosen is None:
-        return "hdf5" if output.suffix.lower() in HDF5_SUFFIXES else "parquet"
-    if chosen not in ("hdf5", "parquet"):
-        raise ValueError(f"--format must be hdf5 or parquet, got {chosen!r}")
-    return chosen  # type: ignore[return-value]
-
-
 class Output(Protocol):
     """Where a run's shards go (``directory``) and what becomes of them once all are written."""
 
@@ -88,9 +79,12 @@ class Hdf5Output:
 
 
 def output_of(path: Path, chosen: Optional[str]) -> Tuple[Format, Output]:
-    """The format of ``path`` (:func:`output_format`) and the output that writes it."""
-    kind = output_format(path, chosen)
-    return kind, Hdf5Output(path) if kind == "hdf5" else ParquetOutput(path)
+    """The format of ``path`` (``chosen``, else hdf5 for a path ending in .hdf5 / .h5, else parquet)
+    and the output that writes it."""
+    if chosen not in (None, "hdf5", "parquet"):
+        raise ValueError(f"--format must be hdf5 or parquet, got {chosen!r}")
+    kind = chosen or ("hdf5" if path.suffix.lower() in HDF5_SUFFIXES else "parquet")
+    return kind, Hdf5Output(path) if kind == "hdf5" else ParquetOutput(path)  # type: ignore[return-value]
 
 
 def check_engine(engine: str, format: Format, gpus_per_worker: float) -> None:

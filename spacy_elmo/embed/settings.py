@@ -135,16 +135,13 @@ def resume_identity(settings: Dict[str, Any]) -> Dict[str, Any]:
 
 def identity_differences(stored: Dict[str, Any], current: Dict[str, Any]) -> List[str]:
     """Human-readable ``key: stored -> current`` lines of two JSON-like dicts (empty if equal)."""
-    keys = sorted(set(stored) | set(current))
     return [
         f"{key}: {json.dumps(stored.get(key))} -> {json.dumps(current.get(key))}"
-        for key in keys
+        for key in sorted(set(stored) | set(current))
         if json.dumps(stored.get(key), sort_keys=True) != json.dumps(current.get(key), sort_keys=True)
     ]
 
 
 def output_tail_shape(options: ElmoOptions, settings: EmbedSettings) -> Tuple[int, ...]:
     """One sentence's output shape without its token axis: (n_layers + 1, width) or (width,)."""
-    if settings.layers == "all":
-        return (options.n_layers + 1, options.output_dim)
-    return (options.output_dim,)
+    return (options.n_layers + 1, options.output_dim) if settings.layers == "all" else (options.output_dim,)

@@ -173,12 +173,9 @@ class FeatureStore:
 
         table = pq.ParquetFile(self.path / name).read_row_group(group, columns=["tokens", "layers"])
         lengths = [len(words) for words in table["tokens"].to_pylist()]
-        return arrays_of(table["layers"], lengths, self._tail_shape)
-
-    @property
-    def _tail_shape(self) -> Tuple[int, ...]:
         assert self._manifest is not None
-        return output_tail_shape(ElmoOptions.from_dict(self._manifest.model["options"]), self._settings)
+        tail_shape = output_tail_shape(ElmoOptions.from_dict(self._manifest.model["options"]), self._settings)
+        return arrays_of(table["layers"], lengths, tail_shape)
 
     # ------------------------------------------------------------------ HDF5
     def _hdf5_index(self) -> Dict[Tuple[str, ...], Location]:

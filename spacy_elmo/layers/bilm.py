@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tupl
 import numpy
 import torch
 from spacy.tokens import Doc
-from thinc.api import ArgsKwargs, Model, Ops, get_array_module, get_torch_default_device, torch2xp, xp2torch
+from thinc.api import ArgsKwargs, Model, Ops, get_torch_default_device, torch2xp, xp2torch
 from thinc.types import Floats1d, Floats2d, Floats3d
 
 from ..batching import Batcher, BatchPolicy, Request
@@ -60,10 +60,7 @@ def ElmoBiLMLayer(settings: ElmoBiLMSettings) -> Model[InT, OutT]:
         forward,
         init=init,
         shims=[BiLMShim(None, settings.mixed_precision, settings.grad_scaler(), settings.learn_rate_scale)],
-        dims={
-            "nO": None if fresh is None else fresh.output_dim,
-            "nL": None if fresh is None else fresh.n_layers + 1,
-        },
+        dims={"nO": None if fresh is None else fresh.output_dim, "nL": None if fresh is None else fresh.n_layers + 1},
         attrs={
             "pretrained": settings.pretrained,
             "options_file": str(settings.options_file) if settings.options_file is not None else None,
@@ -152,7 +149,9 @@ def forward(model: Model[InT, OutT], docs: InT, is_train: bool) -> Tuple[OutT, C
     xp = model.ops.xp
     # One zero column at the end is the source of every skipped (whitespace) token.
     padded = xp.concatenate([flat, xp.zeros((flat.shape[0], 1, flat.shape[2]), dtype=flat.dtype)], axis=1)
-    index = model.ops.asarray1i(_concat_sources(plan.sources, plan.n_positions))
+    index = numpy.concatenate(plan.sources) if plan.sources else numpy.zeros(0, dtype="int64")
+    index[index == SKIPPED] = plan.n_positions
+    index = model.ops.asarray1i(index)
     outputs = split_by_lengths(xp, padded[:, index], [len(doc) for doc in docs], axis=1)
 
     def backprop(d_outputs: OutT) -> InT:
@@ -192,19 +191,15 @@ def _run_frozen(
     doc_lengths = [len(doc) for doc in docs]
     flat = model.ops.alloc3f(model.get_dim("nL") if mix is None else 1, sum(doc_lengths), model.get_dim("nO"))
     placement = Placement(flat, plan, doc_lengths)
-    cache = _usable_cache(model.attrs["feature_cache"], bilm, use_cache and mix is None)
+    held = model.attrs["feature_cache"]  # whole layers, where the outputs depend on the sentence alone
+    usable = use_cache and mix is None and bilm.runtime.state_mode != "carry" and held.max_bytes != 0
+    cache = held if usable else None
     groups = _distinct_inputs(plan.sentences, carry=bilm.runtime.state_mode == "carry")
     found = _held_layers(model, bilm, cache, [tuple(plan.sentences[group[0]]) for group in groups])
     _place_held(model.ops, placement, [(group, value) for group, value in zip(groups, found) if value is not None], mix)
     todo = [group for group, value in zip(groups, found) if value is None]
     _compute_and_place(model, plan.sentences, todo, placement, cache, mix)
     return split_by_lengths(model.ops.xp, flat, doc_lengths, axis=1)
-
-
-def _usable_cache(held: FeatureCache, bilm: BiLM, wanted: bool) -> Optional[FeatureCache]:
-    """The feature cache where this pass may use it: ``wanted`` (whole layers, cache in use), a
-    biLM whose outputs depend on the sentence alone (not ``"carry"`` mode), and a cache not sized 0."""
-    return held if wanted and bilm.runtime.state_mode != "carry" and held.max_bytes != 0 else None
 
 
 def _distinct_inputs(sentences: Sequence[Sequence[str]], carry: bool) -> List[List[int]]:
@@ -239,7 +234,9 @@ def _place_held(
     if not held:
         return
     columns = numpy.cumsum([0] + [value.shape[1] for _, value in held[:-1]])
-    values = _mixed(ops.xp.concatenate([value for _, value in held], axis=1), mix)
+    values = ops.xp.concatenate([value for _, value in held], axis=1)
+    if mix is not None:
+        values = ops.xp.tensordot(mix, values, axes=1)[None]
     placement.write([(i, first) for (group, _), first in zip(held, columns) for i in group], values)
 
 
@@ -261,9 +258,7 @@ def _compute_and_place(
     batcher: Optional[Batcher] = model.attrs["batcher"]
     for batch in bilm.runtime.batches([sentences[group[0]] for group in todo]):
         batch_sentences = [sentences[todo[b][0]] for b in batch]
-        if (
-            bilm.runtime.state_mode == "carry" or batcher is None
-        ):  # carry: a row's result depends on the calls before it
+        if bilm.runtime.state_mode == "carry" or batcher is None:  # carry: a row depends on the calls before it
             output = compute(batch_sentences)
         else:
             run = partial(_run_joined, compute, bilm.device.type == "cpu")
@@ -308,13 +303,6 @@ def _run_joined(
     return found
 
 
-def _mixed(layers: Floats3d, mix: Optional[Floats1d]) -> Floats3d:
-    """``layers`` (n_layers + 1, n, width) as they are, or with ``mix`` their weighted sum (1, n, width)."""
-    if mix is None:
-        return layers
-    return get_array_module(layers).tensordot(mix, layers, axes=1)[None]
-
-
 def _run_trainable(model: Model[InT, OutT], sentences: List[List[str]]) -> Tuple[Floats3d, Callable[[Floats3d], None]]:
     """As :func:`_run_frozen`, with gradients: returns the layers and their backprop callback."""
     bilm = get_bilm(model)
@@ -344,20 +332,5 @@ def _run_trainable(model: Model[InT, OutT], sentences: List[List[str]]) -> Tuple
         # must scale and unscale the accumulated parameter gradients exactly once.
         chunks[-1][3](ArgsKwargs(args=([chunk[1] for chunk in chunks],), kwargs={"grad_tensors": grads}))
 
-    return _concat_layers(model, found), backprop_flat
-
-
-def _concat_layers(model: Model[InT, OutT], arrays: Sequence[Floats3d]) -> Floats3d:
-    """The sentences' layers side by side, (n_layers + 1, total tokens, width); empty for none."""
-    if arrays:
-        return model.ops.xp.concatenate(arrays, axis=1)
-    return model.ops.alloc3f(model.get_dim("nL"), 0, model.get_dim("nO"))
-
-
-def _concat_sources(sources: Sequence[numpy.ndarray], n_positions: int) -> numpy.ndarray:
-    """All docs' source indices in one array, skipped tokens pointing at column ``n_positions``."""
-    if not sources:
-        return numpy.zeros(0, dtype="int64")
-    index = numpy.concatenate(sources)
-    index[index == SKIPPED] = n_positions
-    return index
+    flat = xp.concatenate(found, axis=1) if found else model.ops.alloc3f(model.get_dim("nL"), 0, model.get_dim("nO"))
+    return flat, backprop_flat

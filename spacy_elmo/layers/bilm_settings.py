@@ -37,10 +37,9 @@ class ElmoBiLMSettings:
     files, paths or URLs) when given, else ``pretrained`` (a registry name, URL or directory, see
     :mod:`spacy_elmo.published.resolve`; default ``"default"``: the biLM bundled for the pipeline's
     language, English's ``"en"``, see :mod:`.language`); with ``pretrained = null`` and no files a
-    fresh, untrained biLM is built. The sizes (``lstm_dim`` ... ``n_highway``)
-    are null when the files decide them; a size that is set must agree with the files, and
-    shapes a fresh biLM (unset sizes there take the published Small model's, see
-    :class:`~spacy_elmo.bilm.ElmoOptions`).
+    fresh, untrained biLM is built. The sizes (``lstm_dim`` ... ``n_highway``) are null when the
+    files decide them; a size that is set must agree with the files, and shapes a fresh biLM (unset
+    sizes there take the published Small model's, see :class:`~spacy_elmo.bilm.ElmoOptions`).
 
     ``state``: where each batch's LSTM states start (see :class:`~spacy_elmo.bilm.BiLM`).
     ``freeze`` keeps the biLM's weights fixed (features computed without gradients and cached

@@ -1,9 +1,5 @@
 """The biLM inside thinc: a :class:`thinc.api.PyTorchShim` that may start empty and is saved as
-standard ELMo files.
-
-The shim puts the torch module on the device of thinc's current ops and applies the
-mixed-precision and grad-scaler settings; the layer (:mod:`spacy_elmo.layers.bilm`) makes the
-module lazily, in ``model.initialize()`` or when weights are deserialized.
+standard ELMo files (the layer, :mod:`spacy_elmo.layers.bilm`, says when it makes the module).
 """
 
 import copy
@@ -21,8 +17,7 @@ class ScaledSteps:
     """``optimizer`` with its learning rate scaled by ``scale`` (weight decay and averages included)."""
 
     def __init__(self, optimizer: Optimizer, scale: float):
-        self.optimizer = optimizer
-        self.scale = scale
+        self.optimizer, self.scale = optimizer, scale
 
     def __call__(self, key: Tuple[int, str], param: FloatsXd, grad: FloatsXd) -> Tuple[FloatsXd, FloatsXd]:
         return self.optimizer(key, param, grad, lr_scale=self.scale)

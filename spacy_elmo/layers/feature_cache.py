@@ -3,16 +3,14 @@
 With the biLM frozen, a training sentence's layers are the same in every epoch, so computing
 them once is enough. Once training has used the cache, prediction uses it too: ``spacy train``
 scores the same dev sentences at every evaluation. A pipeline that only predicts (loaded, never
-trained in this process) never fills it, so serving costs no cache memory. Outputs of the ``"zero"`` and
-``"warm"`` state modes depend on nothing but
-the sentence itself, which makes the token strings a complete key.
+trained in this process) never fills it, so serving costs no cache memory. Outputs of the
+``"zero"`` and ``"warm"`` state modes depend on nothing but the sentence itself, which makes the
+token strings a complete key.
 
 Once full, the cache keeps what it holds and stores nothing new. Training reads every sentence
 once an epoch, in a new order each time, and kept entries serve the cache's share of every later
-epoch. Evicting the least recently used entry instead would drop many sentences just before
-their next use once an epoch outgrows the cache: it serves a small share of an epoch larger than
-the cache, where keeping serves the cache's share (at the Original size the default size holds
-less than WNUT-16's training set: docs/performance.md, "What to set").
+epoch; evicting the least recently used entry would, once an epoch outgrows the cache, drop many
+sentences just before their next use (docs/performance.md, "What to set", has the sizes).
 """
 
 from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple

@@ -30,16 +30,11 @@ def choose_pretrained(pretrained: Optional[str], has_files: bool, pipeline_lang:
         if bundled is None:
             raise ValueError(no_bundled_biLM(pipeline_lang))
         return bundled
-    language = bilm_language(pretrained)
+    entry = find_model(pretrained)  # the language of a biLM the registry knows; None for others
+    language = (entry.language or None) if entry is not None else None
     if language and pipeline_lang != MULTI_LANGUAGE and not same_language(pipeline_lang, language):
         warnings.warn(language_warning(pipeline_lang, pretrained, language), UserWarning, stacklevel=3)
     return pretrained
-
-
-def bilm_language(pretrained: str) -> Optional[str]:
-    """The language of the biLM ``pretrained`` names, where the registry says it; else None."""
-    entry = find_model(pretrained)
-    return (entry.language or None) if entry is not None else None
 
 
 def published_for(pipeline_lang: str) -> str:

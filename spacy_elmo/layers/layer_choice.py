@@ -33,7 +33,6 @@ def SelectLayers(layers: Sequence[int], n_layers: Optional[int] = None) -> Model
 
 
 def _check_chosen(chosen: List[int], n_layers: int) -> None:
-    """Refuse layers that a biLM with ``n_layers`` output layers does not have, or named twice."""
     if not chosen or len(set(chosen)) != len(chosen) or not all(0 <= i < n_layers for i in chosen):
         raise ValueError(
             f"layers must name distinct biLM layers from 0 to {n_layers - 1} "

@@ -111,9 +111,7 @@ class ElmoListener(Model[InT, OutT]):
 
     def receive(self, batch_id: int, outputs: OutT, backprop: Callable[[OutT], InT]) -> None:
         """Store a training batch's layers and the upstream backprop callback."""
-        self._batch_id = batch_id
-        self._outputs = outputs
-        self._backprop = backprop
+        self._batch_id, self._outputs, self._backprop = batch_id, outputs, backprop
         self._init_sample = None
 
     def backprop_and_clear(self, d_outputs: OutT) -> InT:
@@ -122,15 +120,6 @@ class ElmoListener(Model[InT, OutT]):
         backprop = self._backprop
         self._batch_id = self._outputs = self._backprop = None
         return backprop(d_outputs) if backprop is not None else []
-
-    def verify_inputs(self, docs: InT) -> None:
-        batch_id = self.get_batch_id(docs)
-        if batch_id != self._batch_id:
-            raise ValueError(
-                f"The ELMo listener in '{self.component_name}' received a batch (id {batch_id}) other "
-                f"than the one its upstream 'elmo' processed (id {self._batch_id}); the 'elmo' "
-                "component must update on the same batch just before its listeners."
-            )
 
 
 def init(model: ElmoListener, X: Optional[InT] = None, Y: Optional[OutT] = None) -> None:
@@ -154,7 +143,12 @@ def forward(model: ElmoListener, docs: InT, is_train: bool) -> Tuple[OutT, Calla
     """The layers the upstream handed over (training) or left on the docs (prediction); zeros of
     the right shapes for the initialization sample only (see :func:`init`)."""
     if is_train and model._outputs is not None:  # received with its batch id (see receive)
-        model.verify_inputs(docs)
+        if (batch_id := model.get_batch_id(docs)) != model._batch_id:
+            raise ValueError(
+                f"The ELMo listener in '{model.component_name}' received a batch (id {batch_id}) other "
+                f"than the one its upstream 'elmo' processed (id {model._batch_id}); the 'elmo' "
+                "component must update on the same batch just before its listeners."
+            )
         return model._outputs, model.backprop_and_clear
     outputs = [doc._.get(FEATURES_ATTR) if Doc.has_extension(FEATURES_ATTR) else None for doc in docs]
     if all(output is not None for output in outputs):
@@ -166,15 +160,8 @@ def forward(model: ElmoListener, docs: InT, is_train: bool) -> Tuple[OutT, Calla
         # Only for shape inference during initialization: zeros of the right shape.
         shape = (model.get_dim("nL"), model.get_dim("nO"))
         return [model.ops.alloc3f(shape[0], len(doc), shape[1]) for doc in docs], no_backprop
-    raise missing_upstream(model)
-
-
-def missing_upstream(listener: ElmoListener) -> ValueError:
-    """The error for docs the upstream did not run on; for a named upstream, how a renamed one is found."""
-    message = MISSING_UPSTREAM.format(component=listener.component_name)
-    if listener.upstream_name != "*":
-        message += NAMED_UPSTREAM.format(upstream=listener.upstream_name)
-    return ValueError(message)
+    named = NAMED_UPSTREAM.format(upstream=model.upstream_name) if model.upstream_name != "*" else ""
+    raise ValueError(MISSING_UPSTREAM.format(component=model.component_name) + named)
 
 
 def release_read_features(docs: InT, listener_id: int) -> None:

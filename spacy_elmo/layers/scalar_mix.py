@@ -84,8 +84,9 @@ def forward(model: Model[InT, OutT], Xs: InT, is_train: bool) -> Tuple[OutT, Cal
         model.inc_grad("W", d_W.astype(W.dtype))
         model.inc_grad("gamma", ops.asarray1f([d_gamma]))
         dH = (gamma[0] * s)[:, None, None] * dY[None]
-        dX = _layer_norm_backprop(xp, dH, H, inv_std) if inv_std is not None else dH
-        return split_by_lengths(xp, dX, lengths, axis=1)
+        if inv_std is not None:  # through the layer norm
+            dH = inv_std * (dH - dH.mean(axis=-1, keepdims=True) - H * (dH * H).mean(axis=-1, keepdims=True))
+        return split_by_lengths(xp, dH, lengths, axis=1)
 
     return split_by_lengths(xp, Y, lengths, axis=0), backprop
 
@@ -115,10 +116,6 @@ def _layer_norm(xp, X: Floats3d) -> Tuple[Floats3d, Floats3d]:
     centered = X - X.mean(axis=-1, keepdims=True)
     inv_std = 1.0 / xp.sqrt((centered**2).mean(axis=-1, keepdims=True) + LAYER_NORM_EPS)
     return centered * inv_std, inv_std
-
-
-def _layer_norm_backprop(xp, dH: Floats3d, H: Floats3d, inv_std: Floats3d) -> Floats3d:
-    return inv_std * (dH - dH.mean(axis=-1, keepdims=True) - H * (dH * H).mean(axis=-1, keepdims=True))
 
 
 def mix_weights(model: Model[InT, OutT]) -> Floats1d:

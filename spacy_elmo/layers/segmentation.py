@@ -62,7 +62,9 @@ def plan_segments(docs: Sequence[Doc], window: int, overlap: int) -> SegmentPlan
         sources = numpy.full(len(doc), SKIPPED, dtype=numpy.int64)
         words = numpy.flatnonzero(doc.to_array(IS_SPACE) == 0) if len(doc) else numpy.zeros(0, dtype=numpy.int64)
         texts = [doc[int(i)].text for i in words]
-        for start, end in _stretches(doc):
+        # Token ranges processed independently: the sentences if known, else the whole doc.
+        whole = not len(doc) or not doc.has_annotation("SENT_START")
+        for start, end in [(0, len(doc))] if whole else [(sent.start, sent.end) for sent in doc.sents]:
             lo, hi = numpy.searchsorted(words, (start, end))
             for first, last, own_first, own_last in _windows(int(hi - lo), window, overlap):
                 plan.sentences.append(texts[lo + first : lo + last])
@@ -71,13 +73,6 @@ def plan_segments(docs: Sequence[Doc], window: int, overlap: int) -> SegmentPlan
                 offset += last - first
         plan.sources.append(sources)
     return plan
-
-
-def _stretches(doc: Doc) -> List[Tuple[int, int]]:
-    """Token ranges processed independently: the sentences if known, else the whole doc."""
-    if len(doc) and doc.has_annotation("SENT_START"):
-        return [(sent.start, sent.end) for sent in doc.sents]
-    return [(0, len(doc))]
 
 
 def _windows(length: int, window: int, overlap: int) -> List[Tuple[int, int, int, int]]:
@@ -110,7 +105,14 @@ class Placement:
 
     def __init__(self, flat: Floats3d, plan: SegmentPlan, doc_lengths: Sequence[int]) -> None:
         self.flat = flat
-        self.filled_token = token_of_position(plan, doc_lengths)
+        # For every position of the concatenated sentences, the output token (docs one after another)
+        # it fills, or -1 where it fills none (an overlap another window owns).
+        self.filled_token = numpy.full(plan.n_positions, -1, dtype=numpy.int64)
+        offset = 0
+        for sources, length in zip(plan.sources, doc_lengths):
+            tokens = numpy.flatnonzero(sources != SKIPPED)
+            self.filled_token[sources[tokens]] = offset + tokens
+            offset += length
         self.starts = numpy.cumsum([0] + [len(sentence) for sentence in plan.sentences])
 
     def write(self, sentences: Sequence[Tuple[int, int]], values: Floats3d) -> None:
@@ -118,37 +120,20 @@ class Placement:
         ``values[:, first : first + len(sentence i)]``, where ``values`` is (n_layers + 1, columns,
         width): a biLM batch's rows viewed as columns, or held layers side by side.
 
-        One scatter per layer, whatever the number of sentences (on a GPU, a scatter and two
-        copies per sentence were a large part of a training step); its temporary holds one layer
-        of the written positions, not a copy of the batch.
+        One scatter per layer, whatever the number of sentences; its temporary holds one layer of
+        the written positions, not a copy of the batch.
         """
         if not sentences:
             return
-        targets, columns = self._owned_positions(sentences)
-        if not len(targets):
-            return
-        xp = get_array_module(self.flat)
-        targets, columns = xp.asarray(targets), xp.asarray(columns)
-        for layer in range(self.flat.shape[0]):
-            self.flat[layer, targets] = values[layer, columns]
-
-    def _owned_positions(self, sentences: Sequence[Tuple[int, int]]) -> Tuple[numpy.ndarray, numpy.ndarray]:
-        """The output tokens the sentences' positions fill, and the value columns they take: both
-        (n_written,) int64, on the host, positions that fill no token of theirs left out."""
+        # The output tokens the positions fill and the value columns they take, on the host; positions
+        # that fill no token of theirs left out.
         starts = self.starts
         targets = numpy.concatenate([self.filled_token[starts[i] : starts[i + 1]] for i, _ in sentences])
         columns = numpy.concatenate([numpy.arange(first, first + starts[i + 1] - starts[i]) for i, first in sentences])
         owned = targets >= 0
-        return targets[owned], columns[owned]
-
-
-def token_of_position(plan: SegmentPlan, doc_lengths: Sequence[int]) -> numpy.ndarray:
-    """For every position of the concatenated sentences, (n_positions,) int64: the output token
-    (docs one after another) it fills, or -1 where it fills none (an overlap another window owns)."""
-    filled = numpy.full(plan.n_positions, -1, dtype=numpy.int64)
-    offset = 0
-    for sources, length in zip(plan.sources, doc_lengths):
-        tokens = numpy.flatnonzero(sources != SKIPPED)
-        filled[sources[tokens]] = offset + tokens
-        offset += length
-    return filled
+        if not owned.any():
+            return
+        xp = get_array_module(self.flat)
+        targets, columns = xp.asarray(targets[owned]), xp.asarray(columns[owned])
+        for layer in range(self.flat.shape[0]):
+            self.flat[layer, targets] = values[layer, columns]

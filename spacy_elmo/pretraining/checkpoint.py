@@ -1,9 +1,8 @@
 """Checkpoints: everything a run needs to continue exactly where it stopped.
 
-One file, ``OUTPUT_DIR/checkpoint.pt``, replaced atomically (see :mod:`spacy_elmo.fileio`),
-so a kill or a full disk at any moment leaves either the previous checkpoint or the new one. It holds only
-tensors and plain containers and is read
-with ``torch.load(weights_only=True)``: loading a checkpoint never runs pickled code.
+One file, ``OUTPUT_DIR/checkpoint.pt``, replaced atomically (see :mod:`spacy_elmo.fileio`), so a kill
+or a full disk at any moment leaves either the previous checkpoint or the new one. It holds only tensors
+and plain containers, read with ``torch.load(weights_only=True)``: loading one never runs pickled code.
 
 SIGINT (Ctrl-C) and SIGTERM (a scheduler, torchrun stopping its workers) during the loop only
 ask the run to stop (:func:`stop_requests`): it saves a checkpoint at the end of the step, then
@@ -26,8 +25,6 @@ from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, OutputError, atomic_path, remov
 
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT_VERSION = 1
-
-
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 

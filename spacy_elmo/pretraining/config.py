@@ -90,9 +90,7 @@ class TrainingConfig:
     def updated(self, **overrides: Any) -> "TrainingConfig":
         """A copy with the given fields changed; ``None`` values leave a field as it is,
         except for max_steps / max_time, which are None when unbounded."""
-        names = {f.name for f in fields(self)}
-        unknown = set(overrides) - names
-        if unknown:
+        if unknown := set(overrides) - {f.name for f in fields(self)}:
             raise ValueError(f"unknown training setting(s): {sorted(unknown)}")
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
@@ -151,8 +149,7 @@ PRESETS: Dict[str, Preset] = {
         _CPU_TRAINING,
         "sized for training on a CPU",
     ),
-    # The published Small sizes (ElmoOptions' defaults) with a char CNN of 1,024 filters (not 2,048), trained as
-    # `small`.
+    # The published Small sizes (ElmoOptions' defaults), a char CNN of 1,024 filters (not 2,048), trained as `small`.
     "base": Preset(
         ElmoOptions(filters=((1, 32), (2, 64), (3, 128), (4, 256), (5, 256), (6, 288))),
         _CPU_TRAINING,

@@ -93,7 +93,13 @@ def find_continuation(weight_file: PathLike) -> Optional[Continuation]:
     vocab_path, softmax_path = directory / VOCAB_NAME, directory / SOFTMAX_NAME
     if not (vocab_path.exists() and softmax_path.exists()):
         return None
-    vocab = read_vocab(vocab_path)
+    lines = vocab_path.read_text(encoding="utf8").splitlines()  # bilm-tf's file, as Vocabulary.to_file writes it
+    if tuple(lines[: len(MARKER_NAMES)]) != MARKER_NAMES:
+        raise ValueError(
+            f"{vocab_path} does not start with the markers {', '.join(MARKER_NAMES)}: not a vocabulary of "
+            "spacy-elmo pretrain"
+        )
+    vocab = Vocabulary(lines[len(MARKER_NAMES) :])
     try:
         with h5py.File(softmax_path, "r") as f:
             weight, bias = f["weight"][...].astype(numpy.float32), f["bias"][...].astype(numpy.float32)
@@ -107,16 +113,6 @@ def find_continuation(weight_file: PathLike) -> Optional[Continuation]:
             f"{len(vocab)} entries: they come from different runs; remove both to start a new softmax"
         )
     return Continuation(vocab, weight, bias)
-
-
-def read_vocab(path: Path) -> Vocabulary:
-    """bilm-tf's vocabulary file as :meth:`Vocabulary.to_file` writes it."""
-    lines = path.read_text(encoding="utf8").splitlines()
-    if tuple(lines[: len(MARKER_NAMES)]) != MARKER_NAMES:
-        raise ValueError(
-            f"{path} does not start with the markers {', '.join(MARKER_NAMES)}: not a vocabulary of spacy-elmo pretrain"
-        )
-    return Vocabulary(lines[len(MARKER_NAMES) :])
 
 
 def load_softmax(softmax: SharedSoftmax, continuation: Continuation) -> None:

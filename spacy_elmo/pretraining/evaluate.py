@@ -13,7 +13,7 @@ like ``BiLM(state="carry")``; the first ones start from zero).
 """
 
 import math
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Sequence
 
 import torch
 
@@ -41,21 +41,26 @@ def heldout_perplexity(
         raise ValueError("held-out perplexity needs at least one document")
     was_training = bilm.training
     bilm.eval()
-    nll = torch.zeros(2, dtype=torch.float64)
-    count = 0
+    nll = torch.zeros(2, dtype=torch.float64)  # [forward, backward]
+    count = 0  # targets per direction
     carried = bilm.runtime.initial_state(batch_size, "zero")  # what "carry" continues from: zeros at first
     try:
         with torch.no_grad():
+            dtype = bilm.runtime.resolved_precision.dtype  # inference's, without gradients
             for start in range(0, len(documents), batch_size):
                 batch = documents[start : start + batch_size]
                 state = bilm.runtime.initial_state(len(batch), initial, carried)
                 output = bilm(batch, state=state)
-                carried = output.state
-                batch_nll, batch_count = _document_nll(
-                    output.layers[-1], output.lengths, batch, softmax, vocab, bilm.runtime.resolved_precision.dtype
-                )
-                nll += batch_nll
-                count += batch_count
+                carried, top = output.state, output.layers[-1]  # top: (batch, time, 2P), boundaries included
+                ids = torch.full(top.shape[:2], BOS, dtype=torch.int64)  # (batch, time): <S> w1 .. wn </S>
+                for row, document in enumerate(batch):
+                    ids[row, 1 : len(document) + 2] = torch.cat([vocab.ids(document), torch.tensor([EOS])])
+                ids, dim = ids.to(top.device), top.shape[-1] // 2
+                valid = torch.arange(top.shape[1] - 1, device=top.device) < (output.lengths.unsqueeze(1) - 1)
+                forward = softmax.full_nll(top[:, :-1, :dim][valid], ids[:, 1:][valid], dtype)
+                backward = softmax.full_nll(top[:, 1:, dim:][valid], ids[:, :-1][valid], dtype)
+                nll += torch.stack([forward.double().sum(), backward.double().sum()]).cpu()
+                count += int(valid.sum())
     finally:
         bilm.train(was_training)
     mean = nll / count
@@ -65,28 +70,3 @@ def heldout_perplexity(
         "average": math.exp(mean.mean()),
         "targets": count,
     }
-
-
-def _document_nll(
-    top: torch.Tensor,
-    lengths: torch.Tensor,
-    documents: Sequence[Sequence[str]],
-    softmax: SharedSoftmax,
-    vocab: Vocabulary,
-    dtype: torch.dtype,
-) -> Tuple[torch.Tensor, int]:
-    """NLL sums (2,) float64 [forward, backward] of a batch, and its number of targets per direction.
-
-    ``top``: (batch, time, 2P), boundaries included, as BiLM.forward returns it; ``dtype``: of
-    the softmax product, the biLM's.
-    """
-    dim = top.shape[-1] // 2
-    ids = torch.full(top.shape[:2], BOS, dtype=torch.int64)  # (batch, time): <S> w1 .. wn </S>
-    for row, document in enumerate(documents):
-        ids[row, 1 : len(document) + 2] = torch.cat([vocab.ids(document), torch.tensor([EOS])])
-    ids = ids.to(top.device)
-    valid = torch.arange(top.shape[1] - 1, device=top.device) < (lengths.unsqueeze(1) - 1)  # (batch, time - 1)
-    forward = softmax.full_nll(top[:, :-1, :dim][valid], ids[:, 1:][valid], dtype)
-    backward = softmax.full_nll(top[:, 1:, dim:][valid], ids[:, :-1][valid], dtype)
-    sums = torch.stack([forward.double().sum(), backward.double().sum()]).cpu()
-    return sums, int(valid.sum())

@@ -83,16 +83,6 @@ class BiLMLoss(nn.Module):
         return self.bilm.lstm.zero_state(batch_size, self.softmax.weight)
 
 
-def detach(state: LSTMState) -> LSTMState:
-    """Cut the graph at a window boundary (truncated back-propagation through time)."""
-    return LSTMState(state.hidden.detach(), state.memory.detach())
-
-
-def mean_loss(sums: Tensor, counts: Tensor) -> Tensor:
-    """The training objective: the mean of the two directions' mean NLL per scored target."""
-    return (sums / counts.clamp(min=1)).mean()
-
-
 def load_init_tokens(
     config: TrainingConfig,
     init_tokens_from: Optional[PathLike],
@@ -160,9 +150,8 @@ def data_parallel(objective: nn.Module) -> DistributedDataParallel:
     No buffer changes in training: the LSTMs' forget biases and the init-tokens targets (the static
     vectors, (n_words, width)) are constants, and a run drops the biLM's warm states (they are
     recomputed at export). DDP's default would broadcast them all from rank 0 before every forward
-    pass. torch >= 2.13 names the switch ``forward_sync_buffers`` and still syncs buffers once at
-    construction; older versions name it ``broadcast_buffers``, which skips that sync too: harmless,
-    as every process builds the same constants from the same configuration and files.
+    pass. torch >= 2.13 names the switch ``forward_sync_buffers`` (buffers still sync once at
+    construction), older ones ``broadcast_buffers`` (no sync at all: harmless, every process builds the same).
     """
     if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters:
         return DistributedDataParallel(objective, forward_sync_buffers=False)

@@ -57,7 +57,7 @@ class Checkpointed:
             "world": self.env.world,
             "config": self.config.to_dict(),
             "options": self.bilm.options.to_dict(),
-            "vocab": self.vocab.to_list(),
+            "vocab": list(self.vocab.words),  # after the markers, in id order
             "bilm": self.bilm.state_dict(),
             "softmax": self.loss.softmax.state_dict(),
             "vectors_head": init_tokens.head.state_dict() if init_tokens is not None else None,

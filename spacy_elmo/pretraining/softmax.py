@@ -64,7 +64,8 @@ class SharedSoftmax(nn.Module):
         logits come from a product in ``dtype``; the targets' (one dot product per row) stay
         float32.
         """
-        log_q = log_expected_count(self.vocab_size, negatives.numel(), hidden.device)
+        # log(n_negatives * P(k)) for every id k: the sampled-softmax correction.
+        log_q = torch.log(log_uniform_probs(self.vocab_size, hidden.device) * negatives.numel())
         true_logits = (hidden * self.weight[targets]).sum(-1) + self.bias[targets]
         neg_logits = _logits(hidden, self.weight[negatives].to(dtype), self.bias[negatives]) - log_q[negatives]
         neg_logits = neg_logits.masked_fill(targets.unsqueeze(1) == negatives.unsqueeze(0), float("-inf"))
@@ -86,11 +87,6 @@ def log_uniform_probs(vocab_size: int, device: torch.device) -> Tensor:
     """P(k) = (log(k + 2) - log(k + 1)) / log(vocab_size + 1) for ids k; (vocab_size,) float32."""
     k = torch.arange(vocab_size, device=device, dtype=torch.float64)
     return ((torch.log(k + 2) - torch.log(k + 1)) / math.log(vocab_size + 1)).float()
-
-
-def log_expected_count(vocab_size: int, n_samples: int, device: torch.device) -> Tensor:
-    """log(n_samples * P(k)) for every id: the sampled-softmax correction. (vocab_size,)."""
-    return torch.log(log_uniform_probs(vocab_size, device) * n_samples)
 
 
 def sample_log_uniform(vocab_size: int, n_samples: int, device: torch.device) -> Tensor:

@@ -91,8 +91,7 @@ class ResumedStart(FreshStart):
         return Vocabulary(self.checkpoint["vocab"])
 
     def restore(self, run: Checkpointed) -> None:
-        """Weights, optimizer, data position, LSTM state and RNG of the checkpoint (:meth:`Checkpointed.restore`)."""
-        run.restore(self.checkpoint)
+        run.restore(self.checkpoint)  # weights, optimizer, data position, LSTM state and RNG
 
 
 def run_start(output_dir: Path, resume: bool, init_from: Optional[Tuple[PathLike, PathLike]]) -> FreshStart:

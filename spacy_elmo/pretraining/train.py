@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from ..bilm import BiLM, ElmoOptions
+from ..bilm import BiLM, ElmoOptions, LSTMState
 from ..bilm.model.states import STATE_MODES, StateMode
 from ..bilm.precision.autotune import cpu_auto_precision
 from ..bilm.precision.resolved import ResolvedPrecision
@@ -36,7 +36,7 @@ from .corpus import CorpusReader, read_documents
 from .distributed import Distributed, all_sum, init_distributed, shutdown
 from .evaluate import heldout_perplexity
 from .init_tokens import InitTokens
-from .lm import BiLMLoss, Objective, data_parallel, detach, fit_token_encoder, load_init_tokens, mean_loss
+from .lm import BiLMLoss, Objective, data_parallel, fit_token_encoder, load_init_tokens
 from .resume import Checkpointed
 from .runlog import RunLog, interval_record, progress_postfix
 from .start import run_start
@@ -175,7 +175,10 @@ class Trainer(Checkpointed):
             self.elapsed += time.perf_counter() - started
             bar.update(1)
             if self.step % config.log_every == 0:
-                record = self._log_interval(interval, interval_tokens, time.perf_counter() - interval_start)
+                rate = interval_tokens / max(time.perf_counter() - interval_start, 1e-9)
+                total = all_sum(self.env, interval)  # the interval summed over all processes
+                record = interval_record(total, self.step, self.stream.epoch, rate, self.tokens, self.elapsed)
+                self.log.write(record)
                 bar.set_postfix(progress_postfix(record, config.max_time, self.elapsed), refresh=False)
                 interval.zero_()
                 interval_start, interval_tokens = time.perf_counter(), 0
@@ -193,12 +196,13 @@ class Trainer(Checkpointed):
         batch = self.stream.next_batch()
         self.model.train()
         sums, counts, final, distance = self.model(batch, self.state)
-        loss = mean_loss(sums, counts) + self.config.init_tokens_weight * distance  # distance 0 unless kept
+        # The mean of the two directions' mean NLL per scored target, + the distance (0 unless kept).
+        loss = (sums / counts.clamp(min=1)).mean() + self.config.init_tokens_weight * distance
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.objective.parameters(), self.config.clip_norm)
         self.optimizer.step()
-        self.state = detach(final)
+        self.state = LSTMState(final.hidden.detach(), final.memory.detach())  # truncated backprop through time
         has_distance = float(self.objective.init_tokens is not None)
         return sums, counts, torch.stack([distance.detach(), distance.new_tensor(has_distance)])
 
@@ -224,22 +228,13 @@ class Trainer(Checkpointed):
         )
 
     # ------------------------------------------------------------------ reporting
-    def _log_interval(self, interval: Tensor, tokens: int, seconds: float) -> Dict[str, Any]:
-        """Sum the interval over all processes and log it."""
-        total, rate = all_sum(self.env, interval), tokens / max(seconds, 1e-9)
-        record = interval_record(total, self.step, self.stream.epoch, rate, self.tokens, self.elapsed)
-        self.log.write(record)
-        return record
-
     def _evaluate(self, initial_states: Sequence[StateMode] = ("zero",)) -> Dict[str, Any]:
         """Held-out perplexity (rank 0 only); logged as an ``"eval"`` record."""
         if not self.env.is_main:
             return {}
-        record: Dict[str, Any] = {"step": self.step, "eval": {}}
-        for initial in initial_states:
-            record["eval"][initial] = heldout_perplexity(
-                self.bilm, self.loss.softmax, self.vocab, self.dev_documents, initial, batch_size=self.rows
-            )
+        bilm, softmax, vocab, docs = self.bilm, self.loss.softmax, self.vocab, self.dev_documents
+        evals = {s: heldout_perplexity(bilm, softmax, vocab, docs, s, batch_size=self.rows) for s in initial_states}
+        record: Dict[str, Any] = {"step": self.step, "eval": evals}
         self.log.write(record)
         return record
 
@@ -275,10 +270,7 @@ class Trainer(Checkpointed):
         decided = None
         if self.env.is_main:
             measured = functools.partial(cpu_auto_precision, bilm, training=True)  # called on a CPU only
-            resolved = ResolvedPrecision.resolve(
-                self.config.precision, self.env.device, training=True, measured=measured
-            )
-            decided = resolved.precision
+            decided = ResolvedPrecision.resolve(self.config.precision, self.env.device, True, measured).precision
         bilm.runtime.precision = self.env.broadcast(decided)
         if self.progress and self.config.precision == "auto":
             tqdm.write(f"precision auto: the matrix products run in {bilm.runtime.precision} here")
@@ -308,15 +300,14 @@ class Trainer(Checkpointed):
         words: Optional[List[str]] = None
         if self.env.is_main:
             documents = tqdm(self.reader.texts(), desc="counting words", unit="doc", disable=not self.progress)
-            words = Vocabulary.build(documents, self.config.vocab_size, self.config.min_count).to_list()
+            words = Vocabulary.build(documents, self.config.vocab_size, self.config.min_count).words
         return Vocabulary(self.env.broadcast(words))
 
     def _dev_documents(self, dev_path: Optional[PathLike]) -> List[List[str]]:
         if dev_path is None or not self.env.is_main:
             return []
-        documents = read_documents(
-            CorpusReader(dev_path, self.config.lang, self.config.paragraphs), self.config.eval_tokens
-        )
+        reader = CorpusReader(dev_path, self.config.lang, self.config.paragraphs)
+        documents = read_documents(reader, self.config.eval_tokens)
         if not documents:
             raise ValueError(f"the held-out corpus {dev_path} has no documents")
         return documents

@@ -48,10 +48,6 @@ class Vocabulary:
         get = self._ids.get
         return torch.tensor([get(t, UNK) for t in tokens], dtype=torch.int64)
 
-    def to_list(self) -> List[str]:
-        """Plain form for checkpoints: the words after the markers, in id order."""
-        return list(self.words)
-
     def to_file(self, path: PathLike) -> None:
         """bilm-tf's vocabulary file: one word per line, markers first, in id order."""
         with open(path, "w", encoding="utf8") as f:

@@ -166,12 +166,9 @@ class Extractor:
         path = target.joinpath(*relative.parts)
         _inside(target, path, name, label)
         path.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
         try:
-            fd = os.open(
-                path,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0),
-                0o644,
-            )
+            fd = os.open(path, flags, 0o644)
         except FileExistsError as err:
             raise ArchiveError(f"{label}: the member {name!r} comes twice (or clashes with a directory)") from err
         digest = hashlib.sha256()

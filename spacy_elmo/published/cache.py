@@ -85,9 +85,8 @@ class CachedSource(Protocol[Fetched_co]):
 
 
 def cache_root() -> Path:
-    """Where downloaded biLMs are kept: ``SPACY_ELMO_CACHE``, else the user's cache directory for
-    spacy-elmo as :func:`platformdirs.user_cache_dir` gives it for this system (on Linux
-    ``$XDG_CACHE_HOME/spacy-elmo``, else ``~/.cache/spacy-elmo``)."""
+    """Where downloaded biLMs are kept: ``SPACY_ELMO_CACHE``, else the user's cache directory as
+    :func:`platformdirs.user_cache_dir` gives it (the module docstring lists it per system)."""
     return download_settings().cache_dir or Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
 
 

@@ -149,8 +149,7 @@ class Downloader:
         Raises :class:`DownloadError`; ``part`` is deleted when its content is wrong and kept when
         the network gave up mid-file, so that the next call continues where this one stopped.
         """
-        digest = _Digest()
-        failures = 0
+        digest, failures = _Digest(), 0
         timeout = (min(self.connect_timeout_seconds, self.timeout_seconds), self.timeout_seconds)
         bar = tqdm(
             total=expected_bytes,
@@ -341,9 +340,7 @@ def _unreachable_reason(error: BaseException) -> Optional[str]:
     if not any(isinstance(e, (urllib3.exceptions.ConnectTimeoutError, ConnectionRefusedError)) for e in causes):
         return None
     system = [e for e in causes if isinstance(e, OSError) and not isinstance(e, requests.exceptions.RequestException)]
-    if not system:
-        return _reason(error)
-    return system[0].strerror or str(system[0])
+    return (system[0].strerror or str(system[0])) if system else _reason(error)
 
 
 def _reason(error: BaseException) -> str:

@@ -42,13 +42,6 @@ def is_manylangs_directory(directory: Path) -> bool:
     return sum((directory / name).is_file() for name in MANYLANGS_FILES) >= 2
 
 
-def model_format(directory: Path) -> Optional[str]:
-    """:data:`STANDARD` or :data:`MANYLANGS` for a directory holding a model (the standard pair wins), else None."""
-    if standard_pair(directory) is not None:
-        return STANDARD
-    return MANYLANGS if is_manylangs_directory(directory) else None
-
-
 def find_model_directory(root: Path, label: str) -> Tuple[Path, str]:
     """The one directory under ``root`` (``root`` included) that holds a model, and its format.
 
@@ -61,9 +54,10 @@ def find_model_directory(root: Path, label: str) -> Tuple[Path, str]:
         folders[:] = sorted(f for f in folders if f not in _IGNORED_FOLDERS and not f.startswith("."))
         directory = Path(current)
         files.extend(str((directory / name).relative_to(root)) for name in sorted(names))
-        kind = model_format(directory)
-        if kind is not None:
-            found.append((directory, kind))
+        if standard_pair(directory) is not None:  # the standard pair wins
+            found.append((directory, STANDARD))
+        elif is_manylangs_directory(directory):
+            found.append((directory, MANYLANGS))
     if len(found) == 1:
         return found[0]
     if not found:

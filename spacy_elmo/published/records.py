@@ -8,9 +8,7 @@ the file that was checked, without being read. One whose size or time differ is 
 same bytes (a copy, a ``touch``) are recorded anew and used; other bytes are an error that names
 the file and the fix. ``verify`` hashes every file whatever its size and time say.
 
-The recorded time is settled a few seconds in the past, on a whole even second (see
-:func:`settled`), so that a later write shows even where file times are coarse (within a clock
-tick, FAT's 2 s) and a copy that keeps times to the second (``tar``, ``cp -p``) still matches.
+The recorded time is settled a few seconds in the past, on a whole even second: :func:`settled` says why.
 """
 
 import hashlib
@@ -136,8 +134,8 @@ def settled(path: Path) -> Tuple[int, int]:
 
     A write after the record then always gives another time: file times advance by clock ticks
     (a few milliseconds on Linux, 2 s on FAT), so a write in the same tick as the download's last
-    one would keep its time. Whole even seconds survive copies that keep times coarsely. Where
-    the time cannot be set, it is recorded as it is.
+    one would keep its time. Whole even seconds survive copies that keep times coarsely (``tar``,
+    ``cp -p``). Where the time cannot be set, it is recorded as it is.
     """
     stat = path.stat()
     settled_s = (time.time_ns() // 1_000_000_000 - SETTLE_SECONDS) // 2 * 2

@@ -285,11 +285,7 @@ BUILTIN: Dict[str, PublishedModel] = {
         _norelmo("norelmo-wiki", 211, "tokenized Norwegian Wikipedia (September 2020), about 160 M words"),
         _norelmo("norelmo30", 217, "NorBERT's corpus (Wikipedia + Norsk Aviskorpus), 30 000-word target vocabulary"),
         _norelmo("norelmo100", 218, "NorBERT's corpus (Wikipedia + Norsk Aviskorpus), 100 000-word target vocabulary"),
-        _embeddia("hr"),
-        _embeddia("et"),
-        _embeddia("fi"),
-        _embeddia("lv"),
-        _embeddia("lt"),
+        *(_embeddia(language) for language in ("hr", "et", "fi", "lv", "lt")),
         _embeddia("sl", "https://www.clarin.si/repository/xmlui/bitstream/handle/11356/1277/slovenian-elmo.tar.gz"),
         _embeddia("sv"),
     )
@@ -312,10 +308,9 @@ _ALTERNATES = {"options_url": "alternate_options_url", "weights_url": "alternate
 
 def registered_models() -> Dict[str, PublishedModel]:
     """The built-in entries, updated by the file that ``SPACY_ELMO_MODELS`` names (read at each call)."""
-    path = download_settings().models_file
+    path, models = download_settings().models_file, dict(BUILTIN)
     if path is None:
-        return dict(BUILTIN)
-    models = dict(BUILTIN)
+        return models
     for name, fields in _read_overrides(path).items():
         base = models.get(name, PublishedModel(name))
         dropped: Dict[str, Any] = {

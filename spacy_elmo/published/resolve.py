@@ -9,10 +9,9 @@
   ``.tar.bz2``) holding a model, cached like a name. ``file://`` is a local path.
 - DIRECTORY: ``options.json`` + ``weights.hdf5``, or one ``*options*.json`` and one
   ``*weights*.hdf5`` (or only one ``*.hdf5``) as AllenNLP and the NLPL repository name them; or an
-  ELMoForManyLangs model (``config.json``,
-  ``char.dic``, ``word.dic``, ``token_embedder.pkl``, ``encoder.pkl``: :func:`manylangs_directory`,
-  loaded by ``BiLM.from_pretrained``). A registry name wins over a directory of the same
-  name: write ``./small`` for the directory.
+  ELMoForManyLangs model (``config.json``, ``char.dic``, ``word.dic``, ``token_embedder.pkl``,
+  ``encoder.pkl``: :func:`manylangs_directory`, loaded by ``BiLM.from_pretrained``). A registry
+  name wins over a directory of the same name: write ``./small`` for the directory.
 
 Separate ``options_file`` / ``weight_file`` may each be a path or a URL (:func:`resolve_files`).
 ``check`` loads a downloaded pair before it is kept (``BiLM.from_files``: see :mod:`.cache`);
@@ -109,9 +108,7 @@ def resolve_pretrained(
     if source is not None:
         with _noted(spec):
             return fetch(source, check, progress=progress)
-    if spec in PRETRAINED:
-        return pretrained_files(spec)
-    return directory_files(spec)
+    return pretrained_files(spec) if spec in PRETRAINED else directory_files(spec)
 
 
 def resolve_files(options_file: str, weight_file: str, check: Check, progress: bool = True) -> Tuple[Path, Path]:
@@ -216,10 +213,9 @@ def source_for(spec: str) -> Optional[Union[Source, ArchiveSource]]:
     if model is not None and not model.bundled:
         return named_source(model)
     if model is None and is_remote(spec):
-        path = urllib.parse.urlsplit(spec).path
+        path, fix = urllib.parse.urlsplit(spec).path, f"run `spacy-elmo download {spec} --force`"
         if path.lower().endswith(ARCHIVE_SUFFIXES):
-            directory = _url_directory(spec)
-            return ArchiveSource(spec, spec, directory, f"run `spacy-elmo download {spec} --force`")
+            return ArchiveSource(spec, spec, _url_directory(spec), fix)
         if re.search(r"\.(json|hdf5|h5)$", path):
             raise ValueError(
                 f"pretrained = {spec!r} names one file; a URL there is a directory holding options.json and "
@@ -227,14 +223,7 @@ def source_for(spec: str) -> Optional[Union[Source, ArchiveSource]]:
                 "and weight_file to their URLs"
             )
         base = spec.rstrip("/")
-        directory = _url_directory(base)
-        return Source(
-            spec,
-            f"{base}/{OPTIONS_NAME}",
-            f"{base}/{WEIGHTS_NAME}",
-            directory,
-            f"run `spacy-elmo download {spec} --force`",
-        )
+        return Source(spec, f"{base}/{OPTIONS_NAME}", f"{base}/{WEIGHTS_NAME}", _url_directory(base), fix)
     return None
 
 
@@ -247,19 +236,10 @@ def named_source(model: PublishedModel) -> Union[Source, ArchiveSource]:
         )
     assert model.options_url is not None and model.weights_url is not None, model.name
     return Source(
-        model.name,
-        model.options_url,
-        model.weights_url,
-        cache_root() / model.name,
-        fix,
-        model.weights_bytes,
-        model.weights_sha256,
-        model.alternate_options_url,
-        model.alternate_weights_url,
-        model.options_md5,
-        model.weights_md5,
-        model.weights_sha1,
-    )
+        model.name, model.options_url, model.weights_url, cache_root() / model.name, fix, model.weights_bytes,
+        model.weights_sha256, model.alternate_options_url, model.alternate_weights_url, model.options_md5,
+        model.weights_md5, model.weights_sha1,
+    )  # fmt: skip
 
 
 def manylangs_directory(spec: str) -> Optional[Path]:
@@ -321,12 +301,8 @@ def _url_directory(url: str, suffix: str = "", extra: str = "") -> Path:
     parts = urllib.parse.urlsplit(url)
     path = parts.path[: -len(suffix)] if suffix and parts.path.endswith(suffix) else parts.path
     segments = [re.sub(r"[^A-Za-z0-9._-]", "_", s) for s in path.split("/") if s not in ("", ".", "..")]
-    leaf = "-".join(filter(None, [segments.pop() if segments else "root", _short_hash(parts.query, extra)]))
+    text = f"{parts.query}\n{extra}"  # 8 hex digits of it tell apart URLs whose readable part is the same
+    digest = hashlib.sha256(text.encode("utf8")).hexdigest()[:8] if text.strip() else ""
+    leaf = "-".join(filter(None, [segments.pop() if segments else "root", digest]))
     host = re.sub(r"[^A-Za-z0-9._-]", "_", parts.netloc)
     return cache_root().joinpath("urls", host, *segments, leaf)
-
-
-def _short_hash(*texts: str) -> str:
-    """8 hex digits that tell apart URLs whose readable part is the same; empty when there is nothing to tell."""
-    text = "\n".join(texts)
-    return hashlib.sha256(text.encode("utf8")).hexdigest()[:8] if text.strip() else ""

@@ -42,8 +42,7 @@ class DownloadSettings:
 def download_settings(environ: Optional[Mapping[str, str]] = None) -> DownloadSettings:
     """The settings as ``environ`` (default: this process's environment, read now) sets them."""
     env = os.environ if environ is None else environ
-    cache_dir = env.get(CACHE_ENV)
-    models_file = env.get(MODELS_ENV)
+    cache_dir, models_file = env.get(CACHE_ENV), env.get(MODELS_ENV)
     return DownloadSettings(
         cache_dir=Path(cache_dir).expanduser() if cache_dir else None,
         offline=env.get(OFFLINE_ENV, "").strip().lower() in OFFLINE_VALUES,

@@ -177,11 +177,8 @@ class ArchiveSource:
         return isinstance(model, str) and isinstance(kind, str) and records.is_inside(model)
 
     def wanted(self, record: Record) -> bool:
-        archive = record.get("archive") or {}
-        return self.archive_sha256 in (None, archive.get("sha256")) and self.archive_bytes in (
-            None,
-            archive.get("bytes"),
-        )
+        got = record.get("archive") or {}
+        return self.archive_sha256 in (None, got.get("sha256")) and self.archive_bytes in (None, got.get("bytes"))
 
     def result(self, record: Record) -> Tuple[Path, str]:
         return self.directory / record["model"], record["format"]

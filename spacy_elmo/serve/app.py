@@ -115,21 +115,12 @@ def json_body(content: Any) -> bytes:
     return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
-async def invalid_request(request: Request, error: RequestValidationError) -> Response:
-    """422: where and what, without echoing the input (FastAPI's own handler does, and fails on a
-    text that no encoding holds, or repeats a large body)."""
-    detail = [{"type": e["type"], "loc": list(e["loc"]), "msg": e["msg"]} for e in error.errors()]
-    return Response(json_body({"detail": detail}), status_code=422, media_type="application/json")
-
-
 class BodyLimit:
     """Reads a POST's body up to ``max_bytes`` before the application parses it: a larger one is
     a 413 without reading the rest (FastAPI would read and parse any size)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, metrics: ServiceMetrics) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-        self.metrics = metrics
+        self.app, self.max_bytes, self.metrics = app, max_bytes, metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -158,17 +149,15 @@ class RequestIds:
     request and its seconds by route and status."""
 
     def __init__(self, app: ASGIApp, metrics: ServiceMetrics, routes: List[str]) -> None:
-        self.app = app
-        self.metrics = metrics
-        self.routes = set(routes)
+        self.app, self.metrics, self.routes = app, metrics, set(routes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = (
-            client_request_id(dict(scope["headers"]).get(REQUEST_ID_HEADER.lower().encode())) or uuid.uuid4().hex
-        )
+        client_id = dict(scope["headers"]).get(REQUEST_ID_HEADER.lower().encode()) or b""
+        usable = 0 < len(client_id) <= MAX_REQUEST_ID and all(0x21 <= byte <= 0x7E for byte in client_id)
+        request_id = client_id.decode("ascii") if usable else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
         began, status = time.perf_counter(), 500
 
@@ -190,14 +179,6 @@ class RequestIds:
             line = '%s %s "%s %s" %d %.1f ms'
             args = (request_id, client[0], scope["method"], scope["path"], status, 1000 * seconds)
             access_logger.info(line, *args, extra={"request_id": request_id})
-
-
-def client_request_id(value: Optional[bytes]) -> Optional[str]:
-    """A client's request id where it is usable in a header and a log line: printable ASCII, at
-    most :data:`MAX_REQUEST_ID` characters; else None (the server makes one)."""
-    if not value or len(value) > MAX_REQUEST_ID or not all(0x21 <= byte <= 0x7E for byte in value):
-        return None
-    return value.decode("ascii")
 
 
 def request_timeout(header: Optional[str], server_timeout: float) -> float:
@@ -272,18 +253,17 @@ def create_app(
     app.add_middleware(RequestIds, metrics=metrics, routes=["/pipe", "/health", "/health/live", "/metrics"])
 
     async def invalid(request: Request, error: RequestValidationError) -> Response:
+        """422: where and what, without echoing the input (FastAPI's own handler does, and fails on a
+        text that no encoding holds, or repeats a large body)."""
         metrics.refusals.labels("invalid").inc()
-        return await invalid_request(request, error)
+        detail = [{"type": e["type"], "loc": list(e["loc"]), "msg": e["msg"]} for e in error.errors()]
+        return Response(json_body({"detail": detail}), status_code=422, media_type="application/json")
 
     # starlette types a handler's error as any Exception; this one gets its own class only
     app.add_exception_handler(RequestValidationError, invalid)  # type: ignore[arg-type]
-    _add_routes(app, worker, limits, request_timeout_s, metrics)
-    return app
-
-
-def _add_routes(app: FastAPI, worker: Worker, limits: RequestLimits, timeout_s: float, metrics: ServiceMetrics) -> None:
     _add_watch_routes(app, worker, metrics)
-    _add_pipe_route(app, worker, limits, timeout_s, metrics)
+    _add_pipe_route(app, worker, limits, request_timeout_s, metrics)
+    return app
 
 
 def _add_watch_routes(app: FastAPI, worker: Worker, metrics: ServiceMetrics) -> None:
@@ -319,11 +299,7 @@ def _add_watch_routes(app: FastAPI, worker: Worker, metrics: ServiceMetrics) -> 
 def _add_pipe_route(
     app: FastAPI, worker: Worker, limits: RequestLimits, timeout_s: float, metrics: ServiceMetrics
 ) -> None:
-    refusals: Dict[int | str, Dict[str, Any]] = {
-        400: {"model": Problem},
-        413: {"model": Problem},
-        503: {"model": Problem},
-    }
+    refusals: Dict[int | str, Dict[str, Any]] = {status: {"model": Problem} for status in (400, 413, 503)}
 
     def refuse(status: int, reason: str, detail: str, retry_after: int) -> HTTPException:
         metrics.refusals.labels(reason).inc()

@@ -8,12 +8,10 @@ well above its live memory, and keeps rising. ``malloc_trim(0)`` after each batc
 free page of every arena (docs/serving.md#memory has the figures); elsewhere than glibc it does
 not exist and nothing is done.
 
-A serving process holds hundreds of thousands of Python objects (torch, spaCy, the HTTP stack),
-and a full collection walks every one of them, for longer than a request takes, during which no
-thread runs. A service allocates enough per request to start one every few hundred requests:
-those pauses were the slowest requests (docs/performance.md, "Serving"). What the pipeline holds
-once warm lives as long as the process, so the worker moves it out of the collector's reach
-(:func:`freeze_long_lived`).
+A full collection walks every Python object of a serving process (torch, spaCy, the HTTP stack)
+while no thread runs, for longer than a request takes: those pauses were the slowest requests
+(docs/performance.md, "Serving"). What the pipeline holds once warm lives as long as the
+process, so the worker moves it out of the collector's reach (:func:`freeze_long_lived`).
 """
 
 import ctypes

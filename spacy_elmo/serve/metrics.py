@@ -74,10 +74,6 @@ class ServiceMetrics:
         self.batch_tokens.observe(tokens)
         self.tokens.inc(tokens)
 
-    def describe(self, fields: Dict[str, str]) -> None:
-        """What is served: ``pipeline``, ``components``, and each elmo's precision (``elmo_precision``)."""
-        self.pipeline.info(fields)
-
     def own_exposition(self) -> bytes:
         """This process's metrics alone."""
         return generate_latest(self.registry)

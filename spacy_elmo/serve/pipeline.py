@@ -80,13 +80,9 @@ def load_pipeline(source: PipelineSource) -> Language:
     """The pipeline ``source`` names, loaded and logged (time taken; each elmo's precision)."""
     start = time.perf_counter()
     nlp = spacy.load(source.spec) if source.kind in (DIRECTORY, PACKAGE) else _bilm_pipeline(source.spec)
+    message = "loaded the %s %r in %.2f s: language %s, components %s"
     logger.info(
-        "loaded the %s %r in %.2f s: language %s, components %s",
-        source.kind,
-        source.spec,
-        time.perf_counter() - start,
-        nlp.lang,
-        ", ".join(nlp.pipe_names) or "none",
+        message, source.kind, source.spec, time.perf_counter() - start, nlp.lang, ", ".join(nlp.pipe_names) or "none"
     )
     for name, component in nlp.pipeline:
         model = getattr(component, "model", None)
@@ -140,8 +136,7 @@ class PipelineRun:
     """
 
     def __init__(self, nlp: Language, on_tokens: Callable[[int], object] = lambda tokens: None) -> None:
-        self.nlp = nlp
-        self.on_tokens = on_tokens
+        self.nlp, self.on_tokens = nlp, on_tokens
 
     def __call__(self, texts: Sequence[str], vectors: Sequence[bool]) -> List[Dict[str, Any]]:
         with self.nlp.memory_zone():

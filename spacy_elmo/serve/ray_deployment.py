@@ -67,8 +67,7 @@ class ReplicaHeader:
     """Adds :data:`REPLICA_HEADER` (this replica's id) to every HTTP response: which replica served a request."""
 
     def __init__(self, app: ASGIApp, replica: str) -> None:
-        self.app = app
-        self.replica = replica
+        self.app, self.replica = app, replica
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

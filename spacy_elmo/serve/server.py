@@ -65,7 +65,7 @@ def build_service(
     def load() -> BatchRun:
         use_gpu(settings.gpu_id)
         nlp = load_pipeline(source)
-        metrics.describe(describe_pipeline(source, nlp))
+        metrics.pipeline.info(describe_pipeline(source, nlp))
         return PipelineRun(nlp, metrics.tokens_ran)
 
     worker = Worker(load, settings.batches, on_failure=on_failure, freeze_heap=True, observe=metrics.batch_ran)

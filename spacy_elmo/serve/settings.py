@@ -4,7 +4,7 @@ Plain values, so the command line's help shows them without FastAPI or uvicorn i
 command's flags and ``SPACY_ELMO_SERVE_*`` variables set them (docs/serving.md lists them).
 """
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from ..batching import BatchPolicy
 
@@ -114,15 +114,7 @@ class ServeSettings:
 
     def check(self) -> None:
         """A ValueError naming the setting that cannot work, before anything loads."""
-        counts = {
-            "max_texts": self.requests.max_texts,
-            "max_text_chars": self.requests.max_text_chars,
-            "max_request_chars": self.requests.max_request_chars,
-            "max_batch_texts": self.batches.max_batch_texts,
-            "max_batch_chars": self.batches.max_batch_chars,
-            "queue_size": self.batches.queue_size,
-        }
-        for name, value in counts.items():
+        for name, value in {**asdict(self.requests), **asdict(self.batches)}.items():
             if value < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
         if not 0 <= self.port <= 65535:

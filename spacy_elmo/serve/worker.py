@@ -8,13 +8,12 @@ requests (:meth:`Worker.submit`) and wait on a future, and the thread serves the
 a failed batch run again request by request, the queue's bound with a ``Retry-After``), each
 batch one call of a :data:`PipelineBatch` (which opens one zone around it).
 
-After each batch the allocator's free pages go back to the system (:mod:`.memory`). A worker
-that owns its process (``freeze_heap``) freezes what the warm pipeline holds out of the garbage
-collector's passes (:func:`~.memory.freeze_long_lived`), and gives it back when it stops.
+After each batch the allocator's free pages go back to the system (:mod:`.memory`);
 :meth:`Worker.close` refuses new requests and returns once the queue is drained.
 """
 
 import gc
+import itertools
 import logging
 import threading
 import time
@@ -167,26 +166,23 @@ class Worker:
         assert self._run is not None
         texts = [text for items in requests for text, _ in items]
         outputs = self._run(texts, [vectors for items in requests for _, vectors in items])
-        answers, start = [], 0
-        for items in requests:
-            answers.append(outputs[start : start + len(items)])
-            start += len(items)
-        return answers
+        ends = itertools.accumulate(len(items) for items in requests)
+        return [outputs[end - len(items) : end] for items, end in zip(requests, ends)]
 
     def _main(self) -> None:
         try:
             run = self._load()
             self._warm_up(run)
+            self._run = run
+            self._ready.set()
         except BaseException as err:  # the server stops: without its pipeline it serves nothing
             self.failure = err
             logger.exception("the pipeline failed to load or warm up")
             if self._on_failure is not None:
                 self._on_failure(err)
-            self._settled.set()
             return
-        self._run = run
-        self._ready.set()
-        self._settled.set()
+        finally:
+            self._settled.set()
         try:
             self.batcher.serve_forever(self._after_batch)
         except BaseException as err:  # nothing runs the pipeline now: say so, and let the server stop

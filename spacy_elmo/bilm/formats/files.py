@@ -93,12 +93,11 @@ def read_weights(model: ElmoWeights, weight_file: PathLike, check_values: bool =
                     converted.append(converter.submit(torch.no_grad()(dataset.set), array))  # no_grad is per thread
             for conversion in converted:
                 conversion.result()
-        if WARM_HIDDEN in f:
-            model.warm_hidden = torch.from_numpy(
-                _read_dataset(f, WARM_HIDDEN, (options.n_layers, 2, options.projection_dim), path)
-            )
-            model.warm_memory = torch.from_numpy(
-                _read_dataset(f, WARM_MEMORY, (options.n_layers, 2, options.lstm_dim), path)
+        if WARM_HIDDEN in f:  # checked to exist, fit and be finite, as every dataset
+            warm = {WARM_HIDDEN: options.projection_dim, WARM_MEMORY: options.lstm_dim}
+            model.warm_hidden, model.warm_memory = (
+                torch.from_numpy(_read_array(_checked_dataset(f, name, (options.n_layers, 2, width), path), name, path))
+                for name, width in warm.items()
             )
 
 
@@ -143,20 +142,11 @@ def _fresh_pages(model: Any, min_bytes: int = 1 << 22) -> None:
 class _SkipRandomInit(TorchFunctionMode):
     """Turns torch's random initializers into no-ops (see :func:`skip_random_init`)."""
 
-    SKIPPED = frozenset(
-        {
-            torch.Tensor.uniform_,
-            torch.Tensor.normal_,
-            torch.nn.init.uniform_,
-            torch.nn.init.normal_,
-            torch.nn.init.trunc_normal_,
-            torch.nn.init.kaiming_uniform_,
-            torch.nn.init.kaiming_normal_,
-            torch.nn.init.xavier_uniform_,
-            torch.nn.init.xavier_normal_,
-            torch.nn.init.orthogonal_,
-        }
-    )
+    SKIPPED = frozenset({
+        torch.Tensor.uniform_, torch.Tensor.normal_, torch.nn.init.uniform_, torch.nn.init.normal_,
+        torch.nn.init.trunc_normal_, torch.nn.init.kaiming_uniform_, torch.nn.init.kaiming_normal_,
+        torch.nn.init.xavier_uniform_, torch.nn.init.xavier_normal_, torch.nn.init.orthogonal_,
+    })  # fmt: skip
 
     def __torch_function__(self, func: Any, types: Any, args: Tuple = (), kwargs: Optional[Dict] = None) -> Any:
         kwargs = kwargs or {}
@@ -268,11 +258,6 @@ def _stacked_rows(top: torch.Tensor, bottom: torch.Tensor) -> Dataset:
 
     into = ((top, slice(None, split)), (bottom, slice(split, None)))
     return Dataset((split + bottom.shape[0], top.shape[1]), get, set, into, (top, bottom))
-
-
-def _read_dataset(f: h5py.File, name: str, shape: Tuple[int, ...], path: Path) -> numpy.ndarray:
-    """Read one dataset as float32, checking that it exists, fits and is finite."""
-    return _read_array(_checked_dataset(f, name, shape, path), name, path)
 
 
 def _checked_dataset(f: h5py.File, name: str, shape: Tuple[int, ...], path: Path) -> h5py.h5d.DatasetID:

@@ -2,10 +2,8 @@
 
 An ``embed`` manifest records it (:func:`spacy_elmo.embed.settings.model_identity`), so that a
 store is served only to the biLM that computed it, and ``precision = "auto"`` keys its accuracy
-check on it (:mod:`.autotune`): two models of the same shapes share their speeds, never their
-accuracy. Unlike ``BiLMRuntime.fingerprint``, which tells in-process changes apart at no cost, this
-reads every weight, which at the Original size takes several times as long as a warm load, so
-a runtime computes it once, where a decision needs it (:class:`..precision.decisions.Decisions`).
+check on it (:mod:`.autotune`). Unlike ``BiLMRuntime.fingerprint`` (in-process changes, at no
+cost), it reads every weight, so a runtime computes it once (:class:`..precision.decisions.Decisions`).
 """
 
 import hashlib

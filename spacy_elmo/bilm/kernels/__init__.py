@@ -51,8 +51,7 @@ class LayerKernel(Protocol):
 
 # How each kind of loop is made, by the name a precision's record gives
 # (:attr:`.precision.kinds.ProductPrecision.kernel`): from its weight copies, device, product dtype and choice.
-KernelFactory = Callable[[WeightCopies, torch.device, torch.dtype, KernelChoice], LayerKernel]
-KERNELS: Dict[str, KernelFactory] = {
+KERNELS: Dict[str, Callable[[WeightCopies, torch.device, torch.dtype, KernelChoice], LayerKernel]] = {
     "eager": lambda copies, device, dtype, choice: Float32Kernel(copies, choice),
     "cast": lambda copies, device, dtype, choice: Bf16Kernel(copies, device.type == "cpu", dtype, choice),
     "int8": lambda copies, device, dtype, choice: Int8Kernel(copies, choice),

@@ -48,40 +48,34 @@ class Bf16Kernel(Float32Kernel):
         return weights._replace(bias=double_cell_input_(layer.gate_bias()).unsqueeze(1))
 
     def product_weights(self, index: int, layer: LSTMLayer, scaled: bool) -> LSTMWeights:
-        """Layer ``index``'s three product weights as stored, (2, in, out), in :attr:`dtype`, kept
-        while the parameters are unchanged; :attr:`out_major` (on a CPU): laid out (2, out, in) and
-        returned as transposed views, or packed for oneDNN's linear where :func:`.onednn_packs.serves`
-        them (a GPU's loops take them as stored). ``scaled``: for :func:`.cell.cell_in_place` (the
-        cell input's columns of the input and recurrent weights doubled, the projection doubled),
-        scaled in :attr:`dtype`, where doubling is exact."""
+        """Layer ``index``'s three product weights (2, in, out) in :attr:`dtype`, kept while the
+        parameters are unchanged; :attr:`out_major` (on a CPU): laid out (2, out, in) as transposed
+        views, or packed where :func:`.onednn_packs.serves` them, else as stored (a GPU's loops).
+        ``scaled``: for :func:`.cell.cell_in_place` (the cell input's columns of the input and
+        recurrent weights doubled, the projection doubled), in :attr:`dtype`, where doubling is exact."""
         copies, dtype = self.copies, self.dtype
 
         def copy(name: str, weight: Tensor, double: Callable[[Tensor, int], Tensor]) -> Weight:
-            if scaled:
-                name += ".scaled"
-            else:
-                double = _as_is
+            name = f"{index}.{name}.scaled" if scaled else f"{index}.{name}"
+            scale = double if scaled else lambda values, dim: values  # unscaled: the fused GPU loop's copies
             if not self.out_major:
-                return copies.cast(
-                    f"{index}.{name}", dtype, [weight], lambda: double(weight.detach().to(dtype, copy=True), -1)
-                )
+                return copies.cast(name, dtype, [weight], lambda: scale(weight.detach().to(dtype, copy=True), -1))
             if onednn_packs.serves(weight, self.choice.packed_from):
-                make = partial(onednn_packs.pack_directions, weight, dtype, lambda out_in: double(out_in, 0))
-                return copies.get(f"{index}.{name}.packed", ("oneDNN", dtype), [weight], make)
-            laid_out = copies.cast(f"{index}.{name}.T", dtype, [weight], lambda: double(_laid_out(weight, dtype), 1))
-            return laid_out.transpose(1, 2)
+                make = partial(onednn_packs.pack_directions, weight, dtype, lambda out_in: scale(out_in, 0))
+                return copies.get(f"{name}.packed", ("oneDNN", dtype), [weight], make)
+            return copies.cast(f"{name}.T", dtype, [weight], lambda: scale(_laid_out(weight, dtype), 1)).transpose(1, 2)
 
         return LSTMWeights(
             copy("input_weight", layer.input_weight, double_cell_input_),
             copy("hidden_weight", layer.hidden_weight, double_cell_input_),
-            copy("projection", layer.projection, _doubled_),
+            copy("projection", layer.projection, lambda values, dim: values.mul_(2.0)),  # in place
         )
 
     def gathered_weights(self, layer: LSTMLayer) -> LSTMWeights:
         """Copies made for this pass outside autograd, laid out as :meth:`weights` lays them out,
         unscaled; where a parameter is trained, its gradient gathered into it in float32."""
-        sources = (layer.input_weight, layer.hidden_weight, layer.projection)
-        copies = [_copy(source, self.dtype, self.out_major) for source in sources]
+        sources, dtype = (layer.input_weight, layer.hidden_weight, layer.projection), self.dtype
+        copies = [_laid_out(s, dtype).transpose(1, 2) if self.out_major else s.detach().to(dtype) for s in sources]
         input_weight, hidden, projection = (
             GatheredWeight(s, c) if s.requires_grad else c for s, c in zip(sources, copies)
         )
@@ -118,19 +112,3 @@ class Bf16Kernel(Float32Kernel):
 def _laid_out(weight: Tensor, dtype: torch.dtype) -> Tensor:
     """A copy of ``weight`` (2, in, out) in ``dtype``, laid out (2, out, in) in memory."""
     return weight.detach().transpose(1, 2).to(dtype, memory_format=torch.contiguous_format, copy=True)
-
-
-def _as_is(values: Tensor, dim: int) -> Tensor:
-    """``values`` unscaled (the fused GPU loop's copies)."""
-    return values
-
-
-def _doubled_(values: Tensor, dim: int) -> Tensor:
-    """``values`` times 2, in place (a projection weight for :func:`.cell.cell_in_place`)."""
-    return values.mul_(2.0)
-
-
-def _copy(source: Tensor, dtype: torch.dtype, out_major: bool) -> Tensor:
-    """``source`` (2, in, out) in ``dtype``, outside autograd; ``out_major``: laid out (2, out, in) in
-    memory, returned as its transposed view."""
-    return _laid_out(source, dtype).transpose(1, 2) if out_major else source.detach().to(dtype)

@@ -18,15 +18,13 @@ from typing import Callable, Tuple
 import torch
 from torch import Tensor
 
-# The projection product of a kernel: cell output (directions, rows, lstm_dim) float32 ->
-# (directions, rows, projection_dim) float32.
-Project = Callable[[Tensor], Tensor]
 
-
-def cell(gates: Tensor, memory: Tensor, project: Project, cell_clip: float, proj_clip: float) -> Tuple[Tensor, Tensor]:
+def cell(
+    gates: Tensor, memory: Tensor, project: Callable[[Tensor], Tensor], cell_clip: float, proj_clip: float
+) -> Tuple[Tensor, Tensor]:
     """One step as new tensors (what autograd needs), from ``gates`` (2, rows, 4 * lstm_dim) and
-    ``memory`` (2, rows, lstm_dim). Returns the clipped projected output (2, rows, projection_dim)
-    and the clipped memory."""
+    ``memory`` (2, rows, lstm_dim), ``project`` the kernel's projection product (2, rows, lstm_dim)
+    -> (2, rows, projection_dim), float32. Returns the clipped projected output and the clipped memory."""
     in_gate, cell_input, forget_gate, out_gate = gates.chunk(4, dim=-1)
     new_memory = torch.sigmoid(in_gate) * torch.tanh(cell_input) + torch.sigmoid(forget_gate) * memory
     new_memory = new_memory.clamp(-cell_clip, cell_clip)

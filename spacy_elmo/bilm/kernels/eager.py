@@ -14,7 +14,7 @@ the products and the weights they multiply by.
 """
 
 from functools import partial
-from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -62,7 +62,7 @@ class Float32Kernel:
         self, index: int, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
     ) -> Result:
         if torch.is_grad_enabled():
-            return self._loop(layer, inputs, active, hidden, memory, self.gathered_weights(layer))
+            return self._loop(layer, inputs, active, hidden, memory)
         return self._infer(index, layer, inputs, active, hidden, memory)
 
     # -------------------------------------------------------------- the products, in float32
@@ -72,21 +72,15 @@ class Float32Kernel:
         unchanged (the float32 parameters then move to disk where frozen). Made at every call,
         the input weight alone was copied whole for every layer of every call."""
 
-        def input_with_bias() -> Tensor:
-            return double_cell_input_(_with_bias(layer))
-
-        def hidden() -> Tensor:
-            return double_cell_input_(layer.hidden_weight.detach().clone())
-
-        def projection() -> Tensor:
-            return layer.projection.detach() * 2.0
+        def kept(name: str, sources: List[Tensor], make: Callable[[], Tensor]) -> Tensor:
+            return self.copies.get(f"{index}.{name}.scaled", torch.float32, sources, make)
 
         return LSTMWeights(
-            self.copies.get(
-                f"{index}.input_weight+bias.scaled", torch.float32, [layer.input_weight, layer.bias], input_with_bias
+            kept("input_weight+bias", [layer.input_weight, layer.bias], lambda: double_cell_input_(_with_bias(layer))),
+            kept(
+                "hidden_weight", [layer.hidden_weight], lambda: double_cell_input_(layer.hidden_weight.detach().clone())
             ),
-            self.copies.get(f"{index}.hidden_weight.scaled", torch.float32, [layer.hidden_weight], hidden),
-            self.copies.get(f"{index}.projection.scaled", torch.float32, [layer.projection], projection),
+            kept("projection", [layer.projection], lambda: layer.projection.detach() * 2.0),
         )
 
     def gathered_weights(self, layer: LSTMLayer) -> LSTMWeights:
@@ -134,23 +128,18 @@ class Float32Kernel:
         return self.product(cell_output, weight)
 
     # -------------------------------------------------------------- the loop
-    def _workspace_for(self, inputs: Tensor, lstm_dim: int) -> Tensor:
-        """The gates buffer of every window, float32, made at the pass's first layer (all have
-        the same gate width)."""
-        n_steps, _, batch, _ = inputs.shape
-        size = 2 * window_steps(n_steps, batch, lstm_dim, self.choice.window_bytes) * batch * 4 * lstm_dim
-        if self._workspace is None or self._workspace.numel() < size:
-            self._workspace = inputs.new_empty(size, dtype=torch.float32)
-        return self._workspace
-
     def _windows(
-        self, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], weights: LSTMWeights, workspace: Optional[Tensor]
+        self, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], weights: LSTMWeights, in_place: bool
     ) -> Iterator[Tuple[int, Tensor]]:
         """Each window's first step and its input gates, (2, window steps, the window's rows, 4 *
-        lstm_dim) float32, in ``workspace`` where given."""
+        lstm_dim) float32; ``in_place``: in the workspace of every window, made at the pass's first
+        layer (all have the same gate width)."""
         lowered = self.lowered_inputs(inputs)
         n_steps, _, batch, _ = inputs.shape
         chunk = window_steps(n_steps, batch, layer.lstm_dim, self.choice.window_bytes)
+        workspace, size = (self._workspace if in_place else None), 2 * chunk * batch * 4 * layer.lstm_dim
+        if in_place and (workspace is None or workspace.numel() < size):
+            workspace = self._workspace = inputs.new_empty(size, dtype=torch.float32)
         for start in range(0, n_steps, chunk):
             rows = active[start]  # the window's later steps need no more rows than its first
             window = lowered[start : start + chunk, :, :rows]
@@ -160,20 +149,13 @@ class Float32Kernel:
                 out = workspace[: 2 * flat.shape[1] * 4 * layer.lstm_dim].view(2, flat.shape[1], -1)
             yield start, self.input_gates(flat, weights.input, weights.bias, out).view(2, window.shape[0], rows, -1)
 
-    def _loop(
-        self,
-        layer: LSTMLayer,
-        inputs: Tensor,
-        active: Sequence[int],
-        hidden: Tensor,
-        memory: Tensor,
-        weights: LSTMWeights,
-    ) -> Result:
+    def _loop(self, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor) -> Result:
         """The loop with autograd, on fresh tensors: the steps' outputs stacked."""
+        weights = self.gathered_weights(layer)
         batch = inputs.shape[2]
         project = partial(self.project, weight=weights.projection)
         steps: List[Tensor] = []
-        for start, pre_gates in self._windows(layer, inputs, active, weights, None):
+        for start, pre_gates in self._windows(layer, inputs, active, weights, in_place=False):
             # Each step's view by unbind: its backward stacks the steps' gradients once, where an
             # index per step would write a window-sized gradient (zeros and one step) per step.
             for offset, step_gates in enumerate(pre_gates.unbind(1)):
@@ -196,8 +178,7 @@ class Float32Kernel:
         state = self.lowered_state(hidden)
         halved_output = state.new_empty((2, batch, layer.lstm_dim))
         memory.mul_(2.0)
-        workspace = self._workspace_for(inputs, layer.lstm_dim)
-        for start, pre_gates in self._windows(layer, inputs, active, weights, workspace):
+        for start, pre_gates in self._windows(layer, inputs, active, weights, in_place=True):
             for step, step_gates in enumerate(pre_gates.unbind(1), start):
                 running = active[step]
                 gates = step_gates[:, :running]
@@ -208,8 +189,10 @@ class Float32Kernel:
                 output.clamp_(-layer.proj_clip, layer.proj_clip)
                 state[:, :running] = output
         memory.mul_(0.5)
-        if state is not hidden:
-            _final_outputs(written, active, hidden)
+        if state is not hidden:  # each row's output at its last step, into hidden; rows that never ran keep theirs
+            for step, (running, after) in enumerate(zip(active, [*active[1:], 0])):
+                if after < running:  # rows sorted longest first stop in runs: these at this step
+                    hidden[:, after:running] = written[step, :, after:running]
         return written, hidden, memory
 
 
@@ -222,16 +205,6 @@ def window_steps(n_steps: int, batch: int, lstm_dim: int, window_bytes: int) -> 
     """Timesteps whose input products are computed together: gates of at most ``window_bytes``."""
     positions = window_bytes // (2 * 4 * lstm_dim * 4)  # both directions, 4 gates, float32
     return min(n_steps, max(1, positions // batch))
-
-
-def _final_outputs(written: Tensor, active: Sequence[int], hidden: Tensor) -> None:
-    """Each row's output at its last step, from the layer's outputs ``written`` (time, 2, batch,
-    width), into ``hidden`` (2, batch, width); rows that never ran keep theirs. Rows sorted
-    longest first stop in runs: those from ``active[step + 1]`` to ``active[step]`` at ``step``."""
-    for step, running in enumerate(active):
-        after = active[step + 1] if step + 1 < len(active) else 0
-        if after < running:
-            hidden[:, after:running] = written[step, :, after:running]
 
 
 def _update_rows(state: Tensor, new_rows: Tensor) -> Tensor:

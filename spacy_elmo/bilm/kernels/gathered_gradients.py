@@ -41,10 +41,6 @@ class GatheredWeight:
         self._source = _Gathered.apply(source, self._gathering)
         self._copy = copy
 
-    @property
-    def dtype(self) -> torch.dtype:
-        return self._copy.dtype
-
     def __call__(self, inputs: Tensor) -> Tensor:
         return _Product.apply(inputs, self._source, self._copy, self._gathering)
 

@@ -37,8 +37,7 @@ class Int8Kernel:
         sources = list(layer.parameters())
         int8_packs.check_no_gradient(sources)
         packs = self.packs.get(str(index), self.engine, sources, lambda: make_packs(layer, self.engine))
-        n_steps, _, batch, _ = inputs.shape
-        outputs = hidden.new_zeros((n_steps, 2, batch, hidden.shape[-1]))
+        outputs = hidden.new_zeros((*inputs.shape[:3], hidden.shape[-1]))  # (time, 2, batch, projection_dim)
         with torch.no_grad():
             for d in range(2):
                 _direction(layer, inputs[:, d], active, hidden[d], memory[d], packs[0][d], packs[1][d], outputs[:, d])
@@ -49,9 +48,8 @@ def make_packs(layer: LSTMLayer, engine: Optional[str] = None) -> Packs:
     """The layer's int8 packs for ``engine``, per direction, each (out, in): the gates' and the
     projection's, scaled for :func:`.cell.cell_in_place`."""
     bias = double_cell_input_(layer.gate_bias().detach())
-    # One direction's stacked float32 weight at a time, made (out, in) as the pack reads it: the
-    # only transient copy of a weight, freed once packed, so that packing adds one direction's
-    # weight to the peak memory, not both directions'.
+    # One direction's stacked float32 weight (out, in) at a time, the only transient copy, freed once
+    # packed: packing adds one direction's weight to the peak memory, not both directions'.
     stacked = (torch.cat([layer.input_weight[d].T, layer.hidden_weight[d].T], 1).detach() for d in range(2))
     return (
         tuple(int8_packs.pack(double_cell_input_(w, dim=0), bias[d], engine=engine) for d, w in enumerate(stacked)),

@@ -103,11 +103,8 @@ def int8_available() -> bool:
 
 
 def check_no_gradient(tensors: Sequence[Tensor]) -> None:
-    """Refuse int8 where a gradient is wanted: its products have none.
-
-    Raised in training (a thinc update with ``freeze = false``, pretraining), which runs with
-    gradients enabled on parameters that require them.
-    """
+    """Refuse int8 where a gradient is wanted (training: a thinc update with ``freeze = false``,
+    pretraining, with gradients enabled on parameters that require them): its products have none."""
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         raise ValueError(
             "precision 'int8' is for inference only: its products have no gradient, so the biLM cannot "
@@ -150,14 +147,20 @@ class Packed(NamedTuple):
     ``lock``: held around each product by a oneDNN pack. oneDNN's dynamic int8 linear keeps one
     primitive per pack, made at its first call and reused by later calls at the same torch thread
     count; calls on one pack from several threads at once, each at two or more torch threads, then
-    give some of them wrong results. fbgemm's packs keep no such state and take no lock. The pack's
-    input width is the weight's plus :data:`PIN_COLUMNS`, their weights zero (see :func:`linear`)."""
+    give some of them wrong results. fbgemm's packs keep no such state and take no lock."""
 
     prepacked: Any
     bias: Optional[Tensor]
     lock: Optional[threading.Lock]
     layout: Int8Layout
     few_rows: Any = None
+
+
+def _per_channel(weight: Tensor, scales: Tensor) -> Tensor:
+    """``weight`` (out, in) float32 quantized to int8 per output channel by ``scales`` (out,), zero points 0."""
+    with warnings.catch_warnings():  # the quantized tensor type is deprecated; the kernels are not
+        warnings.filterwarnings("ignore", message=".*quantize_per_channel.*deprecated")
+        return torch.quantize_per_channel(weight, scales, torch.zeros(len(weight), dtype=torch.long), 0, torch.qint8)
 
 
 def sums_int8_products_exactly(engine: str) -> bool:
@@ -168,22 +171,12 @@ def sums_int8_products_exactly(engine: str) -> bool:
     CPU and from their own caps (``FBGEMM_ENABLE_INSTRUCTIONS``, ``ONEDNN_MAX_CPU_ISA``). Without
     VNNI or AMX both sum pairs in int16 first; oneDNN uses AVX-VNNI where a CPU has only that,
     fbgemm does not (docs/bilm.md). One product of a (1, 8) row by an (8, 8) weight, once per pack."""
-    weight = torch.ones(8, 8)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*quantize_per_channel.*deprecated")
-        quantized = torch.quantize_per_channel(
-            weight, torch.full((8,), 1 / 127, dtype=torch.double), torch.zeros(8, dtype=torch.long), 0, torch.qint8
-        )
+    quantized = _per_channel(torch.ones(8, 8), torch.full((8,), 1 / 127, dtype=torch.double))
     with _packing_for(engine):
         probe = torch.ops.quantized.linear_prepack(quantized, None)
     row = torch.full((1, 8), 255 / 128)
     row[0, 0] = 0.0  # the range's minimum: scale 2^-7, zero point 0, as the pins make it
     return bool((torch.ops.quantized.linear_dynamic(row, probe, False) == 7 * 255 / 128).all())
-
-
-def layout_for(engine: str) -> Int8Layout:
-    """The layout of ``engine``'s packs: the full one where its products sum exactly, else the pair-safe one."""
-    return FULL_LAYOUT if sums_int8_products_exactly(engine) else PAIR_SAFE_LAYOUT
 
 
 def channel_scales(weight: Tensor, layout: Int8Layout) -> Tensor:
@@ -195,12 +188,11 @@ def channel_scales(weight: Tensor, layout: Int8Layout) -> Tensor:
     The pair-safe layout's: the largest sum of a pair of adjacent magnitudes / (``pair_sum`` - 1),
     the 1 for the two values' roundings, and at least the largest magnitude / 127."""
     magnitudes = weight.abs().double()
-    tiny = torch.finfo(torch.float32).tiny  # a power of two: an all-zero channel's scale
-    largest = magnitudes.amax(dim=1) / 127.0
+    largest = magnitudes.amax(dim=1) / 127.0  # TINY, a power of two, is an all-zero channel's scale
     if layout.pair_sum is None:
-        return torch.exp2(torch.ceil(torch.log2(largest))).clamp_min(tiny)
+        return torch.exp2(torch.ceil(torch.log2(largest))).clamp_min(TINY)
     pairs = torch.nn.functional.pad(magnitudes, (0, weight.shape[1] % 2)).view(weight.shape[0], -1, 2).sum(dim=2)
-    return torch.maximum(pairs.amax(dim=1) / (layout.pair_sum - 1), largest).clamp_min(tiny)
+    return torch.maximum(pairs.amax(dim=1) / (layout.pair_sum - 1), largest).clamp_min(TINY)
 
 
 def pack(
@@ -208,7 +200,8 @@ def pack(
 ) -> Packed:
     """A float32 weight (out, in) quantized per output channel to int8 (:func:`channel_scales`) and
     prepacked for ``engine`` (:func:`pack_engine`'s), with its bias (out,); :data:`PIN_COLUMNS` zero
-    columns appended. ``layout``: by default the one its engine sums exactly (:func:`layout_for`).
+    columns appended. ``layout``: by default the one its engine sums exactly (the full one where
+    :func:`sums_int8_products_exactly`, else the pair-safe one).
 
     The kernel's bias takes away what the inputs' shift adds (the layout's zero times the
     channel's weights, see :class:`StagedRows`). Where the main pack is oneDNN's, products of few
@@ -217,12 +210,9 @@ def pack(
     """
     weight = torch.cat([weight.detach().float(), weight.new_zeros(weight.shape[0], PIN_COLUMNS)], dim=1)
     engine = engine or pack_engine()
-    layout = layout or layout_for(engine)
+    layout = layout or (FULL_LAYOUT if sums_int8_products_exactly(engine) else PAIR_SAFE_LAYOUT)
     scales = channel_scales(weight, layout)
-    zero_points = torch.zeros(weight.shape[0], dtype=torch.long)
-    with warnings.catch_warnings():  # the quantized tensor type is deprecated; the kernels are not
-        warnings.filterwarnings("ignore", message=".*quantize_per_channel.*deprecated")
-        quantized = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)
+    quantized = _per_channel(weight, scales)
     # the layout's zero (its 8-bit value x 2^-7, the input's scale) x the channel's int8 weights x its scale
     shift = -(quantized.int_repr().sum(dim=1).double() * scales * layout.zero).float()
     with _packing_for(engine):

@@ -10,17 +10,16 @@ product takes the same kernel whatever its rows, so a row's result does not depe
 companions (tests/bilm/kernels/test_own_rows.py).
 
 Small weights stay in the CPU's cache, and there the two calls per product (one per direction)
-and the stacking of their results cost more than the packing saves: the bundled ``en``'s
-projection ran slower packed at one row, and a lone sentence through the whole biLM took longer
-with every weight packed. So a weight is packed from
-:data:`MIN_PACKED_VALUES` values per direction (the Small and bundled sizes keep plain copies,
-the Original packs all three of a layer's weights), a rule of the shapes alone: every process
-and call multiplies a weight the same way, so that results do not depend on which one ran.
+and the stacking of their results cost more than the packing saves (the bundled ``en`` ran
+slower packed). So a weight is packed from :data:`MIN_PACKED_VALUES` values per direction (the
+Small and bundled sizes keep plain copies, the Original packs all three of a layer's weights), a
+rule of the shapes alone: every process and call multiplies a weight the same way, so that
+results do not depend on which one ran.
 
 The packs are opaque tensors (no storage to pickle or copy): they live in the stack's
 :class:`~..memory.weight_copies.WeightCopies`, which starts empty after a pickle or a deep copy.
-Where this torch build or CPU cannot (no oneDNN, or a CPU without AVX512-BW/VL/DQ, where bf16 is
-emulated), the bf16 kernel multiplies by plain copies (:func:`available`).
+Where this torch build or CPU cannot (:func:`available`: no oneDNN, or a CPU where bf16 is
+emulated), the bf16 kernel multiplies by plain copies.
 """
 
 import functools
@@ -43,12 +42,8 @@ def available(linear: Callable[[Tensor, Tensor], Tensor] = _linear) -> bool:
     """Whether this torch build packs and runs oneDNN's bf16 linears on this CPU: tried once, by
     ``linear``, on a small weight (oneDNN refuses bf16 packs on a CPU without AVX512-BW/VL/DQ or
     AVX-NE-CONVERT, or when ``ONEDNN_MAX_CPU_ISA`` caps it below them)."""
-    mkldnn = torch.ops.mkldnn
-    if not (
-        torch.backends.mkldnn.is_available()
-        and hasattr(mkldnn, "_reorder_linear_weight")
-        and hasattr(mkldnn, "_linear_pointwise")
-    ):
+    mkldnn, names = torch.ops.mkldnn, ("_reorder_linear_weight", "_linear_pointwise")
+    if not (torch.backends.mkldnn.is_available() and all(hasattr(mkldnn, name) for name in names)):
         return False
     try:
         linear(torch.ones(1, 16, dtype=torch.bfloat16), mkldnn._reorder_linear_weight(torch.ones(8, 16).bfloat16()))
@@ -78,12 +73,6 @@ def pack_directions(
 ) -> DirectionPacks:
     """``weight`` (2, in, out), as a product weight takes it, cast to ``dtype``, each direction's
     (out, in) copy passed through ``scale`` (which may change it in place), and packed."""
-    with torch.no_grad():
-        return DirectionPacks(
-            tuple(
-                torch.ops.mkldnn._reorder_linear_weight(
-                    scale(w.T.to(dtype, memory_format=torch.contiguous_format, copy=True))
-                )
-                for w in weight.detach()
-            )
-        )
+    with torch.no_grad():  # one direction's copy at a time
+        copies = (scale(w.T.to(dtype, memory_format=torch.contiguous_format, copy=True)) for w in weight.detach())
+        return DirectionPacks(tuple(torch.ops.mkldnn._reorder_linear_weight(copy) for copy in copies))

@@ -1,18 +1,16 @@
 """Float32 weights kept on disk while their low-precision copies do the work (bf16 or int8 inference).
 
-Inference in bf16 or int8 on a CPU multiplies with copies of the large weights (see
-:class:`~.weight_copies.WeightCopies`); the float32 parameters
-they were made from are still the model's weights (what a save writes, what another precision
-casts), but inference no longer reads them. Held in memory they made peak RSS in bf16 higher
-than in float32. So the weights of a biLM frozen for inference (:meth:`.BiLMRuntime.prepare_inference`
-marks them: :func:`freeze_for_inference`) move to disk once a copy of them is made: each
-large float32 source moves to a temporary file (unlinked at once: nothing is left behind), mapped
-back copy-on-write (``numpy.memmap`` mode ``"c"``): the parameter reads as before, its pages come
-back from the file (the page cache, usually) when something reads them, and a write (an optimizer
-step) makes private pages as any write does, the file never changes. Each parameter moves at most
-once; the pages a later read brings back (another copy made, ``auto``'s fp32 pass) are dropped
-again once it is done (:func:`evict`). Weights not so marked (being trained, or of a biLM used as
-it is) never move.
+Inference in bf16 or int8 on a CPU multiplies with copies of the large weights
+(:class:`~.weight_copies.WeightCopies`); the float32 parameters they were made from are still the
+model's weights (what a save writes, what another precision casts), but inference no longer reads
+them, and held in memory they made peak RSS in bf16 higher than in float32. So the weights of a
+biLM frozen for inference (:meth:`.BiLMRuntime.prepare_inference` marks them:
+:func:`freeze_for_inference`; no others) move to disk once a copy of them is made: each large
+float32 source moves, at most once, to a temporary file (unlinked at once: nothing is left
+behind), mapped back copy-on-write (``numpy.memmap`` mode ``"c"``): the parameter reads as before,
+its pages come back from the file (the page cache, usually) when something reads them, and a
+write (an optimizer step) makes private pages as any write does, the file never changes. The
+pages a later read brings back are dropped again once it is done (:func:`evict`).
 
 ``SPACY_ELMO_OFFLOAD=0`` keeps the float32 weights in memory. A file that cannot be written (a
 full disk) keeps them in memory too, with a warning.

@@ -27,12 +27,9 @@ class TokenCache:
         self._fingerprint: Tuple = ()
         self._lock = threading.Lock()
 
-    def __getstate__(self) -> dict:
+    def __reduce__(self) -> Tuple[type, Tuple[int]]:
         """Copies and pickles start empty: vectors are cheap to recompute, locks cannot be copied."""
-        return {"max_entries": self.max_entries}
-
-    def __setstate__(self, state: dict) -> None:
-        TokenCache.__init__(self, state["max_entries"])
+        return TokenCache, (self.max_entries,)
 
     def __len__(self) -> int:
         return len(self._rows)

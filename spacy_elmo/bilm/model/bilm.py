@@ -39,8 +39,7 @@ class BiLM(nn.Module):
     sentences run, and are its runtime's (:attr:`runtime`): ``state``, where every batch's LSTM
     states start (``"zero"``; ``"warm"``, from a state stored with the model, :meth:`warm_up`;
     ``"carry"``, from where the same row of the previous batch ended, as bilm-tf does), and
-    ``precision``, that of the matrix products (``"fp32"``, ``"bf16"``, ``"int8"`` or ``"auto"``).
-    Parameters, states and outputs stay float32 in every mode.
+    ``precision``, that of the matrix products; parameters, states and outputs stay float32.
     """
 
     warm_hidden: Optional[Tensor]
@@ -102,9 +101,7 @@ class BiLM(nn.Module):
         """Load a published biLM by registry name (``spacy-elmo models`` lists them), an http(s) URL
         of a directory or archive holding a model, or a local directory (bilm-tf's files, or
         ELMoForManyLangs' layout: :mod:`.manylangs`). A name or URL is downloaded into the cache
-        once, then read from there with no network access (:mod:`spacy_elmo.published.cache`); the
-        weights are read once, straight into the parameters. ``settings``: see :class:`BiLMSettings`.
-        """
+        once (:mod:`spacy_elmo.published.cache`). ``settings``: see :class:`BiLMSettings`."""
         from ...published.resolve import load_pretrained, manylangs_directory
         from ..formats.files import skip_random_init
         from ..formats.manylangs import load_manylangs
@@ -149,9 +146,8 @@ class BiLM(nn.Module):
         added as soon as it is computed, so that all of them are never held at once.
         """
         tokens = table[index.T.to(self.device)]  # (time, batch, projection_dim)
-        # The output's layout, (n_layers + 1, batch, time, width), contiguous, so that callers
-        # can view a batch's positions as rows; the LSTM writes its layers into it, or adds them
-        # to the token layer with their weights of ``mix``.
+        # (n_layers + 1, batch, time, width), contiguous (callers view a batch's positions as rows):
+        # the LSTM writes its layers into it, or adds them to the token layer with their ``mix`` weights.
         n_steps, batch, width = tokens.shape
         layers = tokens.new_empty((self.n_output_layers if mix is None else 1, batch, n_steps, 2 * width))
         by_row = tokens.transpose(0, 1)
@@ -194,12 +190,11 @@ class BiLM(nn.Module):
     ) -> BiLMOutput:
         """Run the biLM over a batch of tokenized sentences; boundaries are added here.
 
-        ``state`` overrides where the states start for this call: shapes
-        (n_layers, 2, batch, projection_dim) and (n_layers, 2, batch, lstm_dim). An autocast
-        around the call does not apply, nor TF32 in ``"fp32"``: the products run at the model's
-        ``precision``, or at ``precision`` for this call (what ``auto``'s measurement times), its
-        token vectors then all computed afresh: the token cache holds the model's. ``mix``: see
-        :meth:`layers_of`.
+        ``state`` overrides where the states start for this call: shapes (n_layers, 2, batch,
+        projection_dim) and (n_layers, 2, batch, lstm_dim). The products run at the model's
+        ``precision`` (no autocast around the call applies, nor TF32 in ``"fp32"``), or at
+        ``precision`` for this call (what ``auto`` times), its token vectors then computed afresh,
+        not cached. ``mix``: see :meth:`layers_of`.
         """
         return self.runtime.run(sentences, state, precision, mix)
 

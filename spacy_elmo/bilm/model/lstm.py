@@ -92,9 +92,8 @@ class BiLSTMStack(nn.Module):
             for _ in range(options.n_layers)
         )
         self.dropout = nn.Dropout(0.0)
-        # The weight copies the kernels multiply by (bf16 copies, int8 packs), of every layer,
-        # named by its index; made at first use, kept while the parameters are unchanged, never
-        # pickled nor deep-copied, cleared by :meth:`release_copies`.
+        # The weight copies the kernels multiply by (bf16 copies, int8 packs), of every layer, named by
+        # its index; kept while the parameters are unchanged, never pickled nor deep-copied.
         self.copies = WeightCopies()
         self.kernels = KernelChoice()  # which loop a pass takes: the rules', unless the stack is given another
 
@@ -128,13 +127,12 @@ class BiLSTMStack(nn.Module):
         """Run the stack over a batch of sentences, boundaries included, products in ``dtype``.
 
         Shapes: ``tokens`` (time, batch, projection_dim); ``lengths`` (batch,) int64, each at
-        least 1, on any device (on the CPU, a GPU pass needs no wait: see :meth:`run`). Returns
-        the layers, (n_layers, batch, time, 2 * projection_dim) = [forward; backward], written
-        into ``out`` when given (a view of the caller's output: no copy of the layers is made
-        to lay them out), and the final state. With ``mix``, one weight per layer, their
-        weighted sum is added to ``out`` instead, (batch, time, 2 * projection_dim), which the
-        caller initializes: every layer is then freed as soon as it is added. Positions past a
-        row's length hold undefined values.
+        least 1, best on the CPU (see :meth:`run`). Returns the layers, (n_layers, batch, time,
+        2 * projection_dim) = [forward; backward], written into ``out`` when given (a view of the
+        caller's output: the layers are not copied to lay them out), and the final state. With
+        ``mix``, one weight per layer, their weighted sum is added to ``out`` instead, (batch, time,
+        2 * projection_dim), which the caller initializes, each layer freed once added. Positions
+        past a row's length hold undefined values.
         """
         n_steps, batch, width = tokens.shape
         rows = RowOrder.of(lengths, n_steps, tokens.device)
@@ -231,17 +229,13 @@ def _reverse_index(lengths: Tensor, n_steps: int) -> Tensor:
     return torch.where(reversed_steps >= 0, reversed_steps, steps.expand_as(reversed_steps))
 
 
-def _reverse(x: Tensor, index: Tensor) -> Tensor:
-    """Shape: (time, batch, width) -> (time, batch, width), each column reversed in its length."""
-    return x.gather(0, index.unsqueeze(-1).expand_as(x))
-
-
 def _sorted_inputs(tokens: Tensor, rows: RowOrder, reverse_index: Tensor) -> Tensor:
     """Both directions' inputs, rows in ``rows.order``: the backward direction reads each row
     reversed within its length. Shapes: ``tokens`` (time, batch, dim), ``reverse_index`` (time,
     batch) -> (time, 2, batch, dim)."""
     sorted_tokens = tokens.index_select(1, rows.order)
-    return torch.stack([sorted_tokens, _reverse(sorted_tokens, reverse_index.index_select(1, rows.order))], dim=1)
+    backward_steps = reverse_index.index_select(1, rows.order).unsqueeze(-1).expand_as(sorted_tokens)
+    return torch.stack([sorted_tokens, sorted_tokens.gather(0, backward_steps)], dim=1)
 
 
 def _output_sources(reverse_index: Tensor, restore: Tensor) -> Tensor:

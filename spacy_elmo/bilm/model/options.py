@@ -13,26 +13,11 @@ from typing import Any, Dict, Tuple, TypedDict, Union
 from ..errors import ElmoFileError
 
 LSTM_KEYS = {"dim", "projection_dim", "n_layers", "cell_clip", "proj_clip", "use_skip_connections"}
-CHAR_CNN_KEYS = {
-    "activation",
-    "n_highway",
-    "embedding",
-    "filters",
-    "n_characters",
-    "max_characters_per_token",
-}
+CHAR_CNN_KEYS = {"activation", "n_highway", "embedding", "filters", "n_characters", "max_characters_per_token"}
 TRAINING_KEYS = {
-    "bidirectional",
-    "dropout",
-    "all_clip_norm_val",
-    "n_epochs",
-    "n_train_tokens",
-    "batch_size",
-    "n_tokens_vocab",
-    "unroll_steps",
-    "n_negative_samples_batch",
-    "share_embedding_softmax",
-}
+    "bidirectional", "dropout", "all_clip_norm_val", "n_epochs", "n_train_tokens", "batch_size",
+    "n_tokens_vocab", "unroll_steps", "n_negative_samples_batch", "share_embedding_softmax",
+}  # fmt: skip
 ACTIVATIONS = ("relu", "tanh")
 
 
@@ -62,15 +47,7 @@ class ElmoOptions:
     proj_clip: float = 3.0
     use_skip_connections: bool = True
     char_embedding_dim: int = 16
-    filters: Tuple[Tuple[int, int], ...] = (
-        (1, 32),
-        (2, 32),
-        (3, 64),
-        (4, 128),
-        (5, 256),
-        (6, 512),
-        (7, 1024),
-    )
+    filters: Tuple[Tuple[int, int], ...] = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
     n_highway: int = 1
     activation: str = "relu"
     n_characters: int = 262

@@ -10,7 +10,7 @@ AllenNLP's highways, a word embedding beside the characters). The biLM calls
 """
 
 import abc
-from typing import Callable, Hashable, Iterator, NamedTuple, Optional, Sequence, Tuple, cast
+from typing import Callable, Hashable, Iterable, Iterator, NamedTuple, Optional, Sequence, Tuple, cast
 
 import numpy
 import torch
@@ -27,11 +27,9 @@ SENTENCE_START: Hashable = ("<boundary>", "start")
 SENTENCE_END: Hashable = ("<boundary>", "end")
 
 # Tokens are encoded in chunks whose largest convolution's unfolded windows and products take at
-# most this many bytes: bounded working memory whatever the batch and the token lengths. A GPU
-# takes larger chunks: each chunk launches a few dozen kernels, and their host cost bounds a GPU's
-# pass. With the CPU's chunks, a bf16 pass on a GPU left the GPU idle most of the time, the token
-# encoder taking most of the host's (docs/performance.md, "NVIDIA H200"). 256 MiB holds 1,024
-# tokens of the longest, the chunks of the fused loop's fastest runs.
+# most this many bytes: bounded working memory whatever the batch and the token lengths. A GPU takes
+# larger chunks (1,024 tokens of the longest): each chunk launches a few dozen kernels, whose host
+# cost would otherwise leave the GPU idle (docs/performance.md, "NVIDIA H200").
 CHUNK_BYTES = 16 * 2**20
 GPU_CHUNK_BYTES = 256 * 2**20
 
@@ -139,16 +137,14 @@ class TokenEncoder(nn.Module, abc.ABC):
         embeddings, activations and the output are float32.
         """
         chars = self.char_embedding(char_ids).to(dtype)  # (n_tokens, positions, char_dim)
-        x = torch.cat([self.activation(self._filter_maxima(i, chars)) for i in range(len(self.convolutions))], dim=-1)
+        convolutions = cast(Iterable[nn.Conv1d], self.convolutions)
+        maxima = [filter_maxima(conv, chars, self.copies, f"conv{i}") for i, conv in enumerate(convolutions)]
+        x = torch.cat([self.activation(m) for m in maxima], dim=-1)
         for index, highway in enumerate(self.highways):
             x = highway(x, dtype, self.copies, f"highway{index}")
         if self.word_embedding is not None:
             x = torch.cat([self.word_embedding(word_ids), x], dim=-1)
         return linear(x, self.projection, dtype, self.copies, "projection")
-
-    def _filter_maxima(self, index: int, chars: Tensor) -> Tensor:
-        """Convolution ``index``'s maximum per filter over positions (see :func:`filter_maxima`)."""
-        return filter_maxima(cast(nn.Conv1d, self.convolutions[index]), chars, self.copies, f"conv{index}")
 
     def release_copies(self) -> None:
         """Forget the low-precision weight copies; the next pass remakes those of its precision."""
@@ -191,13 +187,11 @@ def filter_maxima(conv: nn.Conv1d, chars: Tensor, copies: WeightCopies, name: st
 
     The convolution is one matrix product: every window of ``width`` characters unfolded into a
     row of ``char_dim * width`` values, times the filters as a (count, char_dim * width) matrix,
-    and the maximum taken over positions, which then run along rows. After ``conv1d`` the
-    maximum is a reduction over a few positions inside each (token, filter) pair, which ran slower
-    on a CPU than the convolution itself (figures and the retired script that measured them:
-    project/docs/lab-notebook.md, "Speed experiments retired from benchmarks/"). The bias is
-    added after the maximum (max(x + b) = max(x) + b), in float32, to the (n_tokens, count)
-    maxima only; in bf16 only those are converted to float32, since the maximum keeps order.
-    ``copies`` keeps the bf16 weight under ``name``.
+    and the maximum taken over positions, which then run along rows (after ``conv1d`` that
+    reduction ran slower on a CPU than the convolution itself: project/docs/lab-notebook.md,
+    "Speed experiments retired from benchmarks/"). The bias is added after the maximum (max(x + b)
+    = max(x) + b), in float32, to the (n_tokens, count) maxima only; in bf16 only those are
+    converted to float32, since the maximum keeps order. ``copies`` keeps the bf16 weight under ``name``.
     """
     assert conv.bias is not None  # nn.Conv1d's default, which every token encoder keeps
     count, char_dim, width = conv.weight.shape

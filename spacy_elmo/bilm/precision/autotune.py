@@ -1,42 +1,32 @@
 """``precision = "auto"`` on a CPU: the fastest precision for this model on this machine, measured.
 
-Whether bf16 or int8 beats float32 depends on the CPU and on the model's shapes: with the same
-AVX512-BF16, bf16 is faster than float32 on one CPU and slower on another (docs/bilm.md has the
-figures). No CPU flag predicts it, so at the first use of a model's shapes on a machine the biLM
-times its own passes on a fixed batch of made-up words (:func:`.timed_passes.timed_pass`) in each
-precision the CPU can run (:func:`candidates`), interleaved, and takes the fastest whose layers
-keep the accuracy contract against float32 on that batch (mean per-token cosine of at least
-:data:`MIN_MEAN_COSINE` in every layer), its speed on the batch weighed with its speeds on a
-service's calls, a lone sentence and a few sentences together (:func:`choose`). One precision
+Whether bf16 or int8 beats float32 depends on the CPU and on the model's shapes, and no CPU flag
+predicts it (docs/bilm.md has the figures). So at the first use of a model's shapes on a machine
+the biLM times its own passes on a fixed batch of made-up words (:func:`.timed_passes.timed_pass`)
+in each precision the CPU runs natively (:func:`candidates`), interleaved, and takes the fastest
+that keeps the accuracy contract against float32 (:data:`MIN_MEAN_COSINE` in every layer), its
+speed on the batch weighed with its speeds on a service's calls (:func:`choose`). One precision
 serves every call of a process, so that a doc's vectors do not depend on its companions.
-Inference and training are decided apart: inference times forward passes; training times
-training steps, a forward and a backward pass through every parameter, in fp32 and bf16 (int8
-has no gradient). The backward pass has products of other shapes, so the two can differ. That
-takes seconds at the Original size, a fraction of that below.
-This is what :class:`~.precision.ResolvedPrecision` takes for ``auto`` on a CPU.
+Inference (forward passes) and training (training steps, in fp32 and bf16: int8 has no gradient)
+are decided apart. This is what :class:`~.precision.ResolvedPrecision` takes for ``auto`` on a CPU.
 
-The decision is kept by the biLM's runtime (:class:`Decisions`) and in ``precision.json`` under the model cache
-(``SPACY_ELMO_CACHE``, see :mod:`spacy_elmo.published.cache`), keyed by what it depends on: the
-pass timed (inference or training), the CPU's name and flags, the thread count it is for, the
-torch version and quantized engine, the model's shapes (:func:`decision_fields`), and for the
-accuracy the model's weights (:func:`.identity.weights_digest`, read once per runtime). Speeds
-depend on the shapes alone: another model of the same shapes (every ELMoForManyLangs model has
-one) takes them from the record and checks only its own accuracy, one untimed pass per precision.
-Later loads read the decision without timing; an unreadable file is ignored and rewritten. A
-record that does not name the weights lends its speeds only, never its accuracy. Processes that start together
-(``n_process`` workers, ``torchrun`` ranks) wait for the one that measures (a file lock) and read
-its decision. Each decision is logged once (logger ``spacy_elmo``, INFO).
+The decision is kept by the biLM's runtime (:class:`Decisions`) and in ``precision.json`` under
+the model cache (:mod:`.decisions`), keyed by what it depends on (:func:`decision_fields`: the
+pass, the CPU, the thread count, torch, the model's shapes) and for the accuracy the weights
+(:func:`.identity.weights_digest`). Another model of the same shapes takes the speeds from the
+record and checks only its own accuracy, one untimed pass per precision; later loads read the
+decision without timing. Processes that start together (``n_process`` workers, ``torchrun``
+ranks) wait for the one that measures (a file lock). Each decision is logged once (logger
+``spacy_elmo``, INFO).
 
-The thread count a decision is for is torch's, or the one a caller plans for a block
-(:attr:`.BiLMRuntime.planned_threads`): the ``elmo`` component's ``threads = "auto"`` plans the cores the
-process may use and runs a call on fewer while other processes are busy
-(:mod:`spacy_elmo.threads`), so a busy moment neither changes the decision nor measures again.
-The measurement runs at the planned count.
+The thread count a decision is for is torch's, or the one a caller plans
+(:attr:`.BiLMRuntime.planned_threads`: the ``elmo`` component's ``threads = "auto"`` may run a
+call on fewer while other processes are busy), so a busy moment neither changes the decision nor
+measures again; the measurement runs at the planned count.
 
 ``SPACY_ELMO_PRECISION=fp32|bf16|int8`` decides ``auto`` on the CPU without measuring (``int8``
 inference only: training still measures); an explicit ``precision`` wins over both. Models below
-:data:`MIN_MEASURED_FLOPS` per token run float32 without measuring: there the products are not
-what costs, and timing would cost more than it could save.
+:data:`MIN_MEASURED_FLOPS` per token run float32 unmeasured: there timing costs more than it saves.
 """
 
 import contextlib
@@ -140,10 +130,7 @@ def _decide_once(model: TunedModel, use: Tuple[int, bool], force: bool) -> Decis
     """Read the decision for ``model``'s shapes and weights at ``use``, (threads, training), from
     the cache file, or make and record it, holding the file's lock: measured, or, where the speeds
     of these shapes are recorded (another model's), only the accuracy checked (:func:`accuracies`).
-
-    A cache directory that cannot be written (a read-only home) costs a measurement per process,
-    never an error.
-    """
+    A cache directory that cannot be written costs a measurement per process, never an error."""
     (threads, training), tuning = use, cast(Tuning, model.runtime.tuning)
     passes, precisions = model_passes(model, tuning.run, training), tuning.precisions(training)
     fields, weights = decision_fields(model.options, threads, training), model.runtime.decisions.weights(model)
@@ -228,9 +215,8 @@ def measure(passes: Passes, precisions: Sequence[str], n_tokens: int, clock: Clo
     """Each precision's median tokens/s over interleaved rounds of its pass, and its accuracy to fp32.
 
     Each pass's weight copies are made before it and dropped after it, untimed (:class:`Passes`).
-    The first round also pays for kernels' first calls: the median of at least :data:`MIN_ROUNDS`
-    leaves it out. Rounds go on while they are cheap, up to :data:`MAX_ROUNDS` or :data:`MIN_SECONDS`.
-    """
+    The median of at least :data:`MIN_ROUNDS` leaves out the first round's kernels' first calls;
+    rounds go on while they are cheap, up to :data:`MAX_ROUNDS` or :data:`MIN_SECONDS`."""
     layers: Dict[str, torch.Tensor] = {}
     times: Dict[str, List[float]] = {precision: [] for precision in precisions}
     service_times: Dict[str, Dict[str, List[float]]] = {"lone": {}, "few": {}}
@@ -311,18 +297,13 @@ def worst_cosine(found: torch.Tensor, expected: torch.Tensor) -> float:
 def choose(trials: Dict[str, Trial]) -> str:
     """The fastest precision that keeps the accuracy contract (fp32 keeps it by definition), where
     it wins clearly: a less accurate precision (lower cosine to fp32) replaces a more accurate one
-    only when it is at least :data:`CLEAR_WIN` times as fast. Where both were timed on a service's
-    calls too, bulk work and a service weigh the same: "as fast" is the geometric mean of the
-    speed ratio on the batch and the service's, itself the geometric mean of the ratios alone and
-    for a few sentences together. A service runs calls of one or a few requests, and a precision
-    can win a batch and lose those by more (the bundled ``en`` biLM on an AVX512-VNNI EPYC: int8
-    won the batch narrowly over bf16 and lost a lone sentence and a few sentences by far more;
-    docs/bilm.md); and a service's two calls are two views of one use, which, counted as two,
-    outvoted the batch (on the same machine a clear bf16 win over fp32 on the batch fell under
-    :data:`CLEAR_WIN` once fp32's faster lone sentence counted as much as the batch;
-    project/docs/lab-notebook.md, "A service's slowest requests"). A decision is cached for good,
-    and a margin within the noise of a busy machine would keep the less accurate one on a coin
-    toss."""
+    only when it is at least :data:`CLEAR_WIN` times as fast (a decision is cached for good: a
+    margin within a busy machine's noise would pick the less accurate one on a coin toss). Where
+    both were timed on a service's calls too, bulk work and a service weigh the same: "as fast" is
+    the geometric mean of the speed ratio on the batch and the service's, itself the geometric mean
+    of the ratios alone and for a few sentences together (a precision can win a batch and lose a
+    service's calls by more, and the service's two calls are one use, not two: docs/bilm.md,
+    project/docs/lab-notebook.md, "A service's slowest requests")."""
     kept = sorted(
         (p for p, trial in trials.items() if p == "fp32" or trial.cosine >= MIN_MEAN_COSINE),
         key=lambda p: 1.0 if p == "fp32" else trials[p].cosine,

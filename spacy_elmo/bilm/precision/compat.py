@@ -21,11 +21,9 @@ def cpu_capabilities(cpuinfo: Optional[Path] = None) -> Capabilities:
     """This CPU's features, as ``torch.cpu.get_capabilities()`` names them: ``{"avx512_bf16": True,
     "amx_bf16": False, ..., "cpu_name": "Intel Xeon"}``.
 
-    That call came with torch 2.11. Before it, the features come from the flags of ``cpuinfo`` (:data:`CPUINFO`),
-    whose names for those spacy-elmo looks for (``avx512_bf16``, ``amx_bf16``, ``avx512_vnni``,
-    ``amx_int8``, ``avx_vnni``) are torch's; where there is no such file (or no feature in it),
-    none: precision ``auto`` then times no bf16 and int8 weights are packed for torch's default
-    engine, slower at worst, never wrong.
+    That call came with torch 2.11. Before it, the features come from the flags of ``cpuinfo``
+    (:data:`CPUINFO`), which name those spacy-elmo looks for as torch does; without the file, none:
+    ``auto`` then times no bf16 and int8 weights are packed for torch's default engine, slower at worst.
     """
     probe = getattr(torch.cpu, "get_capabilities", None)
     if probe is not None:

@@ -47,25 +47,18 @@ def flops_per_token(options: ElmoOptions) -> FlopCount:
     L = ``n_layers``:
 
     - char CNN: each filter of width w and count n at every one of the W - w + 1 positions of the
-      padded token: sum over filters of ``2 (W - w + 1) w d n`` (Original: 17.6 M);
-    - highway: per layer two products, transform and carry, of width F: ``n_highway * 2 * 2 F^2``
-      (Original: 33.6 M);
-    - projection of the filters to the LSTM's width: ``2 F P`` (Original: 2.1 M);
+      padded token: sum over filters of ``2 (W - w + 1) w d n``;
+    - highway: per layer two products, transform and carry, of width F: ``n_highway * 2 * 2 F^2``;
+    - projection of the filters to the LSTM's width: ``2 F P``;
     - LSTM, for each of the 2 directions of each of the L layers: the input product ``2 P 4H``,
       the recurrent product ``2 P 4H`` (the previous output, of width P, to the four gates) and
-      the output projection ``2 H P``: ``2 L (2 * 2 P 4H + 2 H P)`` (Original: 67.1 + 67.1 + 16.8
-      = 151.0 M).
+      the output projection ``2 H P``: ``2 L (2 * 2 P 4H + 2 H P)``.
 
-    The Original size (H = 4096, P = 512, L = 2, two highways, 2048 filters) comes to 204.3 M
-    (18 + 34 + 2 + 151 = 205 with each part rounded). This is the published model's
-    nominal cost (what ``auto`` compares with ``MIN_MEASURED_FLOPS``), per word, as tokens/s
-    counts them. Left out: element-wise work (biases, gate nonlinearities, clipping, max-pooling,
-    highway gating: a few FLOP per value, not per product term). What the biLM computes differs
-    both ways: more in the LSTM and highways (the two boundary tokens of every sentence: 192
-    positions for the 160 words of ``bench``'s batch), less in the char CNN (once per distinct
-    token of a batch, over the characters its longest token needs rather than all W). On
-    ``bench``'s batch of short made-up words the two about cancel (roughly 220 M computed per
-    word at the Original size against 204 M counted).
+    A nominal cost per word, as tokens/s counts them (204.3 M at the Original size). Left out:
+    element-wise work (biases, gate nonlinearities, clipping, max-pooling, highway gating: a few
+    FLOP per value, not per product term). What the biLM computes differs both ways: more in the
+    LSTM and highways (the two boundary tokens of every sentence), less in the char CNN (once per
+    distinct token of a batch, over the characters its longest token needs rather than all W).
     """
     width = options.max_characters_per_token
     conv = sum(2 * (width - w + 1) * w * options.char_embedding_dim * n for w, n in options.filters)

@@ -12,11 +12,8 @@ NATIVE_BF16_CAPABILITY: Tuple[int, int] = (8, 0)
 
 
 def gpu_has_native_bf16(capability: Tuple[int, int]) -> bool:
-    """Whether a GPU of this compute capability, ``(major, minor)``, multiplies bf16 natively.
-
-    Ampere (8.0) and later have bf16 tensor cores; Volta (7.0) and Turing (7.5) have none and run
-    bf16 products emulated, without the speed-up ``auto`` is for.
-    """
+    """Whether a GPU of this compute capability, ``(major, minor)``, multiplies bf16 natively: Ampere
+    (8.0) and later have bf16 tensor cores; Volta (7.0) and Turing (7.5) emulate bf16 products."""
     return tuple(capability) >= NATIVE_BF16_CAPABILITY
 
 

@@ -1,35 +1,24 @@
 """The precision of the biLM's matrix products: float32, bfloat16, or int8 for inference on a CPU.
 
-bf16 keeps float32's exponent range with an 8-bit mantissa, so products need no loss scaling;
-CPUs with AMX (and recent GPUs) multiply it several times faster than float32, some CPUs with
-AVX512-BF16 alone faster too, others slower.
-In ``"bf16"`` mode only the products run in bf16 (the char CNN's convolutions, the highways
-and projection, the LSTM's input, recurrent and projection products, the pretraining softmax),
-each accumulating in float32 inside the kernel. Everything else stays float32: the parameters
-(master weights, which the optimizer updates and the files store), the cell state and the
-elementwise cell math, the skip connections, the outputs, the loss.
+In ``"bf16"`` mode only the products run in bf16 (the char CNN's convolutions, the highways and
+projection, the LSTM's input, recurrent and projection products, the pretraining softmax), each
+accumulating in float32 inside the kernel; bf16 keeps float32's exponent range, so no loss scaling.
+The rest stays float32: the parameters (the master weights the optimizer updates and the files
+store), the cell state and its elementwise math, the skip connections, the outputs, the loss.
+Products are cast explicitly rather than with ``torch.autocast``, which would also run the gate math
+in bf16, cannot cast the ``out=`` products the inference loop reuses buffers with, and re-casts every
+weight at every call: here a weight is cast once and the copy kept
+(:class:`~..memory.weight_copies.WeightCopies`), and any autocast around the biLM is off (:func:`own_precision`).
 
-Products are cast explicitly rather than with ``torch.autocast``: autocast would also run the
-elementwise gate math in bf16, cannot cast the ``out=`` products the inference loop reuses
-buffers with, and re-casts every weight at every call. Here a weight is cast once and the copy
-kept (see :class:`~..memory.weight_copies.WeightCopies`) until the float32 parameter changes, and the biLM ignores
-any autocast around it (:func:`own_precision`): it sets its precision itself.
+``"fp32"`` on a GPU means IEEE float32 products, not TF32 (which torch uses for convolutions by
+default on Ampere and later, and for matmuls where asked, rounding their inputs to 10 mantissa
+bits): while a float32 call runs on CUDA, :func:`ieee_float32` holds cuBLAS's and cuDNN's
+``fp32_precision`` at ``"ieee"``. The flags are process-wide (other threads' products during the
+call are IEEE too), and a training step's backward pass runs after the call, under the process's
+own settings: set both to ``"ieee"`` yourself to train in strict float32.
 
-``"fp32"`` on a GPU means IEEE float32 products, not TF32. On Ampere and later GPUs torch runs
-float32 convolutions in TF32 by default, and float32 matmuls too where a user or library asked for
-it (``torch.set_float32_matmul_precision("high")``); TF32 rounds each product's inputs to 10
-mantissa bits instead of float32's 23, so the layers would not be float32's. So while a float32
-biLM call runs on CUDA, :func:`own_precision` sets ``torch.backends.cuda.matmul.fp32_precision`` and
-``torch.backends.cudnn.conv.fp32_precision`` to ``"ieee"`` and restores them afterwards (see
-:func:`ieee_float32`). The flags are process-wide: products of other threads running during the
-call are IEEE too. The backward pass of a training step runs after the forward call has returned,
-under the process's own settings: set both to ``"ieee"`` yourself to train in strict float32.
-
-``"int8"`` (inference on a CPU only) runs the LSTM's products on dynamic int8 kernels; see
-:mod:`.int8`.
-
-Which of these a setting (``"auto"`` included) runs in, on a device, in training or inference, is
-decided in one place: :class:`ResolvedPrecision`.
+``"int8"`` (inference on a CPU only) runs the LSTM's products on dynamic int8 kernels (:mod:`.int8`).
+Which of these a setting (``"auto"`` included) runs in is decided in one place: :class:`ResolvedPrecision`.
 """
 
 import contextlib
@@ -65,23 +54,16 @@ class ResolvedPrecision:
     ``"fp32"``, ``"bf16"`` or ``"int8"``. :meth:`resolve` is where a setting becomes it:
 
     - An explicit setting is what it says, in training and inference and on every device, except
-      that ``"int8"`` runs on a CPU only (PyTorch's dynamic int8 kernels): elsewhere it is an error.
-      It has no gradient either: a call with gradients refuses it (:func:`.int8.check_no_gradient`).
+      that ``"int8"`` runs on a CPU only and has no gradient (:func:`.int8.check_no_gradient`).
     - ``"auto"`` on a GPU is bf16 where that GPU (the model's, not the current one) multiplies bf16
-      natively: compute capability 8.0 (Ampere) and up (:meth:`.Hardware.cuda_has_native_bf16`); fp32 on
-      older ones, which emulate bf16, and on other devices.
-    - ``"auto"`` on a CPU is ``measured``, for the use at hand: whether bf16 or int8 beats fp32
-      there depends on the CPU, on the model's shapes and on the pass (a training step's backward
-      pass has products of other shapes, and int8 none), and no CPU flag predicts it, so a biLM
-      times its own inference, or its own training step, once per machine and shapes, checks its
-      accuracy once per weights, or takes ``SPACY_ELMO_PRECISION`` instead
-      (:func:`.autotune.cpu_auto_precision`). A frozen biLM runs inference alone, and never
-      decides training's. A caller without a
-      model to time gets fp32, or what ``SPACY_ELMO_PRECISION`` names of fp32 and bf16.
+      natively (:meth:`.Hardware.cuda_has_native_bf16`), else fp32, as on other devices.
+    - ``"auto"`` on a CPU is ``measured`` for the use at hand, inference or a training step: no CPU
+      flag predicts whether bf16 or int8 beats fp32 there (:func:`.autotune.cpu_auto_precision`). A
+      frozen biLM never decides training's. A caller without a model to time gets fp32, or what
+      ``SPACY_ELMO_PRECISION`` names of fp32 and bf16.
 
-    A pretraining run resolves its setting once and keeps it, held-out evaluation included; an
-    ``embed`` run records its products in the manifest by dtype name (:attr:`recorded`), and such
-    stored layers stand in for what a biLM computes by :meth:`serves`.
+    A pretraining run resolves its setting once and keeps it; an ``embed`` manifest records the
+    products by dtype name (:attr:`recorded`), and such stored layers stand in for a biLM's by :meth:`serves`.
     """
 
     precision: Explicit
@@ -139,11 +121,8 @@ class ResolvedPrecision:
 
     def token_encoder_dtype(self, hardware: Hardware = MACHINE) -> torch.dtype:
         """The dtype of the token encoder's products (char CNN, highways, projection) on ``hardware``:
-        :attr:`dtype`, except in int8.
-
-        int8 highways lose too much (see :mod:`.int8`), so in int8 the encoder runs in bf16 where
-        the CPU multiplies bf16 in hardware (:meth:`.Hardware.cpu_has_native_bf16`: its large highway
-        products run much faster there, at bf16's accuracy), and in float32 elsewhere.
+        :attr:`dtype`, except in int8, whose highways would lose too much (see :mod:`.int8`): bf16
+        where the CPU multiplies bf16 in hardware (:meth:`.Hardware.cpu_has_native_bf16`), else float32.
         """
         if self.kind.encodes_tokens:
             return self.dtype
@@ -158,11 +137,10 @@ class ResolvedPrecision:
         """Whether layers computed with these products may stand in for a biLM set to ``setting``
         (a feature store, :mod:`spacy_elmo.embed.store`).
 
-        float32 products serve every setting: a store written on a CPU feeds a GPU pipeline whose
-        ``auto`` is bf16 there, with values more precise than its own. bf16 and int8 products serve
-        their own setting and ``auto``, a setting that accepts them wherever the hardware makes
-        them fast, even where it resolves to float32 here. They serve no other: a pipeline that
-        asks for float32 (or bf16) must not be fed bf16 (or int8) values silently.
+        float32 products serve every setting (a CPU's store feeds a GPU pipeline whose ``auto`` is
+        bf16, with more precise values); bf16 and int8 products serve their own setting and
+        ``auto``, even where it resolves to float32 here, and no other: a pipeline that asks for
+        float32 (or bf16) must not be fed bf16 (or int8) values silently.
         """
         return self.precision == kinds.REFERENCE or setting in ("auto", self.precision)
 
@@ -180,11 +158,9 @@ def _check_device(kind: ProductPrecision, device: torch.device) -> None:
 
 def _cuda_fp32_settings(backends: Any) -> List[Tuple[Any, str, Any]]:
     """``(object, attribute, strict value)`` of each setting that lets CUDA's float32 products run
-    in TF32: cuBLAS's (the linear layers, the LSTM's batched products, the softmax) and cuDNN's
-    convolutions' (the char CNN).
-
-    torch >= 2.9 sets this per backend and operation (``fp32_precision``), and raises when the
-    legacy ``allow_tf32`` flags are read after it was used; older versions have the flags only.
+    in TF32: cuBLAS's and cuDNN's convolutions'. torch >= 2.9 sets them per backend and operation
+    (``fp32_precision``), and raises when the legacy ``allow_tf32`` flags (all older versions have)
+    are read after it was used.
     """
     if hasattr(backends.cudnn, "conv"):
         return [(backends.cuda.matmul, "fp32_precision", "ieee"), (backends.cudnn.conv, "fp32_precision", "ieee")]
@@ -195,9 +171,8 @@ class _IeeeFloat32:
     """Holds CUDA's float32 products at IEEE precision while at least one caller needs it.
 
     The settings are process-wide, so nested and concurrent callers (threads) share one save and
-    restore: the first in saves the settings and sets them strict, the last out restores them.
-    With a save and restore per caller, a call ending first would turn TF32 back on under one
-    still running, and the last to end would leave it off for good.
+    restore: the first in saves the settings and sets them strict, the last out restores them (a
+    save and restore per caller would turn TF32 back on under a call still running).
     """
 
     def __init__(self, backends: Any = torch.backends) -> None:
@@ -208,13 +183,8 @@ class _IeeeFloat32:
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
-        """A block whose float32 CUDA matmuls and convolutions run in IEEE float32, not TF32.
-
-        Sets ``torch.backends.cuda.matmul.fp32_precision`` and
-        ``torch.backends.cudnn.conv.fp32_precision`` to ``"ieee"`` (before torch 2.9: the
-        ``allow_tf32`` flags of both to False) and restores them when the last such block, of any
-        thread, ends. CPU settings (``torch.backends.mkldnn``) are left alone.
-        """
+        """A block whose float32 CUDA matmuls and convolutions run in IEEE float32, not TF32
+        (:func:`_cuda_fp32_settings`); CPU settings (``torch.backends.mkldnn``) are left alone."""
         with self._lock:
             if self._holders == 0:
                 settings = _cuda_fp32_settings(self._backends)

@@ -12,9 +12,8 @@ from ..model.options import ElmoOptions
 from .decisions import Decisions
 from .resolved import Precision
 
-# The timed batch: 64 sentences of 5 made-up words. The rows are those of a batch of nlp.pipe (its
-# products' shapes decide which precision wins, and the row count changes them); the few words
-# keep the measurement short.
+# The timed batch: 64 sentences (the rows of a batch of nlp.pipe, whose products' shapes decide
+# which precision wins) of 5 made-up words (few, to keep the measurement short).
 BATCH_ROWS, BATCH_WORDS = 64, 5
 # A service's calls (timed for inference): a lone request's sentence, and a few requests' sentences
 # sharing a call (threads or a server's queue under load), of LONE_WORDS words each.
@@ -109,14 +108,11 @@ def model_passes(model: TunedModel, run: Optional[Run], training: bool) -> Passe
 def timed_pass(
     model: TunedModel, sentences: Sequence[Sequence[str]], precision: str, training: bool = False
 ) -> torch.Tensor:
-    """:attr:`~.model.BiLMOutput.layers` of one zero-state pass of ``model`` with its products in
-    ``precision``, without the token cache, dropout off (the passes must be comparable, and draw
-    nothing): what ``auto`` times. The model's settings and mode are left as they were.
-
-    Inference's pass runs without gradients. ``training``: a training step's passes instead, the
-    forward pass with gradients and a backward pass from a loss on the layers to every parameter;
-    the gradients are computed and dropped, each parameter's ``.grad`` left as it was. Returns the
-    layers, detached.
+    """:attr:`~.model.BiLMOutput.layers` (detached) of one zero-state pass of ``model`` without
+    gradients, products in ``precision``, without the token cache, dropout off (comparable passes
+    that draw nothing): what ``auto`` times. ``training``: a training step's passes instead, with a
+    backward pass from a loss on the layers to every parameter, whose gradients are dropped (each
+    ``.grad`` left as it was). The model's settings and mode are left as they were.
     """
     mode = model.training
     model.train(False)

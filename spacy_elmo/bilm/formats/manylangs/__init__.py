@@ -5,24 +5,16 @@ config), ``char.dic`` and ``word.dic`` (``TOKEN<TAB>ID`` per line), and PyTorch 
 ``token_embedder.pkl`` and ``encoder.pkl``. The reference implementation is the PyPI package
 ``elmoformanylangs`` (0.0.4.post2); what this package computes is its inference path
 (``Embedder.sents2elmo``), read off its source, quirks included. One module per part:
+:mod:`.network` (the sizes), :mod:`.vocabulary` (the dictionaries, and tokens' char and word ids),
+:mod:`.modules` (the token encoder, a :class:`spacy_elmo.bilm.model.token_encoder.TokenEncoder`; the
+LSTM stack is the biLM's own), :mod:`.weights` (the state dicts, tensors only, converted both ways),
+:mod:`.layout` and :mod:`.directory` (the directory's files, read into a biLM and written from one).
 
-- :mod:`.network`: the network config (the sizes), found where the reference looks for it.
-- :mod:`.vocabulary`: the dictionaries, and the char and word ids of tokens as the reference makes them.
-- :mod:`.modules`: the token encoder (a char CNN over the vocabulary beside a word embedding), a
-  :class:`spacy_elmo.bilm.model.token_encoder.TokenEncoder` as bilm-tf's is; the LSTM stack is the biLM's own.
-- :mod:`.weights`: the two state dicts, read (tensors only, never code) and converted both ways.
-- :mod:`.layout` and :mod:`.directory`: the directory's files, read into a biLM and written from one.
-
-The LSTM stack is AllenNLP's ``LstmCellWithProjection``, which :class:`spacy_elmo.bilm.model.lstm.ProjectedLSTM`
-computes exactly once its weights are in TensorFlow's gate order: skip connections after the first
-layer always, clipping only where the clip value is non-zero. Output: layer 0 is the token vector
-doubled, layers 1.. [forward; backward], as bilm-tf's. The reference's encoder carries its state
-from one batch to the next; the biLM starts every batch from zero unless told otherwise
-(``state``), so the two agree on a fresh reference's first batch.
-
-Saving: the standard ``options.json`` + ``weights.hdf5`` layout cannot hold the character
-vocabulary and the word embedding, so :meth:`.BiLM.to_files` refuses such a biLM; it is written in
-its own layout instead (:func:`write_manylangs`), which :func:`load_manylangs` reads back.
+Output: layer 0 is the token vector doubled, layers 1.. [forward; backward], as bilm-tf's. The
+reference's encoder carries its state from one batch to the next; the biLM starts every batch
+from zero unless told otherwise (``state``), so the two agree on a fresh reference's first batch.
+The standard ``options.json`` + ``weights.hdf5`` cannot hold the vocabulary and the word embedding:
+such a biLM is written in its own layout (:func:`write_manylangs`), which :func:`load_manylangs` reads.
 
 Not supported (no published model uses them): the reference's LSTM token encoder, its plain-LSTM
 encoder, and word-only models (``char_dim`` 0).

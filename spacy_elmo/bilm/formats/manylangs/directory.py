@@ -1,13 +1,6 @@
-"""An ELMoForManyLangs model directory, read into a biLM and written from one.
-
-Reading checks every file before the model is made (:func:`load_manylangs`); writing
-(:func:`write_manylangs`) gives the reference's own layout: ``config.json`` naming the network
-config, which is written beside it (the directory needs nothing else), the dictionaries, and the
-two state dicts in the reference's names, shapes and gate order, forget bias included. The
-reference package reads the directory as it reads a published model. A warm start
-(:meth:`.BiLM.warm_up`), which the reference has no place for, goes in an extra file
-:data:`.layout.WARM_NAME` that the reference ignores.
-"""
+"""An ELMoForManyLangs model directory, read into a biLM (:func:`load_manylangs`) and written from
+one in the reference's own layout (:func:`write_manylangs`), which the reference package reads as it
+reads a published model."""
 
 import json
 from pathlib import Path
@@ -83,11 +76,11 @@ def write_manylangs(bilm: ElmoWeights, directory: PathLike) -> Path:
     reference's own layout, each file atomically; returns the directory.
 
     ``config.json`` (the model's own, its ``config_path`` now the network config's name) and the
-    network config beside it, ``char.dic`` and ``word.dic`` (none without a word embedding),
-    ``token_embedder.pkl`` and ``encoder.pkl`` (:func:`.weights.manylangs_state_dicts`, saved with
-    ``torch.save``), and :data:`.layout.WARM_NAME` when the biLM has a warm start (else an older one
-    is removed). The directory loads with :func:`load_manylangs` and with the reference's
-    ``Embedder``. Other files in the directory are left as they are.
+    network config beside it (the directory needs nothing else), ``char.dic`` and ``word.dic`` (none
+    without a word embedding), ``token_embedder.pkl`` and ``encoder.pkl`` in the reference's names,
+    shapes and gate order (:func:`.weights.manylangs_state_dicts`), and, when the biLM has a warm
+    start, :data:`.layout.WARM_NAME`, which the reference ignores (else an older one is removed).
+    Other files in the directory are left as they are.
     """
     encoder = bilm.token_encoder
     if not isinstance(encoder, ManyLangsTokenEncoder):

@@ -1,9 +1,8 @@
 """The network config of an ELMoForManyLangs model: the sizes its ``config.json`` names, read and written.
 
-``config.json`` (training settings) names the network config by ``config_path``; the published
-models name it by a path on their authors' machine, and their archives do not include it, so it
-is looked for where the reference looks (:func:`read_network`). A clip value of 0 (no clipping in
-the reference) is infinite in :class:`.ElmoOptions`.
+``config.json`` (training settings) names the network config by ``config_path``, looked for where
+the reference looks (:func:`read_network`). A clip value of 0 (no clipping in the reference) is
+infinite in :class:`.ElmoOptions`.
 """
 
 import copy

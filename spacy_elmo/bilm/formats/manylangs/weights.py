@@ -68,27 +68,22 @@ def lstm_weights(state: Dict[str, Tensor], prefix: str) -> Tuple[Tensor, Tensor,
     h W_s^T + b`` with the forget gate's 1.0 inside ``b``; ProjectedLSTM orders them as TensorFlow
     (i, j, f, o) and adds TensorFlow's forget bias of 1.0 at run time, so 1.0 comes off here.
     """
-    bias = _tf_gate_order(state[f"{prefix}.state_linearity.bias"]).clone()
+    bias = _swap_gates(state[f"{prefix}.state_linearity.bias"]).clone()
     cell = bias.shape[0] // 4
     bias[2 * cell : 3 * cell] -= 1.0
     return (
-        _tf_gate_order(state[f"{prefix}.input_linearity.weight"]).T,
-        _tf_gate_order(state[f"{prefix}.state_linearity.weight"]).T,
+        _swap_gates(state[f"{prefix}.input_linearity.weight"]).T,
+        _swap_gates(state[f"{prefix}.state_linearity.weight"]).T,
         bias,
         state[f"{prefix}.state_projection.weight"].T,
     )
 
 
-def _tf_gate_order(t: Tensor) -> Tensor:
-    """Gate blocks (along dim 0) from AllenNLP's i, f, g, o to TensorFlow's i, g (j), f, o."""
+def _swap_gates(t: Tensor) -> Tensor:
+    """Gate blocks (along dim 0) from AllenNLP's i, f, g, o to TensorFlow's i, g (j), f, o, and back
+    (the swap of the middle two is its own inverse)."""
     i, f, g, o = t.chunk(4, dim=0)
     return torch.cat([i, g, f, o])
-
-
-def _allennlp_gate_order(t: Tensor) -> Tensor:
-    """Gate blocks (along dim 0) from TensorFlow's i, g (j), f, o back to AllenNLP's i, f, g, o."""
-    i, g, f, o = t.chunk(4, dim=0)
-    return torch.cat([i, f, g, o])
 
 
 def _token_encoder_parameters(encoder: ManyLangsTokenEncoder) -> Dict[str, Tensor]:
@@ -205,9 +200,9 @@ def manylangs_state_dicts(
             bias = saved(layer.bias[direction])
             cell = bias.shape[0] // 4
             bias[2 * cell : 3 * cell] += 1.0  # TensorFlow's forget bias, added at run time here, back in the bias
-            encoder[f"{prefix}.input_linearity.weight"] = _allennlp_gate_order(saved(layer.input_weight[direction]).T)
-            encoder[f"{prefix}.state_linearity.weight"] = _allennlp_gate_order(saved(layer.hidden_weight[direction]).T)
-            encoder[f"{prefix}.state_linearity.bias"] = _allennlp_gate_order(bias)
+            encoder[f"{prefix}.input_linearity.weight"] = _swap_gates(saved(layer.input_weight[direction]).T)
+            encoder[f"{prefix}.state_linearity.weight"] = _swap_gates(saved(layer.hidden_weight[direction]).T)
+            encoder[f"{prefix}.state_linearity.bias"] = _swap_gates(bias)
             encoder[f"{prefix}.state_projection.weight"] = saved(layer.projection[direction]).T.contiguous()
     return embedder, encoder
 

@@ -6,8 +6,7 @@ of the whole loop is launched at once. A graph has fixed shapes and addresses, s
 
 - **Buckets.** A batch is padded to a shape bucket, steps and rows rounded up (:func:`..row_buckets.padded_rows`:
   at most an eighth more), so that buckets recur over a corpus of length-sorted batches. The
-  captured loop is :func:`.fused_lstm.padded_layer`: every row runs every step, and the kernels
-  mask each row by its length (a device tensor), so the real rows get the launched loop's results.
+  captured loop is :func:`.fused_lstm.padded_layer`, every row at every step, masked by its length.
 - **Static buffers.** Inputs, initial states, bias and lengths are copied into fixed buffers
   before a replay, and the outputs and final states copied out after it. All graphs of a biLM's
   device (its cache, kept with its LSTM's weight copies: :func:`cache_for`) share one set of
@@ -53,10 +52,10 @@ STEP_GRAIN = 4  # steps are padded to a multiple of this at least
 ROW_GRAIN = 16  # rows too: products of a multiple of 16 rows suit the GPU's matrix units
 MAX_GRAPHS = 32  # per cache; a graph holds little beyond its kernels' arguments (see StaticBuffers)
 MAX_SEEN = 256  # shapes remembered for the second-use rule
+GRAPHS_NAME = "cuda_graphs"  # the cache's name among the weight copies
 # The product dtypes whose loops replay graphs. In float32 a step's products keep the GPU busy
 # longer than its launches take, so graphs save little and the padding of a bucket costs more
 # (benchmarks/gpu.py: slower than the launched loop; figures in docs/performance.md, "NVIDIA H100").
-GRAPHS_NAME = "cuda_graphs"  # the cache's name among the weight copies
 GRAPH_DTYPES = tuple(kind.dtype for kind in PRODUCT_PRECISIONS.values() if kind.cuda_graphs)
 
 Weights = Tuple[Tensor, Tensor, Tensor]
@@ -118,8 +117,7 @@ class Bucket(NamedTuple):
 
     @classmethod
     def of(cls, inputs: Tensor, memory: Tensor, hidden: Tensor) -> "Bucket":
-        """The bucket of a batch: ``inputs`` (time, 2, batch, input_dim), ``memory`` (2, batch,
-        lstm_dim), ``hidden`` (2, batch, projection_dim)."""
+        """The bucket of a batch, shaped as a :class:`~spacy_elmo.bilm.kernels.LayerKernel` takes it."""
         n_steps, _, batch, input_dim = inputs.shape
         return cls(
             padded_rows(n_steps, STEP_GRAIN), padded_rows(batch, ROW_GRAIN), input_dim, memory.shape[2], hidden.shape[2]
@@ -227,36 +225,26 @@ class GraphCache:
             if self.runner.capturing():
                 self._warn("the stream is being captured already (by a graph of the caller's): the loop is launched")
                 return None
-            identity = tensor_versions(weights)
-            self._drop_stale(owner, weights, identity)
+            identity, dtype = tensor_versions(weights), weights[1].dtype
+            # Drop the graphs of freed layers, and owner's of other weights in the same dtype.
+            for stale, old in list(self._graphs.items()):
+                layer = old.owner()
+                if layer is None or (layer is owner and old.weights[1].dtype == dtype and old.identity != identity):
+                    del self._graphs[stale]
             shape = Bucket.of(inputs, memory, hidden)
             key = (shape, identity, cell_clip, proj_clip)
             graph = self._graphs.get(key)
             if graph is None:
-                if not self._used_before(key):
-                    return None
-                graph = self._capture(key, owner, weights)
+                seen = key in self._seen  # captured at its second use (of the last MAX_SEEN keys)
+                self._seen[key] = None
+                self._seen.move_to_end(key)
+                while len(self._seen) > MAX_SEEN:
+                    self._seen.popitem(last=False)
+                graph = self._capture(key, owner, weights) if seen else None
                 if graph is None:
                     return None
             self._graphs.move_to_end(key)
             return _replay(graph, inputs, active, hidden, memory, bias)
-
-    def _drop_stale(self, owner: object, weights: Weights, identity: Tuple) -> None:
-        """Drop the graphs of freed layers, and ``owner``'s of other weights in the same dtype."""
-        dtype = weights[1].dtype
-        for key, graph in list(self._graphs.items()):
-            layer = graph.owner()
-            if layer is None or (layer is owner and graph.weights[1].dtype == dtype and graph.identity != identity):
-                del self._graphs[key]
-
-    def _used_before(self, key: Hashable) -> bool:
-        """Whether ``key`` was met before (of the last ``MAX_SEEN``); it is remembered now."""
-        seen = key in self._seen
-        self._seen[key] = None
-        self._seen.move_to_end(key)
-        while len(self._seen) > MAX_SEEN:
-            self._seen.popitem(last=False)
-        return seen
 
     def _capture(self, key: Tuple[Bucket, Tuple, float, float], owner: object, weights: Weights) -> Optional[_Graph]:
         """Capture the padded loop of ``key`` (its bucket, weights' identity and clips) over the
@@ -297,7 +285,11 @@ def _replay(
     any graph of the device overwrites them). Shapes as in :func:`.fused_lstm.fused_layer`."""
     buffers = graph.buffers
     n_steps, _, batch, _ = inputs.shape
-    buffers.lengths.copy_(_lengths(active, buffers.lengths.shape[0]), non_blocking=True)
+    # Each row's length, 0 for padding: the steps at which it is among ``active``; made on the host even where
+    # thinc made CUDA torch's default device (a device tensor made from a list would wait for the GPU's queue).
+    running = torch.tensor(active, dtype=torch.int32, device="cpu").unsqueeze(1)
+    rows = torch.arange(buffers.lengths.shape[0], dtype=torch.int32, device="cpu")
+    buffers.lengths.copy_((running > rows).sum(0, dtype=torch.int32), non_blocking=True)
     buffers.inputs[:n_steps, :, :batch].copy_(inputs)
     buffers.hidden[:, :batch].copy_(hidden)
     buffers.memory[:, :batch].copy_(memory)
@@ -305,14 +297,6 @@ def _replay(
     graph.replay()
     outputs = buffers.outputs[:n_steps, :, :batch].clone()
     return outputs, buffers.final_hidden[:, :batch].clone(), buffers.memory[:, :batch].clone()
-
-
-def _lengths(active: Sequence[int], rows: int) -> Tensor:
-    """Each row's length (rows,) int32, on the host, 0 for padding: the steps at which it is among ``active``."""
-    # On the host even where thinc made CUDA torch's default device: a device tensor made from a
-    # list would wait for the GPU's queue.
-    running = torch.tensor(active, dtype=torch.int32, device="cpu").unsqueeze(1)
-    return (running > torch.arange(rows, dtype=torch.int32, device="cpu")).sum(0, dtype=torch.int32)
 
 
 def cache_for(copies: WeightCopies, device: torch.device) -> GraphCache:

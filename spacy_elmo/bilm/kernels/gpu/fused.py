@@ -1,7 +1,7 @@
 """The fused time loop of a layer: inference on a CUDA GPU with Triton (see :mod:`..fused_lstm`),
 replayed from a CUDA graph where one serves (:mod:`..cuda_graphs`)."""
 
-from typing import Sequence, Tuple
+from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -27,19 +27,15 @@ class FusedKernel:
     ) -> Result:
         weights = fused_weights(self.copies, index, layer, self.dtype)
         bias = layer.gate_bias().contiguous()
-        clips = (layer.cell_clip, layer.proj_clip)
+        args = (inputs, active, hidden, memory, weights, bias, layer.cell_clip, layer.proj_clip)
         if self.choice.graphs(inputs.device, weights[1].dtype):  # replayed where a graph serves
-            result = cuda_graphs.cache_for(self.copies, inputs.device).run(
-                layer, inputs, active, hidden, memory, weights, bias, *clips
-            )
+            result = cuda_graphs.cache_for(self.copies, inputs.device).run(layer, *args)
             if result is not None:
                 return result
-        return fused_layer(inputs, active, hidden, memory, weights, bias, *clips)
+        return fused_layer(*args)
 
 
-def fused_weights(
-    copies: WeightCopies, index: int, layer: LSTMLayer, dtype: torch.dtype
-) -> Tuple[Tensor, Tensor, Tensor]:
+def fused_weights(copies: WeightCopies, index: int, layer: LSTMLayer, dtype: torch.dtype) -> cuda_graphs.Weights:
     """The input, recurrent and projection weights as stored, (2, in, out), in ``dtype``: the
     parameters in float32, else copies kept in ``copies``."""
     if dtype == torch.float32:

@@ -4,8 +4,7 @@ Eager, one step of a :class:`~.lstm.ProjectedLSTM` is about a dozen CUDA kernels
 (2, rows, 4 * lstm_dim) gates: the bias and recurrent additions, three sigmoids, two tanhs,
 products, clipping, conversions and state copies, each a full pass through GPU memory and a launch
 from Python. At the Original size these elementwise passes took most of the GPU's time, and the
-launches as much host time again (benchmarks/results/gpu_h200_fused.txt). Here a step is
-four kernels:
+launches as much host time again (benchmarks/results/gpu_h200_fused.txt). Here a step is four kernels:
 
 1. the recurrent product ``hidden @ W_h`` (cuBLAS, in the product dtype);
 2. :func:`.triton_kernels._cell_kernel`: the input product of the step + bias + the recurrent product, the four
@@ -18,11 +17,8 @@ The arithmetic is the eager path's, in the same order and roundings: in bf16 eac
 rounded to bf16 as cuBLAS returns it, and everything else is float32. ``tanh`` is computed as
 ``2 * sigmoid(2x) - 1`` (Triton has no portable tanh), which differs from ``torch.tanh`` by a
 float32 rounding or two. Only inference (no autograd) takes this path; training keeps the eager
-one, whose autograd graph it needs.
-
-For inference the loop of each layer is captured into CUDA graphs and replayed
-(:mod:`.cuda_graphs`): :func:`padded_layer` is the same loop over a padded batch of fixed shape,
-the kernels masking each row by its length.
+one, whose autograd graph it needs. :func:`padded_layer` is the loop that CUDA graphs capture
+(:mod:`.cuda_graphs`).
 
 With ``TRITON_INTERPRET=1`` the kernels also run on CPU tensors (slowly), which is how the CPU
 test suite checks this path against the eager one.
@@ -48,15 +44,10 @@ HAS_TRITON = importlib.util.find_spec("triton") is not None
 
 def use_fused_lstm(device: torch.device, dtype: torch.dtype, triton: bool = HAS_TRITON) -> bool:
     """Whether a forward pass takes the fused loop: inference (no autograd) on a CUDA device in products
-    it fuses (:func:`fuses`: float32 or bf16), with Triton (``triton``), unless ``SPACY_ELMO_FUSED_LSTM=0``."""
-    return triton and device.type == "cuda" and fuses(dtype) and not torch.is_grad_enabled() and switches().fused_lstm
-
-
-def fuses(dtype: torch.dtype) -> bool:
-    """Whether the fused loop runs products in ``dtype``: those of a precision whose record says so
-    (:attr:`.precision.kinds.ProductPrecision.fused_on_gpu`)."""
-    kind = of_dtype(dtype)
-    return kind is not None and kind.fused_on_gpu
+    it fuses (those of a precision whose record says so, :attr:`.precision.kinds.ProductPrecision.fused_on_gpu`:
+    float32 or bf16), with Triton (``triton``), unless ``SPACY_ELMO_FUSED_LSTM=0``."""
+    kind = of_dtype(dtype) if triton and device.type == "cuda" else None
+    return kind is not None and kind.fused_on_gpu and not torch.is_grad_enabled() and switches().fused_lstm
 
 
 class LayerBuffers(NamedTuple):
@@ -103,18 +94,12 @@ def fused_layer(
     proj_clip: float,
     window_positions: int = GPU_PRECOMPUTED_POSITIONS,
 ) -> Tuple[Tensor, Tensor, Tensor]:
-    """One layer, both directions, over rows sorted longest first, launched step by step; no autograd.
-
-    Shapes: ``inputs`` (time, 2, batch, input_dim) float32, direction 1 already reversed;
-    ``active[t]`` the rows still running at step t (non-increasing, ``active[0] == batch``);
-    ``hidden`` (2, batch, projection_dim), ``memory`` (2, batch, lstm_dim), float32;
-    ``weights``: input (2, input_dim, 4 * lstm_dim), hidden (2, projection_dim, 4 * lstm_dim),
-    projection (2, lstm_dim, projection_dim), all in the product dtype; ``bias`` (2, 4 * lstm_dim)
-    float32, the forget bias included. Returns the outputs (time, 2, batch, projection_dim)
-    float32, zero past each row's length, and each row's hidden and memory after its last step.
-    Step t computes rows ``:active[t]`` only, so every row it computes is live: the kernels
-    need no lengths, and each row's last step writes its final hidden state.
-    """
+    """One layer, both directions, launched step by step; no autograd. Arguments and results as a
+    :class:`~spacy_elmo.bilm.kernels.LayerKernel`'s (``active[0] == batch``); ``weights``: the
+    input, recurrent and projection weights as stored (:class:`..layer.LSTMLayer`), in the product
+    dtype; ``bias`` (2, 4 * lstm_dim) float32, the forget bias included. Step t computes rows
+    ``:active[t]`` only, all live: the kernels need no lengths, and each row's last step writes its
+    final hidden state."""
     dtype = weights[1].dtype
     n_steps, _, batch, _ = inputs.shape
     loop = _Loop(

@@ -4,10 +4,9 @@ A module of its own, imported at the first fused step only: a CPU-only install n
 Triton, and Triton reads ``TRITON_INTERPRET`` when the kernels are defined, so that tests can run
 them on CPU tensors in its interpreter.
 
-Both kernels take an optional per-row length tensor (``MASKED``): the CUDA graphs of
-:mod:`.cuda_graphs` run every row of a padded batch at every step, and a row at or past its
-length must then keep its memory and state and write a zero output. The launched loop computes
-only the rows still running and passes none.
+Both kernels take an optional per-row length tensor (``MASKED``), for the CUDA graphs'
+:func:`.fused_lstm.padded_layer`: a row at or past its length keeps its memory and state and
+writes a zero output. The launched loop computes only the rows still running and passes none.
 """
 
 from typing import Optional
