@@ -87,18 +87,19 @@ class Cores:
             return int(threads)
         return torch.get_num_threads() if self.shares_torch() else self.available_cores()
 
-    def resolve(self, threads: Threads) -> int:
+    def resolve(self, threads: Threads, planned: Optional[int] = None) -> int:
         """The thread count for the next biLM call: ``threads`` itself, or for ``"auto"`` the cores
-        others leave free (torch's count where ``"auto"`` leaves it alone: :func:`shares_torch`)."""
-        cores = self.planned(threads)
+        others leave free (torch's count where ``"auto"`` leaves it alone: :func:`shares_torch`);
+        ``planned``: :meth:`planned`'s count, where the caller has it."""
+        cores = self.planned(threads) if planned is None else planned
         others = None if threads != "auto" or self.shares_torch() else self.busy_elsewhere()
         return cores if others is None else max(1, min(cores, cores - others))
 
     def torch_threads(self, threads: Threads, runtime: BiLMRuntime) -> ContextManager[None]:
         """A block at the count :meth:`resolve` gives, the previous count restored after; ``precision
         = "auto"`` decides for :meth:`planned` (``runtime``'s plan, set now)."""
-        runtime.planned_threads = self.planned(threads)
-        return torch_at(self.resolve(threads))
+        runtime.planned_threads = planned = self.planned(threads)
+        return torch_at(self.resolve(threads, planned))
 
 
 def _task_state(task: Path) -> str:
