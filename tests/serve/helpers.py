@@ -1,6 +1,7 @@
 """A real ``spacy-elmo serve`` in a subprocess on 127.0.0.1, for tests/serve."""
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -27,10 +28,24 @@ TEXTS = [
 ]
 
 
+# Ports below the kernel's ephemeral range and above Ray's worker ports (10002-19999): a port the
+# kernel hands to a bind(0) (Ray's own processes take several while it starts) cannot land on ours
+# between choosing it and the server binding it.
+PORTS = range(20000, 32768)
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A port in PORTS that is free now: first try at a random one, then onwards."""
+    start = random.randrange(len(PORTS))
+    for offset in range(len(PORTS)):
+        port = PORTS[(start + offset) % len(PORTS)]
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:  # taken
+                continue
+            return port
+    raise RuntimeError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
 
 
 @dataclass
