@@ -1,16 +1,13 @@
-"""The eager time loop of a layer, products in float32: training's, with autograd, and inference's, in place.
+"""A layer's float32 products by windows of input gates: training's loop (autograd), and inference's steps.
 
 Per window of timesteps, the input half of the gate pre-activations is one large product over
-the window's positions; the loop then steps through time doing only the recurrent product and the
-cell, for both directions at once and, rows sorted longest first, only for the prefix of rows still
-running, so padding costs no recurrent work. With autograd, each weight's gradient is gathered
-over the steps into a few large products (:mod:`..gathered_gradients`). Without, each step writes
-its gates and states in place, on the scaled values of :func:`.cell.cell_in_place` (its weight
-copies scaled to match), and every window's gates go into one workspace that all layers of a pass
-reuse (a fresh allocation this large costs page faults).
-
-:class:`~.bf16.Bf16Kernel` runs this loop with its products in bf16: the methods it replaces are
-the products and the weights they multiply by.
+the window's positions; the steps then do only the recurrent product and the cell, for both
+directions at once and, rows sorted longest first, only for the rows still running, so padding
+costs no recurrent work. With autograd, each weight's gradient is gathered over the steps into a
+few large products (:mod:`..gathered_gradients`). Without, the steps run in :mod:`.steps`' loop,
+the weight copies scaled for it, and every window's gates go into one workspace that all layers
+of a pass reuse (a fresh allocation this large costs page faults). :class:`~.bf16.Bf16Kernel`
+replaces the products and the weights they multiply by.
 """
 
 from functools import partial
@@ -21,10 +18,11 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from ..memory.weight_copies import WeightCopies
-from .cell import cell, cell_in_place, double_cell_input_
+from .cell import cell, double_cell_input_
 from .gathered_gradients import GatheredWeight
 from .layer import BY_RULE, KernelChoice, LSTMLayer, Result
 from .onednn_packs import DirectionPacks
+from .steps import BOTH, infer_layer
 
 # A product weight, the direction first: a tensor; in training such a tensor whose gradient is
 # gathered over the steps; in bf16 inference on a CPU, each direction packed for oneDNN.
@@ -169,31 +167,41 @@ class Float32Kernel:
     def _infer(
         self, index: int, layer: LSTMLayer, inputs: Tensor, active: Sequence[int], hidden: Tensor, memory: Tensor
     ) -> Result:
-        """The loop without autograd, in place: each step writes its gates over the window's in
-        the workspace, its output into the layer's and its states over ``hidden`` and ``memory``,
-        stepping by :func:`.cell.cell_in_place` (the memory doubled from the first step to the last)."""
-        weights = self.weights(index, layer)
-        n_steps, _, batch, _ = inputs.shape
-        written = hidden.new_zeros((n_steps, 2, batch, hidden.shape[-1]))
-        state = self.lowered_state(hidden)
-        halved_output = state.new_empty((2, batch, layer.lstm_dim))
-        memory.mul_(2.0)
-        for start, pre_gates in self._windows(layer, inputs, active, weights, in_place=True):
-            for step, step_gates in enumerate(pre_gates.unbind(1), start):
-                running = active[step]
-                gates = step_gates[:, :running]
-                gates.add_(self.product(state[:, :running], weights.hidden))
-                cell_in_place(gates, memory[:, :running], halved_output[:, :running], layer.cell_clip)
-                output = written[step, :, :running]
-                output.copy_(self.product(halved_output[:, :running], weights.projection))
-                output.clamp_(-layer.proj_clip, layer.proj_clip)
-                state[:, :running] = output
-        memory.mul_(0.5)
-        if state is not hidden:  # each row's output at its last step, into hidden; rows that never ran keep theirs
-            for step, (running, after) in enumerate(zip(active, [*active[1:], 0])):
-                if after < running:  # rows sorted longest first stop in runs: these at this step
-                    hidden[:, after:running] = written[step, :, after:running]
+        """The loop without autograd, in place (:func:`.steps.infer_layer`), both directions at once:
+        each window's gates in the workspace, each step's recurrent product added over its own."""
+        steps = _WindowSteps(self, layer, inputs, active, self.weights(index, layer), self.lowered_state(hidden))
+        written = infer_layer(layer, inputs.shape[0], active, hidden, memory, BOTH, lambda directions: steps)
         return written, hidden, memory
+
+
+class _WindowSteps:
+    """:class:`Float32Kernel`'s products for :func:`.steps.infer_layer` (a :class:`.steps.StepProducts`):
+    a window's input gates in one product (:meth:`Float32Kernel._windows`), then at each step the
+    recurrent product of :attr:`state` added to the step's own."""
+
+    def __init__(
+        self,
+        kernel: Float32Kernel,
+        layer: LSTMLayer,
+        inputs: Tensor,
+        active: Sequence[int],
+        weights: LSTMWeights,
+        state: Tensor,
+    ) -> None:
+        self.kernel = kernel
+        self.weights = weights
+        self.state = state
+        self._windows = kernel._windows(layer, inputs, active, weights, in_place=True)
+        self._start, self._window = 0, inputs.new_empty((2, 0))
+
+    def gates(self, step: int, running: int) -> Tensor:
+        if step >= self._start + self._window.shape[1]:  # the next window's, over the workspace
+            self._start, self._window = next(self._windows)
+        gates = self._window[:, step - self._start, :running]
+        return gates.add_(self.kernel.product(self.state[:, :running], self.weights.hidden))
+
+    def project(self, halved_output: Tensor) -> Tensor:
+        return self.kernel.product(halved_output, self.weights.projection)
 
 
 def _with_bias(layer: LSTMLayer) -> Tensor:

@@ -1,9 +1,10 @@
-"""The int8 time loop of a layer: ``precision = "int8"``, inference on a CPU (see :mod:`.int8_packs`).
+"""The int8 products of a layer's steps: ``precision = "int8"``, inference on a CPU (see :mod:`.int8_packs`).
 
 Each step's gates come from one product, of the step's input beside the previous output (rows,
 input_dim + projection_dim), by both weights stacked, with the bias: no window of input gates to
 keep and no pass adding the recurrent product to them, at the cost of one activation scale for
-both halves (within the accuracy contract). Each direction runs all its steps before the other,
+both halves (within the accuracy contract). Each direction runs all its steps before the other
+(:data:`.steps.EACH`, in the loop every CPU kernel runs: :mod:`.steps`),
 so a step reads one direction's weights, which can stay in the CPU's cache. The packs are scaled
 for :func:`.cell.cell_in_place` (exact in their power-of-two scales).
 """
@@ -15,15 +16,16 @@ from torch import Tensor
 
 from ..memory.weight_copies import WeightCopies
 from . import int8_packs
-from .cell import cell_in_place, double_cell_input_
+from .cell import double_cell_input_
 from .layer import BY_RULE, KernelChoice, LSTMLayer, Result
+from .steps import EACH, infer_layer
 
 # Per direction: the gates' pack (the input weight over the recurrent one, with the bias), then the projection's.
 Packs = Tuple[Tuple[int8_packs.Packed, ...], Tuple[int8_packs.Packed, ...]]
 
 
 class Int8Kernel:
-    """The int8 loop (a :class:`~spacy_elmo.bilm.kernels.LayerKernel`), without autograd: it
+    """The int8 kernel (a :class:`~spacy_elmo.bilm.kernels.LayerKernel`), without autograd: it
     refuses gradients. ``packs``: where each layer's packs are kept, named by its index, for the
     engine they are packed for (:attr:`.layer.KernelChoice.int8_engine`, :func:`.int8_packs.pack_engine`)."""
 
@@ -37,11 +39,19 @@ class Int8Kernel:
         sources = list(layer.parameters())
         int8_packs.check_no_gradient(sources)
         packs = self.packs.get(str(index), self.engine, sources, lambda: make_packs(layer, self.engine))
-        outputs = hidden.new_zeros((*inputs.shape[:3], hidden.shape[-1]))  # (time, 2, batch, projection_dim)
         with torch.no_grad():
-            for d in range(2):
-                _direction(layer, inputs[:, d], active, hidden[d], memory[d], packs[0][d], packs[1][d], outputs[:, d])
-        return outputs, hidden, memory
+            written = infer_layer(
+                layer,
+                inputs.shape[0],
+                active,
+                hidden,
+                memory,
+                EACH,
+                lambda directions: _StackedSteps(
+                    layer, inputs[:, directions.start], hidden[directions], packs, directions.start
+                ),
+            )
+        return written, hidden, memory
 
 
 def make_packs(layer: LSTMLayer, engine: Optional[str] = None) -> Packs:
@@ -57,39 +67,29 @@ def make_packs(layer: LSTMLayer, engine: Optional[str] = None) -> Packs:
     )
 
 
-def _direction(
-    layer: LSTMLayer,
-    inputs: Tensor,
-    active: Sequence[int],
-    hidden: Tensor,
-    memory: Tensor,
-    gates_pack: int8_packs.Packed,
-    projection_pack: int8_packs.Packed,
-    outputs: Tensor,
-) -> None:
-    """One direction's steps, in place: ``hidden`` (batch, projection_dim) and ``memory`` (batch,
-    lstm_dim) become the final states, and each step writes its running rows of ``outputs``
-    (time, batch, projection_dim), which stay as they are past each row's length. ``inputs``:
-    (time, batch, input_dim).
+class _StackedSteps:
+    """:class:`Int8Kernel`'s products for one direction's run of :func:`.steps.infer_layer` (a
+    :class:`.steps.StepProducts`): ``inputs`` (time, batch, input_dim), ``hidden`` (1, batch,
+    projection_dim) its start state.
 
     ``step_inputs`` (batch, input_dim + projection_dim) holds each step's input beside the previous
-    output, where the step writes its output: the rows that stop keep their last. Each product
-    keeps its kernel input buffer over the steps (:class:`.int8_packs.StagedRows`). The memory is
-    kept doubled over the steps (:func:`.cell.cell_in_place`).
+    output (:attr:`state` is its second part, which the loop writes each step's output into: the
+    rows that stop keep their last). Each product keeps its kernel input buffer over the steps
+    (:class:`.int8_packs.StagedRows`).
     """
-    n_steps, batch, input_dim = inputs.shape
-    step_inputs = torch.cat([inputs.new_zeros(batch, input_dim), hidden], dim=1)
-    gates_rows = int8_packs.StagedRows(batch, step_inputs.shape[1], gates_pack.layout)
-    projection_rows = int8_packs.StagedRows(batch, layer.lstm_dim, projection_pack.layout)
-    halved_output = memory.new_empty((1, batch, layer.lstm_dim))
-    memory.mul_(2.0)
-    for step in range(n_steps):
-        running = active[step]
-        step_inputs[:running, :input_dim] = inputs[step, :running]
-        gates = gates_rows.linear(step_inputs[:running], gates_pack).unsqueeze(0)  # (1, running, 4 * lstm_dim)
-        cell_output = cell_in_place(gates, memory[None, :running], halved_output[:, :running], layer.cell_clip)[0]
-        output = outputs[step, :running]
-        output.copy_(projection_rows.linear(cell_output, projection_pack)).clamp_(-layer.proj_clip, layer.proj_clip)
-        step_inputs[:running, input_dim:] = output
-    memory.mul_(0.5)
-    hidden.copy_(step_inputs[:, input_dim:])
+
+    def __init__(self, layer: LSTMLayer, inputs: Tensor, hidden: Tensor, packs: Packs, direction: int) -> None:
+        self.inputs = inputs
+        batch, self.input_dim = inputs.shape[1:]
+        self.step_inputs = torch.cat([inputs.new_zeros(batch, self.input_dim), hidden[0]], dim=1)
+        self.state = self.step_inputs[None, :, self.input_dim :]
+        self.gates_pack, self.projection_pack = packs[0][direction], packs[1][direction]
+        self.gates_rows = int8_packs.StagedRows(batch, self.step_inputs.shape[1], self.gates_pack.layout)
+        self.projection_rows = int8_packs.StagedRows(batch, layer.lstm_dim, self.projection_pack.layout)
+
+    def gates(self, step: int, running: int) -> Tensor:
+        self.step_inputs[:running, : self.input_dim] = self.inputs[step, :running]
+        return self.gates_rows.linear(self.step_inputs[:running], self.gates_pack).unsqueeze(0)
+
+    def project(self, halved_output: Tensor) -> Tensor:
+        return self.projection_rows.linear(halved_output[0], self.projection_pack).unsqueeze(0)
