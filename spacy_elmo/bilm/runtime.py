@@ -102,11 +102,19 @@ class BiLMRuntime:
     """
 
     tuning = autotune.Tuning()  # what auto measures with: every runtime's, unless its own is set (tests)
+    state_mode: StateMode
+    max_batch_tokens: int
+    token_cache: TokenCache
+
+    @classmethod
+    def owns(cls, name: str) -> bool:
+        """Whether ``name`` is a public attribute of a runtime: a name its biLM refuses to hold."""
+        return not name.startswith("_") and (hasattr(cls, name) or name in cls.__annotations__)
 
     def __init__(self, model: Network, settings: BiLMSettings) -> None:
         settings.check()
         self.model = model
-        self.state_mode: StateMode = settings.state
+        self.state_mode = settings.state
         self.max_batch_tokens = settings.max_batch_tokens
         self.token_cache = TokenCache(settings.cache_size)
         self._precision: Precision = settings.precision

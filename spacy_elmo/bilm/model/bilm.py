@@ -20,16 +20,9 @@ from ..runtime import BiLMRuntime, BiLMSettings
 from .char_cnn import CharCNN
 from .lstm import BiLMOutput, BiLSTMStack, LSTMState
 from .options import ElmoOptions
-from .states import StateMode
 from .token_encoder import LEGACY_STATE_PREFIX, STATE_PREFIX, TokenEncoder
 
 __all__ = ["BiLM", "BiLMOutput", "BiLMSettings"]
-
-# What calls on sentences run with: the runtime's (bilm.runtime), not the network's.
-RUNTIME_NAMES = frozenset(
-    ("precision", "state_mode", "max_batch_tokens", "token_cache", "resolved_precision", "resolved_precision_for")
-    + ("prepare_inference", "release_product_copies", "fingerprint", "reset_states", "initial_state", "batches")
-)
 
 
 class BiLM(nn.Module):
@@ -45,28 +38,19 @@ class BiLM(nn.Module):
     warm_hidden: Optional[Tensor]
     warm_memory: Optional[Tensor]
 
-    def __init__(
-        self,
-        options: ElmoOptions,
-        state: StateMode = BiLMSettings.state,
-        cache_size: int = BiLMSettings.cache_size,
-        max_batch_tokens: int = BiLMSettings.max_batch_tokens,
-        dropout: float = BiLMSettings.dropout,
-        precision: Precision = BiLMSettings.precision,
-        token_encoder: Optional[TokenEncoder] = None,
-    ) -> None:
+    def __init__(self, options: ElmoOptions, token_encoder: Optional[TokenEncoder] = None, **settings: Any) -> None:
         super().__init__()
-        settings = BiLMSettings(state, cache_size, max_batch_tokens, dropout, precision)
-        settings.check()
+        how = BiLMSettings(**settings)
+        how.check()
         self.options = options
         # Layer 0: bilm-tf's char CNN of ``options``, unless the model brings a token encoder of its
         # own (ELMoForManyLangs: a char vocabulary and a word embedding, see .manylangs).
         self.token_encoder: TokenEncoder = CharCNN(options) if token_encoder is None else token_encoder
         self.lstm = BiLSTMStack(options)
-        self.dropout = dropout
+        self.dropout = how.dropout
         self.register_buffer("warm_hidden", None)  # the warm start: (n_layers, 2, width) each
         self.register_buffer("warm_memory", None)
-        self.runtime = BiLMRuntime(self, settings)
+        self.runtime = BiLMRuntime(self, how)
         self.register_load_state_dict_pre_hook(_renamed_token_encoder)
 
     @module_property
@@ -103,11 +87,9 @@ class BiLM(nn.Module):
         ELMoForManyLangs' layout: :mod:`.manylangs`). A name or URL is downloaded into the cache
         once (:mod:`spacy_elmo.published.cache`). ``settings``: see :class:`BiLMSettings`."""
         from ...published.resolve import load_pretrained, manylangs_directory
-        from ..formats.files import skip_random_init
         from ..formats.manylangs import load_manylangs
 
-        with skip_random_init():  # refuse bad settings now, not as a bad download after fetching it
-            cls(ElmoOptions(lstm_dim=1, projection_dim=1, n_layers=1, filters=((1, 1),)), **settings)
+        BiLMSettings(**settings).check()  # refuse bad settings now, not as a bad download after fetching it
         directory = manylangs_directory(name_or_url_or_dir)
         if directory is not None:
             return load_manylangs(cls, directory, **settings)
@@ -217,12 +199,12 @@ class BiLM(nn.Module):
         try:
             return super().__getattr__(name)
         except AttributeError:
-            if name in RUNTIME_NAMES:
+            if BiLMRuntime.owns(name):
                 raise AttributeError(f"BiLM.{name} is its runtime's: use bilm.runtime.{name}") from None
             raise
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in RUNTIME_NAMES:  # a plain attribute by that name would be read by nothing
+        if BiLMRuntime.owns(name) and not hasattr(type(self), name):  # a plain attribute would be read by nothing
             raise AttributeError(f"BiLM.{name} is its runtime's: set bilm.runtime.{name}")
         super().__setattr__(name, value)
 

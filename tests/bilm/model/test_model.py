@@ -309,3 +309,21 @@ def test_the_state_dict_keeps_its_keys_and_reloads(tmp_path):
     other.warm_up([["c"]])
     other.load_state_dict(torch.load(tmp_path / "state.pt"))
     numpy.testing.assert_array_equal(other.embed_sentences(REAL_TEXT[:2])[0], model.embed_sentences(REAL_TEXT[:2])[0])
+
+
+@pytest.mark.parametrize("name", ["precision", "state_mode", "max_batch_tokens", "token_cache", "batches"])
+def test_the_runtimes_names_on_the_biLM_say_where_they_are(name: str) -> None:
+    """A setting read from, or set on, the network (as before the runtime was its own object)
+    names the runtime, rather than being a plain attribute that nothing reads."""
+    model = random_bilm()
+    with pytest.raises(AttributeError, match=f"use bilm.runtime.{name}"):
+        getattr(model, name)
+    with pytest.raises(AttributeError, match=f"set bilm.runtime.{name}"):
+        setattr(model, name, None)
+    model.dropout = 0.25  # the network's own setting
+    assert model.dropout == 0.25 and model.runtime.settings.dropout == 0.25
+
+
+def test_an_unknown_setting_is_refused_by_name() -> None:
+    with pytest.raises(TypeError, match="cache"):
+        BiLM(tiny_options(), cache=10)
