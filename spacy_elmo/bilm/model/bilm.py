@@ -40,17 +40,17 @@ class BiLM(nn.Module):
 
     def __init__(self, options: ElmoOptions, token_encoder: Optional[TokenEncoder] = None, **settings: Any) -> None:
         super().__init__()
-        how = BiLMSettings(**settings)
-        how.check()
+        runtime_settings = BiLMSettings(**settings)
+        runtime_settings.check()  # before any module is built: a bad setting costs nothing
         self.options = options
         # Layer 0: bilm-tf's char CNN of ``options``, unless the model brings a token encoder of its
         # own (ELMoForManyLangs: a char vocabulary and a word embedding, see .manylangs).
         self.token_encoder: TokenEncoder = CharCNN(options) if token_encoder is None else token_encoder
         self.lstm = BiLSTMStack(options)
-        self.dropout = how.dropout
+        self.dropout = runtime_settings.dropout
         self.register_buffer("warm_hidden", None)  # the warm start: (n_layers, 2, width) each
         self.register_buffer("warm_memory", None)
-        self.runtime = BiLMRuntime(self, how)
+        self.runtime = BiLMRuntime(self, runtime_settings)
         self.register_load_state_dict_pre_hook(_renamed_token_encoder)
 
     @module_property
