@@ -142,16 +142,11 @@ class Packed(NamedTuple):
     (``torch.ops.quantized.linear_prepack``, the pins' correction as its bias, see :func:`pack`),
     with its float32 bias (out,) or None, and its :class:`Int8Layout`. ``few_rows``: the same
     weight packed for fbgemm, for products of up to :data:`FEW_ROWS` rows, where the main pack is
-    oneDNN's and of the full layout (else None).
-
-    ``lock``: held around each product by a oneDNN pack. oneDNN's dynamic int8 linear keeps one
-    primitive per pack, made at its first call and reused by later calls at the same torch thread
-    count; calls on one pack from several threads at once, each at two or more torch threads, then
-    give some of them wrong results. fbgemm's packs keep no such state and take no lock."""
+    oneDNN's and of the full layout (else None). Neither engine's pack keeps state that concurrent
+    calls share (tests/bilm/kernels/test_own_rows.py runs them from 8 threads), so no lock guards them."""
 
     prepacked: Any
     bias: Optional[Tensor]
-    lock: Optional[threading.Lock]
     layout: Int8Layout
     few_rows: Any = None
 
@@ -222,8 +217,7 @@ def pack(
     if engine == "onednn" and layout is FULL_LAYOUT and fbgemm_here and sums_int8_products_exactly("fbgemm"):
         with _packing_for("fbgemm"):
             few_rows = torch.ops.quantized.linear_prepack(quantized, shift)
-    lock = threading.Lock() if engine == "onednn" else None
-    return Packed(prepacked, None if bias is None else bias.detach().float(), lock, layout, few_rows)
+    return Packed(prepacked, None if bias is None else bias.detach().float(), layout, few_rows)
 
 
 def linear(x: Tensor, packed: Packed) -> Tensor:
@@ -274,8 +268,7 @@ class StagedRows:
 
 def _product(x: Tensor, packed: Packed) -> Tensor:
     """The kernel's product of ``x`` (n, in) by the pack, (n, out): on its fbgemm pack for up to
-    :data:`FEW_ROWS` rows where it has one, else under the pack's lock if it has one."""
+    :data:`FEW_ROWS` rows where it has one."""
     if packed.few_rows is not None and x.shape[0] <= FEW_ROWS:
         return torch.ops.quantized.linear_dynamic(x, packed.few_rows, False)
-    with packed.lock or contextlib.nullcontext():
-        return torch.ops.quantized.linear_dynamic(x, packed.prepacked, False)
+    return torch.ops.quantized.linear_dynamic(x, packed.prepacked, False)

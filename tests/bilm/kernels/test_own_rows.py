@@ -118,8 +118,9 @@ def assert_concurrent_calls_match_serial(model: BiLM, docs: Sequence[List[List[s
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_concurrent_calls_get_what_serial_calls_get(with_precision, precision: str) -> None:
+    """Docs of a few sentences and docs of more than int8's few rows (on oneDNN's packs, if made)."""
     model = with_precision(random_bilm(cache_size=0), precision)
-    docs = [sentences(1 + i % 3, seed=i) for i in range(16)]
+    docs = [sentences(1 + i % 3 + (int8_packs.FEW_ROWS if i % 4 == 0 else 0), seed=i) for i in range(16)]
     assert_concurrent_calls_match_serial(model, docs, precision)
 
 
@@ -127,14 +128,16 @@ def test_concurrent_calls_get_what_serial_calls_get(with_precision, precision: s
 @needs_int8
 @pytest.mark.skipif(int8_packs.pack_engine() != "onednn", reason="oneDNN packs are made where the CPU has VNNI or AMX")
 def test_concurrent_calls_at_the_original_size_in_int8_get_what_serial_calls_get() -> None:
-    """Where the race of oneDNN's int8 packs was seen: the Original size, docs of a few sentences."""
+    """int8 at the Original size, where the weights are packed for oneDNN: docs of a few sentences
+    (on fbgemm's few-rows packs) and of more sentences than those serve (on oneDNN's)."""
     torch.manual_seed(0)
     model = BiLM(ElmoOptions(**ORIGINAL_SIZES), precision="int8", cache_size=0)
     with torch.no_grad():
         for param in model.parameters():
             param.normal_(0.0, 0.05)
     model.eval().requires_grad_(False)
-    assert_concurrent_calls_match_serial(model, [sentences(1 + i % 3, seed=i) for i in range(64)], "Original size")
+    docs = [sentences(1 + i % 3 + (int8_packs.FEW_ROWS if i % 2 == 0 else 0), seed=i) for i in range(48)]
+    assert_concurrent_calls_match_serial(model, docs, "Original size")
 
 
 # The precisions a pipeline's config names (bf16's packs serve only weights larger than a test's).
