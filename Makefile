@@ -65,7 +65,7 @@ test: install
 # The library's tests without the slow end-to-end runs (marked slow: spacy train, pretraining runs,
 # subprocesses, Ray, torchrun, n_process) and the project's scripts: for edit-test loops, about a minute on 2 cores.
 test-fast: install
-	$(BIN)/python -m pytest -q -rs -n $(FAST_WORKERS) $(FAST_TESTS)
+	$(BIN)/python -m pytest -q -rs -n $(FAST_WORKERS) --hypothesis-profile=edit $(FAST_TESTS)
 
 # make test-fast's selection as an AVX2-only CPU runs it (MKL's AVX2 kernels also run on many AMD CPUs),
 # on any CPU: the libraries capped before torch loads, spacy-elmo's view of the CPU in tests/conftest.py.

@@ -9,6 +9,7 @@ from typing import Iterator, List, Tuple
 
 import pytest
 import torch
+from hypothesis import settings
 
 from spacy_elmo import BiLM
 
@@ -21,6 +22,13 @@ from .helpers import (
     write_bilm_files,
     write_examples_corpus,
 )
+
+
+# Hypothesis' examples per property: the whole suite's, and the edit loop's (make test-fast passes
+# --hypothesis-profile=edit); a test that names its own count keeps it.
+settings.register_profile("suite", max_examples=150)
+settings.register_profile("edit", max_examples=30)
+settings.load_profile("suite")
 
 
 def pytest_configure(config: pytest.Config) -> None:

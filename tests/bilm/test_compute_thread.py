@@ -92,6 +92,7 @@ def _around_a_compute_thread_call() -> List[int]:
 
 
 @needs_libgomp
+@pytest.mark.slow  # starts a fresh Python process
 def test_a_thread_frees_its_openmp_threads_and_gets_them_back_at_its_next_parallel_operation() -> None:
     """libgomp throttles every team once the process holds more OpenMP threads than cores, so the
     threads handing calls to the compute thread free theirs (layers/bilm.py, _run_joined)."""
@@ -100,6 +101,7 @@ def test_a_thread_frees_its_openmp_threads_and_gets_them_back_at_its_next_parall
 
 
 @needs_libgomp
+@pytest.mark.slow  # starts a fresh Python process
 def test_the_compute_thread_frees_its_openmp_threads_after_each_call() -> None:
     """Between calls its team would throttle torch work of other threads (training, embed)."""
     before, during, after = counts = counts_in_a_fresh_process(_around_a_compute_thread_call)

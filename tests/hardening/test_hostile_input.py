@@ -70,9 +70,8 @@ hostile_token = st.one_of(short_token, long_token)
 surrogate_token = st.text(st.characters(categories=["Cs"]), min_size=1, max_size=3)
 sentences = st.lists(st.lists(st.one_of(hostile_token, surrogate_token, st.just("")), max_size=12), max_size=6)
 
-PROPERTY = settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
-)
+# The examples per property are the profile's (tests/conftest.py): fewer in make test-fast.
+PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
 def assert_layers(layers: numpy.ndarray, n_tokens: int) -> None:

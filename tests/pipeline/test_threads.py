@@ -133,6 +133,7 @@ def _counts_beside_a_busy_process(options_file: str, weight_file: str, queue) ->
     queue.put((seen, any(thread.name.startswith(THREAD_NAME) for thread in threading.enumerate())))
 
 
+@pytest.mark.slow  # starts a fresh Python process
 def test_auto_leaves_a_busy_core_once_the_biLMs_compute_thread_runs(bilm_files) -> None:
     """The compute thread runs each call at its caller's count: it is no other thread whose torch
     a change of the count would reach, and ``auto`` goes on adapting beside it."""

@@ -155,6 +155,7 @@ def test_clients_that_come_back_one_after_another_still_share_one_batch() -> Non
     assert len(batches) <= 48 / 6, f"batches of {batches}"
 
 
+@pytest.mark.slow  # starts a fresh Python process
 def test_a_worker_that_owns_its_process_freezes_the_warm_pipeline_out_of_the_collector() -> None:
     """Frozen after the warm-up (a full collection would walk every object of the pipeline), given
     back to the collector once stopped. Run in a child process: freezing is process-wide."""
