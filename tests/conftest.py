@@ -1,6 +1,9 @@
 """Fixtures of the whole suite (the CPU tests and their GPU twins in tests/gpu): the tiny biLM's
 files, one torch thread, a deterministic ``auto``, a training corpus, the process-wide CUDA settings;
-with ``SPACY_ELMO_TEST_CPU=avx2`` (``make test-avx2``), the CPU seen as an AVX2-only one."""
+with ``SPACY_ELMO_TEST_CPU=avx2`` (``make test-avx2``), the CPU seen as an AVX2-only one.
+
+Tests make multi-language pipelines (``spacy.blank("xx")``) unless English tokenization matters:
+an English tokenizer adds spaCy's 6,735 exceptions each time one is made."""
 
 import os
 import tempfile

@@ -203,7 +203,7 @@ def write_examples_corpus(directory: Path) -> Path:
     """``train.spacy`` (12 docs) and ``dev.spacy`` (4) of :func:`make_examples` in ``directory``."""
     from spacy.tokens import DocBin
 
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     for name, n in (("train", 12), ("dev", 4)):
         DocBin(docs=[eg.reference for eg in make_examples(nlp, n)]).to_disk(directory / f"{name}.spacy")
     return directory
@@ -213,7 +213,7 @@ def build_ner_textcat(bilm_files, listener: Optional[Dict[str, object]] = None, 
     """elmo + ner + textcat, both listening to elmo (``listener``: :func:`listener_config`'s overrides),
     initialized on :func:`make_examples`."""
     listener = listener or {}
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files, **elmo_model))
     nlp.add_pipe(
         "ner",

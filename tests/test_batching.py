@@ -278,7 +278,7 @@ def test_threads_calling_the_pipeline_share_calls_and_get_the_serial_vectors(
     """``nlp(text)`` from 8 threads at once: fewer biLM calls than docs, each doc its serial vectors
     (the mixed path without listeners, and whole layers with ``store_layers``), in every precision
     ``auto`` can pick."""
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     config = {**elmo_config(bilm_files, precision=precision), "threads": 1, "store_layers": not tensor_only}
     nlp.add_pipe("elmo", config=config)
     nlp.initialize()
@@ -317,7 +317,7 @@ def test_token_groups_sum_widths_or_pad_to_the_widest() -> None:
 
 
 def test_pipe_runs_docs_in_length_sorted_groups_of_pipe_batch_tokens(bilm_files, monkeypatch) -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config={**elmo_config(bilm_files), "pipe_batch_tokens": 6})
     elmo = nlp.get_pipe("elmo")
     groups: List[List[int]] = []

@@ -28,7 +28,7 @@ STORE_TEXTS = ["The bank raised its rates .", "I sat by the river bank .", "Hell
 
 def store_pipeline(bilm_files: Tuple[Path, Path], features: Optional[Path] = None, precision: str = "auto") -> Language:
     """An initialized elmo pipeline of the tiny biLM, one thread, reading the feature store ``features``."""
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     model = {"options_file": str(bilm_files[0]), "weight_file": str(bilm_files[1]), "precision": precision}
     nlp.add_pipe("elmo", config={"model": model, "features": str(features) if features else None, "threads": 1})
     nlp.initialize()

@@ -81,7 +81,7 @@ def test_layer_weights_must_fit_the_biLM(bilm_files, corpus, tmp_path):
 
 def test_spacy_tokenizer_jsonl_and_docbin_inputs(bilm_files, tmp_path):
     """Without --whitespace the spaCy tokenizer splits text, of .spacy Docs too (see test_store.py)."""
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.jsonl").write_text('{"text": "Don\'t stop."}\n\n', encoding="utf8")
     DocBin(docs=[nlp.make_doc("New  York, NY")]).to_disk(tmp_path / "in" / "b.spacy")

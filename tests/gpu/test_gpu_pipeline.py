@@ -64,7 +64,7 @@ def gpu_bytes_in_use() -> int:
 
 
 def elmo_only(bilm_files, **model):
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files, **model))
     nlp.initialize()
     return nlp
@@ -116,7 +116,7 @@ def test_auto_is_bf16_on_a_gpu_with_native_bf16_and_close_to_fp32() -> None:
     """On the bundled biLM `en` (trained weights): the bf16 contract of tests/bilm/precision/test_precision.py."""
     pipelines = {}
     for precision in ("auto", "fp32"):
-        nlp = spacy.blank("en")
+        nlp = spacy.blank("xx")
         nlp.add_pipe("elmo", config={"model": {"pretrained": "en", "precision": precision}})
         nlp.initialize()
         pipelines[precision] = nlp

@@ -13,7 +13,7 @@ def nlp_elmo(bilm_files) -> Language:
     between docs in the default "zero" state mode). One torch thread, fixed: the default "auto"
     follows the machine's load, and another thread count changes the last bits.
     """
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config={**elmo_config(bilm_files), "store_layers": True, "threads": 1})
     nlp.initialize()
     return nlp

@@ -49,7 +49,7 @@ def assert_live(path: Path, marker: Path) -> None:
 
 @pytest.fixture
 def saved_pipeline(tmp_path, bilm_files) -> Path:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files))
     nlp.initialize()
     nlp.to_disk(tmp_path / "pipeline")

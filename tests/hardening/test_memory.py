@@ -44,7 +44,7 @@ def test_long_doc_needs_little_beyond_its_outputs(nlp_elmo: Language) -> None:
 
 
 def test_without_listeners_or_stored_layers_only_the_mix_is_made(nlp_elmo: Language, bilm_files) -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config={**elmo_config(bilm_files), "threads": 1})
     nlp.initialize()
     n_tokens = 80_000

@@ -22,7 +22,7 @@ def _examples(nlp, n: int = 16):
 
 
 def _pipeline(bilm_files, model, exclusive: bool = True):
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files))
     nlp.add_pipe("textcat" if exclusive else "textcat_multilabel", config={"model": model})
     examples = _examples(nlp)

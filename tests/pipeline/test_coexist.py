@@ -133,7 +133,7 @@ def test_elmo_reads_its_biLM_on_first_use_and_a_saved_pipeline_holds_it(trained:
 
 def corpus_with_everything(directory: Path) -> Dict[str, str]:
     """train.spacy and dev.spacy of :data:`SENTENCES`, as `spacy train` overrides."""
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     references = [eg.reference for eg in annotated(nlp)]
     for name in ("train", "dev"):
         DocBin(docs=references).to_disk(directory / f"{name}.spacy")

@@ -28,7 +28,7 @@ def words_of(doc: Doc):
 
 
 def test_default_config_loads_the_bundled_english_bilm() -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # in particular, no "untrained" warning
@@ -48,7 +48,7 @@ def test_the_package_ships_en_alone() -> None:
 
 
 def test_no_pretrained_and_no_files_builds_an_untrained_bilm_and_says_so() -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe(
         "elmo", config={"model": {"pretrained": None, "lstm_dim": 8, "projection_dim": 3, "filters": [[1, 2]]}}
     )
@@ -58,14 +58,14 @@ def test_no_pretrained_and_no_files_builds_an_untrained_bilm_and_says_so() -> No
 
 
 def test_unknown_name_is_a_clear_error() -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config={"model": {"pretrained": "xx"}})  # resolved at initialize, never on spacy.load
     with pytest.raises(ValueError, match=r"no biLM 'xx'.*registered name \(en, small"):
         nlp.initialize()
 
 
 def test_first_use_reads_the_weights_once_without_initialize(bilm_files) -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files))
     doc = nlp("No initialize needed .")
     expected = BiLM.from_files(*bilm_files).embed_sentences([words_of(doc)])[0].mean(axis=0)
@@ -91,7 +91,7 @@ def test_layers_equal_embed_sentences_over_the_same_sentences(nlp_elmo, bilm_fil
 
 
 def test_long_text_uses_overlapping_windows(bilm_files) -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config={**elmo_config(bilm_files, window=6, overlap=2), "store_layers": True})
     nlp.initialize()
     words = [f"w{i % 7}" for i in range(20)]
@@ -104,12 +104,12 @@ def test_long_text_uses_overlapping_windows(bilm_files) -> None:
 
 
 def test_tensor_weights_choose_the_mix(bilm_files) -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config={**elmo_config(bilm_files), "store_layers": True, "tensor_weights": [0.0, 0.0, 1.0]})
     nlp.initialize()
     doc = nlp("Only the top layer .")
     assert_float32_close(doc.tensor, doc._.elmo_layers[2])
-    bad = spacy.blank("en")
+    bad = spacy.blank("xx")
     bad.add_pipe("elmo", config={**elmo_config(bilm_files), "tensor_weights": [1.0, 1.0]})
     with pytest.raises(ValueError, match="tensor_weights has 2 values"):
         bad.initialize()
@@ -185,7 +185,7 @@ def test_initialize_never_overwrites_loaded_weights(nlp_elmo) -> None:
 
 
 def test_real_allennlp_files_load(fixture_dir) -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe(
         "elmo",
         config={
@@ -209,7 +209,7 @@ def test_disk_round_trip_is_self_contained(tmp_path, bilm_files) -> None:
     originals = tmp_path / "originals"
     originals.mkdir()
     copies = [shutil.copy(path, originals / path.name) for path in bilm_files]
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config=elmo_config(copies))
     nlp.initialize()
     expected = [doc.tensor for doc in nlp.pipe(TEXTS)]
@@ -229,14 +229,14 @@ def test_disk_round_trip_is_self_contained(tmp_path, bilm_files) -> None:
 def test_bytes_round_trip(nlp_elmo, bilm_files) -> None:
     expected = [doc.tensor for doc in nlp_elmo.pipe(TEXTS)]
     data = nlp_elmo.to_bytes()
-    fresh = spacy.blank("en")
+    fresh = spacy.blank("xx")
     fresh.add_pipe(
         "elmo", config={"model": {"pretrained": None, "lstm_dim": 4, "projection_dim": 3, "filters": [[1, 2]]}}
     )
     fresh.get_pipe("elmo").from_bytes(nlp_elmo.get_pipe("elmo").to_bytes())
     for doc, tensor in zip(fresh.pipe(TEXTS), expected):
         numpy.testing.assert_array_equal(doc.tensor, tensor)
-    again = spacy.blank("en")
+    again = spacy.blank("xx")
     again.add_pipe("elmo", config=elmo_config(bilm_files))
     again.from_bytes(data)
     for doc, tensor in zip(again.pipe(TEXTS), expected):
@@ -244,7 +244,7 @@ def test_bytes_round_trip(nlp_elmo, bilm_files) -> None:
 
 
 def test_analyze_pipes_shows_what_elmo_assigns_and_that_it_requires_nothing(bilm_files) -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files))
     analysis = nlp.analyze_pipes()
     assigns = analysis["summary"]["elmo"]["assigns"]
@@ -258,7 +258,7 @@ def elmo_pipes(bilm_files, other_files):
     """Two initialized elmo pipes that differ in every part: the biLM's weights and ``cfg``."""
     pipes = []
     for files, store_layers in ((bilm_files, True), (other_files, False)):
-        nlp = spacy.blank("en")
+        nlp = spacy.blank("xx")
         nlp.add_pipe("elmo", config={**elmo_config(files), "store_layers": store_layers})
         nlp.initialize()
         pipes.append(nlp.get_pipe("elmo"))
@@ -316,13 +316,13 @@ def test_to_bytes_and_from_bytes_honour_exclude(bilm_files, tmp_path) -> None:
 
 
 def test_from_bytes_with_an_empty_bilm_part_says_so(bilm_files) -> None:
-    elmo = spacy.blank("en").add_pipe("elmo", config=elmo_config(bilm_files))
+    elmo = spacy.blank("xx").add_pipe("elmo", config=elmo_config(bilm_files))
     with pytest.raises(ValueError, match="holds no biLM"):
         elmo.from_bytes(srsly.msgpack_dumps({"bilm": b""}))
 
 
 def test_bad_weight_configs_are_clear_errors(bilm_files, tmp_path) -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     with pytest.raises(ValueError, match="both options_file and weight_file"):
         nlp.add_pipe("elmo", config={"model": {"options_file": str(bilm_files[0])}})
     nlp.add_pipe(
@@ -334,11 +334,11 @@ def test_bad_weight_configs_are_clear_errors(bilm_files, tmp_path) -> None:
 
 def test_sizes_come_from_the_files_and_may_not_contradict_them(bilm_files) -> None:
     options = BiLM.from_files(*bilm_files).options
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files, lstm_dim=options.lstm_dim))  # agrees: fine
     nlp.initialize()
     assert nlp.config["components"]["elmo"]["model"]["projection_dim"] is None  # null: the files decide
-    wrong = spacy.blank("en")
+    wrong = spacy.blank("xx")
     wrong.add_pipe("elmo", config=elmo_config(bilm_files, lstm_dim=options.lstm_dim + 1, n_highway=options.n_highway))
     with pytest.raises(ValueError, match=rf"lstm_dim = {options.lstm_dim + 1} \(the files: {options.lstm_dim}\).*null"):
         wrong.initialize()

@@ -216,7 +216,7 @@ def test_learn_rate_scale_scales_the_biLM_steps_only(bilm_files) -> None:
 
 @pytest.mark.parametrize("scale", [0.0, -0.1])
 def test_learn_rate_scale_must_be_positive(bilm_files, scale: float) -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     with pytest.raises(ValueError, match="freeze = true"):
         nlp.add_pipe("elmo", config=elmo_config(bilm_files, freeze=False, learn_rate_scale=scale))
 
@@ -231,7 +231,7 @@ def test_listeners_drop_the_batch_after_backprop(bilm_files, freeze: bool) -> No
 
 
 def test_precision_options_reach_the_shim(bilm_files) -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe(
         "elmo",
         config=elmo_config(bilm_files, mixed_precision=True, grad_scaler_config={"enabled": True, "init_scale": 256.0}),
@@ -246,7 +246,7 @@ def test_missing_or_disabled_upstream_is_a_clear_error(bilm_files) -> None:
     with nlp.select_pipes(disable=["elmo"]):
         with pytest.raises(ValueError, match="found no ELMo features"):
             nlp("Alice went home .")
-    alone = spacy.blank("en")
+    alone = spacy.blank("xx")
     alone.add_pipe(
         "ner",
         config={
@@ -405,7 +405,7 @@ def test_sourced_components_keep_listening(bilm_files, tmp_path) -> None:
     train(nlp, make_examples(nlp), steps=2)
     expected = [doc.cats for doc in nlp.pipe(TEXTS)]
     nlp.to_disk(tmp_path / "source")
-    target = spacy.blank("en")
+    target = spacy.blank("xx")
     source = spacy.load(tmp_path / "source")
     target.add_pipe("elmo", source=source)
     target.add_pipe("textcat", source=source)
@@ -440,7 +440,7 @@ def test_textcat_listener_with_static_vectors_initializes(bilm_files) -> None:
         "rows": [100],
         "include_static_vectors": True,
     }
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     for i, word in enumerate(["went", "home", "It", "was", "great", "awful", "."]):
         nlp.vocab.set_vector(word, numpy.full(4, i, dtype="f"))
     nlp.add_pipe("elmo", config=elmo_config(bilm_files))

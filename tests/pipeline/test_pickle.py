@@ -66,7 +66,7 @@ def trained_ner(bilm_files: Tuple[Path, Path], **overrides: object) -> Language:
 
 
 def elmo_alone(bilm_files: Tuple[Path, Path], **model: object) -> Language:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config={**elmo_config(bilm_files, **model), "store_layers": True, "threads": 1})
     nlp.initialize()
     return nlp
@@ -192,7 +192,7 @@ def test_a_pipeline_reading_a_feature_store_pickles_and_reads_it(bilm_files, tmp
     texts = ["The bank raised its rates .", "Hello there"]
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf8")
     run_embed(tmp_path / "in.txt", tmp_path / "store", EmbedSettings(), *bilm_files, progress=False)
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config={**elmo_config(bilm_files, precision="fp32"), "features": str(tmp_path / "store")})
     nlp.initialize()
     expected = list(nlp.pipe(texts))
@@ -266,7 +266,7 @@ def threads_in_a_fork(nlp: Language) -> object:
 
 @pytest.mark.slow
 def test_an_unpickled_pipeline_keeps_its_threads_and_a_forked_one_takes_one(bilm_files) -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config={**elmo_config(bilm_files, precision="fp32"), "threads": 2})
     nlp.initialize()
     with multiprocessing.get_context("spawn").Pool(1) as pool:

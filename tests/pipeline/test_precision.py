@@ -19,7 +19,7 @@ TEXTS = ["The cat sat on the mat .", "Prices rose sharply in March ."]
 
 def test_the_default_is_auto() -> None:
     assert DEFAULT_MODEL["precision"] == "auto"
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo")
     assert nlp.config["components"]["elmo"]["model"]["precision"] == "auto"
 
@@ -33,7 +33,7 @@ def test_the_shipped_configs_set_it() -> None:
 
 
 def test_the_setting_reaches_the_bilm_and_survives_saving(bilm_files, tmp_path) -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files, precision="bf16"))
     nlp.initialize()
     assert get_bilm(nlp.get_pipe("elmo").model).runtime.precision == "bf16"
@@ -48,7 +48,7 @@ def test_the_setting_reaches_the_bilm_and_survives_saving(bilm_files, tmp_path) 
 
 def test_a_config_without_it_still_loads(bilm_files) -> None:
     """Pipelines saved before the setting existed have no precision key."""
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files))
     config = nlp.config.copy()
     del config["components"]["elmo"]["model"]["precision"]
@@ -58,7 +58,7 @@ def test_a_config_without_it_still_loads(bilm_files) -> None:
 
 
 def test_an_unknown_precision_is_a_clear_error(bilm_files) -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     with pytest.raises(ValueError, match="elmo.model -> precision") as error:  # spaCy's config check
         nlp.add_pipe("elmo", config=elmo_config(bilm_files, precision="int4"))
     assert all(name in str(error.value) for name in ("'int4'", "'fp32'", "'bf16'", "'auto'"))
@@ -83,7 +83,7 @@ def test_a_frozen_biLM_makes_its_inference_weights_as_it_loads(bilm_files, tmp_p
     def copies(nlp) -> int:
         return len(get_bilm(nlp.get_pipe("elmo").model).token_encoder.copies)
 
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files, precision="bf16", freeze=freeze))
     nlp.initialize()
     assert (copies(nlp) > 0) == freeze

@@ -25,7 +25,7 @@ def test_windows_partition_the_tokens_and_keep_context(length: int, window: int,
 
 
 def test_whitespace_is_skipped_and_sentences_are_used() -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     words = ["Hello", "\n\n", "world", ".", "Bye", "now"]
     doc = Doc(nlp.vocab, words=words, spaces=[False] * 6, sent_starts=[True, False, False, False, True, False])
     plan = plan_segments([doc, Doc(nlp.vocab)], window=64, overlap=16)
@@ -35,7 +35,7 @@ def test_whitespace_is_skipped_and_sentences_are_used() -> None:
 
 
 def test_long_text_without_sentences_is_windowed() -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     doc = Doc(nlp.vocab, words=[f"w{i}" for i in range(10)])
     plan = plan_segments([doc], window=4, overlap=2)
     assert plan.sentences == [[f"w{i}" for i in range(a, a + 4)] for a in (0, 2, 4, 6)]
@@ -64,7 +64,7 @@ def test_bad_window_is_refused() -> None:
 
 
 def test_a_sentence_longer_than_the_window_is_windowed_too() -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     words = ["A", "b", "."] + [f"x{i}" for i in range(6)]
     doc = Doc(nlp.vocab, words=words, sent_starts=[True, False, False, True] + [False] * 5)
     plan = plan_segments([doc], window=4, overlap=2)

@@ -113,7 +113,7 @@ def test_sizes_that_agree_with_the_files_may_be_set(bilm_files) -> None:
 
 def test_a_fresh_biLM_sizes_its_listeners_when_they_are_added() -> None:
     """A biLM built from sizes (no files) knows its sizes before initialization."""
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config={"model": {"pretrained": None, "lstm_dim": 24, "projection_dim": 6, "n_layers": 1}})
     nlp.add_pipe(
         "textcat",
@@ -138,7 +138,7 @@ def test_chosen_layers_are_checked_against_the_biLM_at_initialization(bilm_files
 
 
 def test_a_listener_without_sizes_or_upstream_says_what_to_add() -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe(
         "textcat",
         config={
@@ -154,7 +154,7 @@ def test_a_listener_without_sizes_or_upstream_says_what_to_add() -> None:
 
 
 def test_a_listener_whose_upstream_has_not_initialized_says_so(bilm_files) -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files))
     textcat = nlp.add_pipe(
         "textcat",

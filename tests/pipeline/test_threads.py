@@ -63,7 +63,7 @@ def test_a_spinning_process_counts_as_busy() -> None:
 
 @pytest.mark.parametrize("setting", [1, 2])
 def test_the_component_runs_the_bilm_with_its_threads_and_restores_the_count(bilm_files, setting) -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config={**elmo_config(bilm_files), "threads": setting})
     nlp.initialize()
     seen = recording_threads(nlp)
@@ -75,14 +75,14 @@ def test_the_component_runs_the_bilm_with_its_threads_and_restores_the_count(bil
 
 @pytest.mark.parametrize("bad", [0, -2, "many"])
 def test_a_bad_threads_setting_is_a_clear_error(bilm_files, bad) -> None:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     with pytest.raises(Exception, match="threads"):
         nlp.add_pipe("elmo", config={**elmo_config(bilm_files), "threads": bad})
 
 
 def test_auto_leaves_torchs_count_alone_beside_other_python_threads(bilm_files) -> None:
     """Their torch calls would run at the count set for ours: ``auto`` keeps torch's."""
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files))
     nlp.get_pipe("elmo").cores = Cores(available_cores=lambda: torch.get_num_threads() + 1, busy_elsewhere=lambda: 0)
     nlp.initialize()
@@ -105,7 +105,7 @@ def test_a_biLM_on_a_gpu_leaves_torchs_count_alone_and_reads_no_load(bilm_files,
     def no_load() -> int:
         raise AssertionError("a call on a GPU read the machine's load")
 
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files))
     elmo = nlp.get_pipe("elmo")
     elmo.cores = alone(available_cores=lambda: torch.get_num_threads() + 1)
@@ -122,7 +122,7 @@ def _counts_beside_a_busy_process(options_file: str, weight_file: str, queue) ->
     process, once the biLM's compute thread runs (made at ``initialize``)."""
     from spacy_elmo.bilm.compute_thread import THREAD_NAME
 
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config={"model": {"options_file": options_file, "weight_file": weight_file}})
     nlp.initialize()
     nlp("The first call .")
@@ -161,7 +161,7 @@ def test_a_pipe_that_decided_on_an_idle_machine_measures_nothing_new_beside_a_bu
         return {precision: autotune.Trial(100.0, 1.0) for precision in precisions}
 
     load = {"others": 0}
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files, precision="auto"))
     elmo = nlp.get_pipe("elmo")
     elmo.cores = alone(available_cores=lambda: 2, busy_elsewhere=lambda: load["others"])

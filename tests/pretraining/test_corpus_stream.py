@@ -15,7 +15,7 @@ from spacy_elmo.pretraining.vocab import Vocabulary
 def test_formats_are_read_and_tokenized_with_spacy(tmp_path):
     (tmp_path / "a.txt").write_text("Hello, world!\n\n  \nIt's  fine.\n", encoding="utf8")
     (tmp_path / "b.jsonl").write_text(json.dumps({"text": "JSON line."}) + "\n\n", encoding="utf8")
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     DocBin(docs=[nlp("From a  DocBin.")]).to_disk(tmp_path / "c.spacy")
     (tmp_path / ".hidden").write_text("ignored\n")
     documents = list(CorpusReader(tmp_path).texts())

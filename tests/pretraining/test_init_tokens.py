@@ -33,7 +33,7 @@ def _vectors(width: int = 12, seed: int = 0) -> numpy.ndarray:
 @pytest.fixture(scope="module")
 def vectors_pipeline(tmp_path_factory):
     path = tmp_path_factory.mktemp("vectors") / "en_vectors"
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     for word, vector in zip(WORDS, _vectors()):
         nlp.vocab.set_vector(word, vector)
     nlp.to_disk(path)
@@ -47,7 +47,7 @@ def test_load_static_vectors_reads_a_pipeline_and_refuses_other_paths(vectors_pi
     numpy.testing.assert_allclose(vectors[words.index("mat")], expected["mat"])
     with pytest.raises(ValueError, match="spacy init vectors"):
         load_static_vectors(tmp_path / "missing")
-    spacy.blank("en").to_disk(tmp_path / "empty")
+    spacy.blank("xx").to_disk(tmp_path / "empty")
     with pytest.raises(ValueError, match="no static vectors"):
         load_static_vectors(tmp_path / "empty")
 

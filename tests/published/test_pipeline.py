@@ -12,7 +12,7 @@ TEXT = "The bank raised its rates ."
 
 
 def test_add_pipe_with_a_name_needs_no_other_step(registry, host, cache, bilm_files):
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config={"model": {"pretrained": "tiny"}})
     assert not host.requests  # building the pipeline resolves nothing: initialize does
     nlp.initialize()
@@ -24,7 +24,7 @@ def test_add_pipe_with_a_name_needs_no_other_step(registry, host, cache, bilm_fi
 def test_a_saved_pipeline_loads_with_the_server_stopped_and_the_cache_gone(
     registry, host, cache, tmp_path, monkeypatch
 ):
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config={"model": {"pretrained": "tiny"}})
     nlp.initialize()
     nlp.to_disk(tmp_path / "pipeline")
@@ -40,7 +40,7 @@ def test_a_saved_pipeline_loads_with_the_server_stopped_and_the_cache_gone(
 
 
 def test_options_and_weight_urls_in_the_config_work_like_paths(host, cache, bilm_files):
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     model = {"options_file": f"{host.url}/tiny/options.json", "weight_file": f"{host.url}/tiny/weights.hdf5"}
     nlp.add_pipe("elmo", config={"model": model})
     nlp.initialize()
@@ -49,7 +49,7 @@ def test_options_and_weight_urls_in_the_config_work_like_paths(host, cache, bilm
 
 
 def test_an_unknown_name_is_an_error_at_initialize_listing_the_names(cache):
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config={"model": {"pretrained": "xx"}})
     with pytest.raises(ValueError, match=r"no biLM 'xx'.*registered name \(en, small"):
         nlp.initialize()

@@ -38,7 +38,7 @@ def live_lexemes(nlp: Language) -> int:
 
 @pytest.fixture(scope="module")
 def small_cache_nlp(bilm_files) -> Language:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     config = elmo_config(bilm_files, token_cache_size=TOKEN_CACHE_ENTRIES)
     nlp.add_pipe("elmo", config={**config, "threads": 1})
     nlp.initialize()

@@ -171,7 +171,7 @@ DYING_SERVER = textwrap.dedent(
             raise Fatal("the worker's thread is gone")
         return doc
 
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("dies_on_die")
     nlp.to_disk(sys.argv[1])
     app(["serve", sys.argv[1], "--host", "127.0.0.1", "--port", sys.argv[2], *sys.argv[3:]])

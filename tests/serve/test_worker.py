@@ -251,7 +251,7 @@ def test_retry_after_is_whole_seconds_for_the_queue_ahead() -> None:
 
 @pytest.fixture(scope="module")
 def nlp_elmo(bilm_files) -> Language:
-    nlp = spacy.blank("en")
+    nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config={**elmo_config(bilm_files), "threads": 1})
     nlp.initialize()
     return nlp
