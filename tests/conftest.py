@@ -26,7 +26,6 @@ from .helpers import (
     write_examples_corpus,
 )
 
-
 # Hypothesis' examples per property: the whole suite's, and the edit loop's (make test-fast passes
 # --hypothesis-profile=edit); a test that names its own count keeps it.
 settings.register_profile("suite", max_examples=150)
