@@ -228,8 +228,7 @@ class BiLMRuntime:
         results: List[Optional[numpy.ndarray]] = [None] * len(sentences)
         with torch.no_grad():
             for batch in self.batches(sentences):
-                output = self.run([sentences[i] for i in batch])
-                layers = output.layers.float().cpu().numpy()
+                layers = self.run([sentences[i] for i in batch]).layers.float().cpu().numpy()
                 for row, i in enumerate(batch):
                     results[i] = numpy.ascontiguousarray(layers[:, row, 1 : len(sentences[i]) + 1])
         return results  # type: ignore[return-value]

@@ -123,7 +123,6 @@ def _runner(on_ray: bool) -> Callable[["PipelineSource", ServeSettings], None]:
         top = (err.name or "").split(".")[0]  # on Ray, any module but ours: Ray Serve needs many
         if top == "spacy_elmo" or not (on_ray or top in EXTRA_MODULES):
             raise
-        message = MISSING_RAY_SERVE if on_ray else MISSING_EXTRA
-        typer.secho(f"Error: {message} ({err})", fg=typer.colors.RED, err=True)
+        typer.secho(f"Error: {MISSING_RAY_SERVE if on_ray else MISSING_EXTRA} ({err})", fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
     return serve_on_ray

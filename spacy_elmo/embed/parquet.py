@@ -25,12 +25,7 @@ def schema(output_ndim: int) -> pa.Schema:
     for _ in range(output_ndim):
         layers_type = pa.list_(layers_type)
     return pa.schema(
-        [
-            ("index", pa.int64()),
-            ("text", pa.string()),
-            ("tokens", pa.list_(pa.string())),
-            ("layers", layers_type),
-        ]
+        [("index", pa.int64()), ("text", pa.string()), ("tokens", pa.list_(pa.string())), ("layers", layers_type)]
     )
 
 

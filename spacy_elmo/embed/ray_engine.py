@@ -124,8 +124,7 @@ def embed_on_ray(
             num_gpus=gpus_per_worker,
         )  # Ray Data restarts dead actors and retries their tasks by default (max_restarts=-1)
         for row in results.iter_rows():
-            shard = int(row["shard"])
-            manifest.shards[shard] = {name: _plain(row[name]) for name in ENTRY_FIELDS}
+            manifest.shards[int(row["shard"])] = {name: _plain(row[name]) for name in ENTRY_FIELDS}
             manifest.write(directory)
             if progress is not None:
                 progress(int(row["sentences"]), int(row["tokens"]))

@@ -240,8 +240,7 @@ def run_embed(
     fresh = Manifest(
         model_identity(embedder.bilm), settings.to_dict(), source.description(), len(specs), sum(s.count for s in specs)
     )
-    done = out.finished(fresh)
-    if done is not None:
+    if (done := out.finished(fresh)) is not None:
         return Summary(0, done.total_shards, 0, 0, time.perf_counter() - start)
     manifest = open_output(out.directory, fresh)
     todo = [spec for spec in specs if spec.shard not in manifest.shards]

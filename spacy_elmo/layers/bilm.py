@@ -13,6 +13,7 @@ store holds, and a trainable one, which keeps every batch for the backward pass.
 
 import warnings
 from functools import partial
+from itertools import accumulate
 from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 import numpy
@@ -295,22 +296,16 @@ def _run_joined(
     layers = on_compute_thread(compute, sentences) if on_cpu else compute(sentences)
     if len(requests) == 1:
         return [layers]
-    found, first = [], 0
-    for request in requests:
-        width = max(len(sentence) for sentence in request) + 2
-        found.append(layers[:, first : first + len(request), :width])
-        first += len(request)
-    return found
+    ends = accumulate(len(request) for request in requests)
+    return [layers[:, end - len(request) : end, : max(map(len, request)) + 2] for request, end in zip(requests, ends)]
 
 
 def _run_trainable(model: Model[InT, OutT], sentences: List[List[str]]) -> Tuple[Floats3d, Callable[[Floats3d], None]]:
     """As :func:`_run_frozen`, with gradients: returns the layers and their backprop callback."""
-    bilm = get_bilm(model)
-    shim = model.shims[0]
-    xp = model.ops.xp
+    shim, xp = model.shims[0], model.ops.xp
     found: List[Optional[Floats3d]] = [None] * len(sentences)
     chunks = []  # (rows, torch layers, xp layers, shim backprop) per biLM batch
-    for rows in bilm.runtime.batches(sentences) if sentences else ():
+    for rows in get_bilm(model).runtime.batches(sentences) if sentences else ():
         output, shim_backprop = shim.begin_update(ArgsKwargs(args=([sentences[i] for i in rows],), kwargs={}))
         layers_t = output.layers.float()
         layers = torch2xp(layers_t, ops=model.ops)

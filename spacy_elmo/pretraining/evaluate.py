@@ -49,8 +49,7 @@ def heldout_perplexity(
             dtype = bilm.runtime.resolved_precision.dtype  # inference's, without gradients
             for start in range(0, len(documents), batch_size):
                 batch = documents[start : start + batch_size]
-                state = bilm.runtime.initial_state(len(batch), initial, carried)
-                output = bilm(batch, state=state)
+                output = bilm(batch, state=bilm.runtime.initial_state(len(batch), initial, carried))
                 carried, top = output.state, output.layers[-1]  # top: (batch, time, 2P), boundaries included
                 ids = torch.full(top.shape[:2], BOS, dtype=torch.int64)  # (batch, time): <S> w1 .. wn </S>
                 for row, document in enumerate(batch):

@@ -277,10 +277,7 @@ class Trainer(Checkpointed):
         return bilm
 
     def _init_tokens(
-        self,
-        resumes: bool,
-        init_tokens_from: Optional[PathLike],
-        init_from: Optional[Tuple[PathLike, PathLike]],
+        self, resumes: bool, init_tokens_from: Optional[PathLike], init_from: Optional[Tuple[PathLike, PathLike]]
     ) -> Tuple[Optional[InitTokens], List[float]]:
         """The static vectors of the init-tokens objective (see :mod:`.lm`), on this process's
         device, or None; and the mean cosines of fitting a new biLM's token encoder to them, once,

@@ -106,15 +106,12 @@ def fetch(
     no lock, once its files' sizes and modification times match the record (``verify``: once
     their sha256 does, each file read in full).
     """
-    if not force:
-        found = _verified(source, verify)
-        if found is not None:
-            return found
+    if not force and (found := _verified(source, verify)) is not None:
+        return found
     source.directory.mkdir(parents=True, exist_ok=True)
     with FileLock(str(source.directory / LOCK_NAME)):
         if not force:
-            found = _verified(source, verify)
-            if found is not None:  # another process finished it while this one waited
+            if (found := _verified(source, verify)) is not None:  # another process finished it while this one waited
                 return found
             if source.present() and not (source.directory / records.RECORD_NAME).exists():
                 return _adopt(source, check)

@@ -310,8 +310,7 @@ def _copy_body(url: str, response: requests.Response, part: Path, offset: int, b
 def _causes(error: BaseException) -> Iterator[BaseException]:
     """``error`` and every exception behind it: urllib3's ``reason``, a wrapped first argument
     (requests'), ``__cause__`` and ``__context__``, depth first, each once."""
-    seen = set()
-    todo = [error]
+    seen, todo = set(), [error]
     while todo:
         current = todo.pop()
         if id(current) in seen:

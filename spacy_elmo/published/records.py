@@ -94,8 +94,7 @@ def _moved(path: Path, recorded: Dict[str, Any], verify: bool, fix: str) -> bool
             f"{path} changed after it was downloaded ({stat.st_size} bytes; recorded: {recorded['bytes']} bytes); "
             f"to fetch it again, {fix}"
         )
-    digest = sha256_of(path)
-    if digest != recorded["sha256"]:
+    if (digest := sha256_of(path)) != recorded["sha256"]:
         raise CacheIntegrityError(
             f"{path} changed after it was downloaded (sha256 {digest}; recorded: sha256 {recorded['sha256']}, "
             f"{recorded['bytes']} bytes); to fetch it again, {fix}"

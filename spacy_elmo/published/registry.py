@@ -364,8 +364,7 @@ def _read_overrides(path: Path) -> Dict[str, Dict[str, Any]]:
             raise ValueError(f"{MODELS_ENV}={path}: {name!r} is not a valid name (letters, digits, '.', '_', '-')")
         if not isinstance(fields, dict):
             raise ValueError(f"{MODELS_ENV}={path}: the entry {name!r} must be an object of fields")
-        unknown = sorted(set(fields) - set(_FIELDS))
-        if unknown:
+        if unknown := sorted(set(fields) - set(_FIELDS)):
             raise ValueError(
                 f"{MODELS_ENV}={path}: the entry {name!r} has unknown fields {', '.join(unknown)}; "
                 f"the fields are: {', '.join(_FIELDS)}"

@@ -262,8 +262,7 @@ def directory_files(spec: str) -> Tuple[Path, Path]:
             f"elmo: no biLM {spec!r}: it is not a registered name ({names}), an http(s):// or file:// URL, or "
             "a directory holding options.json and weights.hdf5. `spacy-elmo models` lists the names"
         )
-    pair = standard_pair(directory)
-    if pair is not None:
+    if (pair := standard_pair(directory)) is not None:
         return pair
     options, weights = sorted(directory.glob("*options*.json")), sorted(directory.glob("*.hdf5"))
     if is_manylangs_directory(directory):

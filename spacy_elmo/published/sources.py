@@ -134,10 +134,8 @@ class Source:
             (weight_file, "weights", "md5", self.weights_md5),
             (weight_file, "weights", "sha1", self.weights_sha1),
         ):
-            if expected is not None:
-                found = records.digest_of(path, algorithm)
-                if found != expected:
-                    raise ValueError(f"the {what}' {algorithm} is {found}, its publisher gives {expected}")
+            if expected is not None and (found := records.digest_of(path, algorithm)) != expected:
+                raise ValueError(f"the {what}' {algorithm} is {found}, its publisher gives {expected}")
         check(options_file, weight_file)
 
 

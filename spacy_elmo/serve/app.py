@@ -176,9 +176,8 @@ class RequestIds:
             self.metrics.requests.labels(route, str(status)).inc()
             self.metrics.request_seconds.labels(route).observe(seconds)
             client = scope.get("client") or ("-", 0)
-            line = '%s %s "%s %s" %d %.1f ms'
             args = (request_id, client[0], scope["method"], scope["path"], status, 1000 * seconds)
-            access_logger.info(line, *args, extra={"request_id": request_id})
+            access_logger.info('%s %s "%s %s" %d %.1f ms', *args, extra={"request_id": request_id})
 
 
 def request_timeout(header: Optional[str], server_timeout: float) -> float:
@@ -346,5 +345,4 @@ def _add_pipe_route(
             raise refuse(503, "failed", str(err), NOT_READY_RETRY_AFTER) from None
         except Exception as err:  # the batcher logged it, naming the request
             raise HTTPException(500, f"the pipeline failed on this request: {type(err).__name__}: {err}") from err
-        body = await run_in_threadpool(json_body, {"docs": docs})
-        return Response(body, media_type="application/json")
+        return Response(await run_in_threadpool(json_body, {"docs": docs}), media_type="application/json")

@@ -109,8 +109,7 @@ def serve(source: PipelineSource, settings: ServeSettings) -> None:
 def signals_after_shutdown_ignored() -> Iterator[None]:
     """SIGTERM and SIGINT do nothing but what uvicorn does while it serves (it installs its own
     handlers, then restores these and raises the signal again)."""
-    handled = (signal.SIGTERM, signal.SIGINT)
-    previous = {sig: signal.signal(sig, lambda number, frame: None) for sig in handled}
+    previous = {sig: signal.signal(sig, lambda number, frame: None) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:

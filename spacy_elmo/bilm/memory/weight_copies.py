@@ -84,8 +84,7 @@ class WeightCopies:
         then move to disk where frozen for inference (:func:`.offload.offload`)."""
         with self._making:
             key = (purpose, tensor_versions(sources))
-            cached = self._copies.get(name)
-            if cached is not None and cached[0] == key:
+            if (cached := self._copies.get(name)) is not None and cached[0] == key:
                 return cached[1]  # type: ignore[return-value]
             made = make()
             if replaces_sources:

@@ -90,8 +90,7 @@ class BiLM(nn.Module):
         from ..formats.manylangs import load_manylangs
 
         BiLMSettings(**settings).check()  # refuse bad settings now, not as a bad download after fetching it
-        directory = manylangs_directory(name_or_url_or_dir)
-        if directory is not None:
+        if (directory := manylangs_directory(name_or_url_or_dir)) is not None:
             return load_manylangs(cls, directory, **settings)
         return load_pretrained(
             name_or_url_or_dir,

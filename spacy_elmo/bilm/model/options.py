@@ -162,8 +162,7 @@ def _section(data: Dict[str, Any], name: str, allowed: set, source: str) -> Dict
 
 
 def _check_keys(data: Dict[str, Any], allowed: set, source: str, prefix: str) -> None:
-    unknown = sorted(set(data) - allowed)
-    if unknown:
+    if unknown := sorted(set(data) - allowed):
         raise ElmoFileError(
             f"{source}: unknown option(s) {', '.join(prefix + k for k in unknown)}; "
             f"expected only {', '.join(prefix + k for k in sorted(allowed))}"

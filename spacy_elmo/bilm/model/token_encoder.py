@@ -164,8 +164,7 @@ class TokenEncoder(nn.Module, abc.ABC):
     def bytes_per_position(self) -> int:
         """The float32 bytes that one token position takes in the largest convolution: its unfolded
         window (char_dim x width) and its products (one per filter)."""
-        char_dim = self.options.char_embedding_dim
-        return 4 * max(char_dim * width + count for width, count in self.options.filters)
+        return 4 * max(self.options.char_embedding_dim * width + count for width, count in self.options.filters)
 
 
 def linear(x: Tensor, layer: nn.Linear, dtype: torch.dtype, copies: WeightCopies, name: str) -> Tensor:
@@ -218,8 +217,7 @@ def positions_needed(char_ids: numpy.ndarray, padding: int, filters: Sequence[Tu
     """
     written = numpy.flatnonzero((char_ids != padding).any(axis=0))
     longest = int(written[-1]) + 1 if len(written) else 0
-    widest = max(width for width, _ in filters)
-    return min(char_ids.shape[1], longest + widest)
+    return min(char_ids.shape[1], longest + max(width for width, _ in filters))
 
 
 def _chunks(positions: numpy.ndarray, budget: int) -> Iterator[slice]:

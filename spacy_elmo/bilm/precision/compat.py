@@ -25,8 +25,7 @@ def cpu_capabilities(cpuinfo: Optional[Path] = None) -> Capabilities:
     (:data:`CPUINFO`), which name those spacy-elmo looks for as torch does; without the file, none:
     ``auto`` then times no bf16 and int8 weights are packed for torch's default engine, slower at worst.
     """
-    probe = getattr(torch.cpu, "get_capabilities", None)
-    if probe is not None:
+    if (probe := getattr(torch.cpu, "get_capabilities", None)) is not None:
         return probe()
     return dict(_cpuinfo_capabilities(cpuinfo or CPUINFO))
 

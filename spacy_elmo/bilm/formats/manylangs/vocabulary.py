@@ -84,8 +84,7 @@ def _cut(token: Hashable, max_chars: int, boundaries: Tuple[Hashable, Hashable])
     written over this placeholder's by :meth:`Vocabulary.token_ids`."""
     if token == boundaries[0] or token == boundaries[1]:
         return " "
-    text = token if isinstance(token, str) else str(token)
-    return text[: max_chars - 2]
+    return (token if isinstance(token, str) else str(token))[: max_chars - 2]
 
 
 def dictionary_text(entries: Dict[str, int], name: str) -> str:
