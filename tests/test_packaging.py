@@ -39,7 +39,7 @@ def run(*args: str, cwd: Path = REPO, stdin: str = "") -> str:
 def trained_pipeline(directory: Path) -> spacy.Language:
     """elmo + textcat with a listener, a few steps: what `spacy train` leaves in model-best."""
     BiLM(tiny_options()).to_files(directory / "options.json", directory / "weights.hdf5")
-    nlp = spacy.blank("xx")
+    nlp = spacy.blank("en")
     nlp.add_pipe(
         "elmo",
         config={
