@@ -96,7 +96,7 @@ def test_embed_sentences_any_unicode(tiny_bilm, batch: List[List[str]]) -> None:
     # A sentence's vectors do not depend on what else is in its batch (zero state, padding masked).
     for sentence, layers in zip(batch, results):
         (alone,) = tiny_bilm.embed_sentences([sentence])
-        numpy.testing.assert_allclose(layers, alone, rtol=1e-4, atol=1e-5)
+        assert_float32_close(layers, alone)
 
 
 def test_embed_sentences_surrogates_are_dropped_like_invalid_bytes(tiny_bilm) -> None:
@@ -134,7 +134,7 @@ def test_pipe_mixed_batches(nlp_elmo: Language, texts: List[str], batch_size: in
         assert_annotated(doc)
     # The same text alone gives the same vectors as in any batch.
     for text, doc in zip(texts, docs):
-        numpy.testing.assert_allclose(nlp_elmo(text).tensor, doc.tensor, rtol=1e-4, atol=1e-5)
+        assert_float32_close(nlp_elmo(text).tensor, doc.tensor)
 
 
 @PROPERTY
@@ -168,7 +168,7 @@ def test_ten_thousand_character_tokens(nlp_elmo: Language) -> None:
     assert_annotated(doc)
     # Only the first max_characters_per_token - 2 bytes are read: a longer run of "a" is the same token.
     longer = nlp_elmo(Doc(nlp_elmo.vocab, words=["a" * (LONG_TOKEN * 2)] + words[1:]))
-    numpy.testing.assert_allclose(longer.tensor, doc.tensor, rtol=1e-4, atol=1e-5)
+    assert_float32_close(longer.tensor, doc.tensor)
 
 
 def test_hundred_thousand_tokens_without_sentence_boundaries(nlp_elmo: Language) -> None:
