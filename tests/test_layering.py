@@ -3,6 +3,7 @@
 embed or CLI) | cli, with no import cycle. Read from the source, imports inside functions included."""
 
 import ast
+import functools
 from pathlib import Path
 from typing import Dict, List, Set, Union
 
@@ -34,6 +35,7 @@ def imports_of(path: Path) -> Set[str]:
     return found
 
 
+@functools.cache  # the source does not change during a run; the tests only read the graph
 def graph() -> Dict[str, Set[str]]:
     modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
 
