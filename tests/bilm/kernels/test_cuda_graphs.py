@@ -138,11 +138,11 @@ def test_a_larger_bucket_grows_the_buffers_and_drops_the_graphs_over_the_old_one
 def test_the_graphs_of_a_freed_layer_go_at_the_next_call() -> None:
     cache, layer = new_cache(), random_lstm_layer(4, DEVICE)
     for _ in range(2):
-        through_cache(cache, layer, [5, 5])
+        through_cache(cache, layer, [1])
     assert len(cache) == 1
     del layer
     gc.collect()
-    through_cache(cache, random_lstm_layer(5, DEVICE), [5, 5])
+    through_cache(cache, random_lstm_layer(5, DEVICE), [1])
     assert len(cache) == 0
 
 
