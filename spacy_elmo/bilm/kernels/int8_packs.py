@@ -142,8 +142,8 @@ class Packed(NamedTuple):
     (``torch.ops.quantized.linear_prepack``, the pins' correction as its bias, see :func:`pack`),
     with its float32 bias (out,) or None, and its :class:`Int8Layout`. ``few_rows``: the same
     weight packed for fbgemm, for products of up to :data:`FEW_ROWS` rows, where the main pack is
-    oneDNN's and of the full layout (else None). Neither engine's pack keeps state that concurrent
-    calls share (tests/bilm/kernels/test_own_rows.py runs them from 8 threads), so no lock guards them."""
+    oneDNN's and of the full layout (else None). Concurrent calls on one pack get what serial calls
+    get on either engine (tests/bilm/kernels/test_own_rows.py, from 8 threads), so no lock guards them."""
 
     prepacked: Any
     bias: Optional[Tensor]
