@@ -62,7 +62,7 @@ def first_and_second_decision(model: BiLM) -> None:
     for label in ("first use", "second load"):
         model.runtime.decisions.made.clear()  # as in a new process
         start = time.perf_counter()
-        decision = autotune.decide(model)
+        decision = autotune.decide(model.runtime)
         typer.echo(
             f"{label}: auto = {decision.choice} ({decision.source}, {time.perf_counter() - start:.2f} s): "
             f"{autotune.describe(decision)}"

@@ -19,6 +19,7 @@ from spacy.cli.train import train
 from spacy_elmo import BiLM
 from spacy_elmo.bilm import runtime as runtime_module
 from spacy_elmo.bilm.precision import autotune
+from spacy_elmo.bilm.runtime import BiLMRuntime
 from spacy_elmo.bilm.settings import PRECISION_ENV
 from spacy_elmo.embed import EmbedSettings, ray_engine, run_embed
 from spacy_elmo.embed.store import FeatureStore
@@ -32,7 +33,7 @@ def decisions(monkeypatch, inference: str, training: str) -> List[str]:
     monkeypatch.delenv(PRECISION_ENV)  # the suite's fp32 (tests/conftest.py)
     asked: List[str] = []
 
-    def cpu_auto_precision(model: BiLM, in_training: bool = False) -> str:
+    def cpu_auto_precision(runtime: BiLMRuntime, in_training: bool = False) -> str:
         asked.append(autotune.PASSES[in_training])
         return training if in_training else inference
 

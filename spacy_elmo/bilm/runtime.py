@@ -156,7 +156,7 @@ class BiLMRuntime:
         model's measured decision for that use, made once per machine, shapes and weights
         (:mod:`spacy_elmo.bilm.precision.autotune`)."""
         chosen = self.precision if setting is None else setting
-        measured = functools.partial(autotune.cpu_auto_precision, self.model, training)
+        measured = functools.partial(autotune.cpu_auto_precision, self, training)
         return ResolvedPrecision.resolve(chosen, self.model.device, training, measured, self.hardware)
 
     def _training_now(self) -> bool:
@@ -172,7 +172,7 @@ class BiLMRuntime:
         freeze_for_inference(self.model.parameters())
         precision = self.resolved_precision_for(training=False).precision
         if precision != REFERENCE:
-            timed_pass(self.model, [["."]], precision)
+            timed_pass(self, [["."]], precision)
 
     def release_product_copies(self) -> None:
         """Forget every low-precision weight copy and int8 pack (the next pass remakes those of its

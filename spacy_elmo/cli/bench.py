@@ -46,7 +46,7 @@ def bench(
             bilm, label = _bench_model(model, size)
         n_distinct = len({word for sentence in timing_batch() for word in sentence}) + 2  # the boundary tokens
         _describe(bilm, label, n_distinct)
-        decision = remeasure(bilm, record=size is None)
+        decision = remeasure(bilm.runtime, record=size is None)
         fp32 = decision.trials["fp32"].tokens_per_s
         typer.echo(
             f"| precision | tokens/s | / fp32 | a lone sentence, tokens/s | {FEW_ROWS} sentences, tokens/s "
@@ -56,7 +56,7 @@ def bench(
             batch = f"{trial.tokens_per_s:,.0f} | {trial.tokens_per_s / fp32:.2f}x"
             service = f"{trial.lone_tokens_per_s:,.0f} | {trial.few_tokens_per_s:,.0f}"
             typer.echo(f"| {name} | {batch} | {service} | {trial.cosine:.5f} |")
-        training = remeasure(bilm, record=size is None, training=True)
+        training = remeasure(bilm.runtime, record=size is None, training=True)
         typer.echo("| training step (forward and backward) | tokens/s | / fp32 |\n|---|---|---|")
         for name, trial in training.trials.items():
             ratio = trial.tokens_per_s / training.trials["fp32"].tokens_per_s

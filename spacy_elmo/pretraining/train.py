@@ -269,7 +269,7 @@ class Trainer(Checkpointed):
         bilm.dropout = self.config.dropout
         decided = None
         if self.env.is_main:
-            measured = functools.partial(cpu_auto_precision, bilm, training=True)  # called on a CPU only
+            measured = functools.partial(cpu_auto_precision, bilm.runtime, training=True)  # called on a CPU only
             decided = ResolvedPrecision.resolve(self.config.precision, self.env.device, True, measured).precision
         bilm.runtime.precision = self.env.broadcast(decided)
         if self.progress and self.config.precision == "auto":

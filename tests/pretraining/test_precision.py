@@ -9,6 +9,7 @@ import torch
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
+from spacy_elmo.bilm.runtime import BiLMRuntime
 from spacy_elmo.cli import app
 from spacy_elmo.pretraining import SharedSoftmax, TrainingConfig, get_preset, pretrain, train
 from spacy_elmo.pretraining.checkpoint import load_checkpoint
@@ -118,8 +119,8 @@ def test_auto_pretrains_in_the_training_decision_measured_for_the_bilm(tmp_path,
     """On a CPU, pretraining's "auto" is the biLM's measured decision for training steps, not inference's."""
     asked = []
 
-    def cpu_auto_precision(bilm: BiLM, training: bool = False) -> str:
-        asked.append((bilm.options.lstm_dim, training))
+    def cpu_auto_precision(runtime: BiLMRuntime, training: bool = False) -> str:
+        asked.append((runtime.model.options.lstm_dim, training))
         return "bf16" if training else "fp32"
 
     monkeypatch.setattr(train, "cpu_auto_precision", cpu_auto_precision)

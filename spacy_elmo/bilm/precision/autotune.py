@@ -57,7 +57,7 @@ from .decisions import (
 from .flops import flops_per_token
 from .kinds import PRODUCT_PRECISIONS, listed
 from .resolved import check_precision
-from .timed_passes import BATCH_ROWS, BATCH_WORDS, FEW_ROWS, LONE_WORDS, Clock, Passes, Run, TunedModel, model_passes
+from .timed_passes import BATCH_ROWS, BATCH_WORDS, FEW_ROWS, LONE_WORDS, Clock, Passes, Run, TunedRuntime, model_passes
 
 logger = logging.getLogger("spacy_elmo")
 
@@ -73,32 +73,32 @@ CLEAR_WIN = 1.10
 PASSES = {False: "inference", True: "training"}
 
 
-def decision_threads(model: TunedModel) -> int:
-    """The thread count a decision for ``model`` now is for: the one its runtime's caller plans
+def decision_threads(runtime: TunedRuntime) -> int:
+    """The thread count a decision for ``runtime`` now is for: the one its caller plans
     (:attr:`.BiLMRuntime.planned_threads`), else torch's."""
-    return torch.get_num_threads() if model.runtime.planned_threads is None else model.runtime.planned_threads
+    return torch.get_num_threads() if runtime.planned_threads is None else runtime.planned_threads
 
 
-def cpu_auto_precision(model: TunedModel, training: bool = False) -> str:
-    """What ``auto`` means for ``model``'s inference (or training) on this CPU: ``fp32``,
+def cpu_auto_precision(runtime: TunedRuntime, training: bool = False) -> str:
+    """What ``auto`` means for ``runtime``'s inference (or training) on this CPU: ``fp32``,
     ``bf16`` or ``int8`` (inference only); measured on the compute thread, where the biLM's calls
     run (:mod:`spacy_elmo.bilm.compute_thread`: from another thread, beside its OpenMP threads,
     every precision measured slower, and int8 most)."""
-    return on_compute_thread(decide, model, training).choice
+    return on_compute_thread(decide, runtime, training).choice
 
 
-def decide(model: TunedModel, training: bool = False) -> Decision:
-    """The decision for ``model``'s inference (or training) at :func:`decision_threads`: from the
+def decide(runtime: TunedRuntime, training: bool = False) -> Decision:
+    """The decision for ``runtime``'s inference (or training) at :func:`decision_threads`: from the
     environment, memory, the cache file, or measured now (as its runtime's :class:`Tuning` says) and recorded."""
     override = switches().precision
     if override and (PRODUCT_PRECISIONS[_checked_override(override)].trains or not training):  # int8: training measures
         return Decision(override, {}, "env")
-    if flops_per_token(model.options).total < model.runtime.tuning.min_measured_flops:
+    if flops_per_token(runtime.model.options).total < runtime.tuning.min_measured_flops:
         return Decision("fp32", {}, "tiny")
-    decisions, use = model.runtime.decisions, (decision_threads(model), training)
+    decisions, use = runtime.decisions, (decision_threads(runtime), training)
     if use in decisions.made:
         return decisions.made[use]
-    decision = decisions.made[use] = _decide_once(model, use, force=False)
+    decision = decisions.made[use] = _decide_once(runtime, use, force=False)
     logger.info(
         "spacy-elmo: precision 'auto' on this CPU is %s for this biLM's %s (%s)",
         decision.choice,
@@ -108,32 +108,35 @@ def decide(model: TunedModel, training: bool = False) -> Decision:
     return decision
 
 
-def remeasure(model: TunedModel, record: bool = True, training: bool = False) -> Decision:
+def remeasure(runtime: TunedRuntime, record: bool = True, training: bool = False) -> Decision:
     """Measure now, whatever is recorded or set (``spacy-elmo bench``); with ``record``, the
     decision replaces the recorded one, and the runtime's. Without (random weights, whose
     accuracy says nothing of a trained model's), it is only returned."""
-    return on_compute_thread(_remeasure, model, record, training)
+    return on_compute_thread(_remeasure, runtime, record, training)
 
 
-def _remeasure(model: TunedModel, record: bool, training: bool) -> Decision:
-    tuning: Tuning = model.runtime.tuning
+def _remeasure(runtime: TunedRuntime, record: bool, training: bool) -> Decision:
+    tuning: Tuning = runtime.tuning
     if not record:
-        passes = model_passes(model, tuning.run, training)
+        passes = model_passes(runtime, tuning.run, training)
         trials = tuning.measure(passes, tuning.precisions(training), BATCH_ROWS * BATCH_WORDS, tuning.clock)
         return Decision(choose(trials), trials, "measured")
-    use = (decision_threads(model), training)
-    decision = model.runtime.decisions.made[use] = _decide_once(model, use, force=True)
+    use = (decision_threads(runtime), training)
+    decision = runtime.decisions.made[use] = _decide_once(runtime, use, force=True)
     return decision
 
 
-def _decide_once(model: TunedModel, use: Tuple[int, bool], force: bool) -> Decision:
-    """Read the decision for ``model``'s shapes and weights at ``use``, (threads, training), from
+def _decide_once(runtime: TunedRuntime, use: Tuple[int, bool], force: bool) -> Decision:
+    """Read the decision for ``runtime``'s model's shapes and weights at ``use``, (threads, training), from
     the cache file, or make and record it, holding the file's lock: measured, or, where the speeds
     of these shapes are recorded (another model's), only the accuracy checked (:func:`accuracies`).
     A cache directory that cannot be written costs a measurement per process, never an error."""
-    (threads, training), tuning = use, cast(Tuning, model.runtime.tuning)
-    passes, precisions = model_passes(model, tuning.run, training), tuning.precisions(training)
-    fields, weights = decision_fields(model.options, threads, training), model.runtime.decisions.weights(model)
+    (threads, training), tuning = use, cast(Tuning, runtime.tuning)
+    passes, precisions = model_passes(runtime, tuning.run, training), tuning.precisions(training)
+    fields, weights = (
+        decision_fields(runtime.model.options, threads, training),
+        runtime.decisions.weights(runtime.model),
+    )
     key, path = decision_key({**fields, "weights": weights}), decisions_path()
     with locked(path) as usable:
         recorded = read_decisions(path) if usable and not force else {}

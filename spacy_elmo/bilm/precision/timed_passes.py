@@ -26,26 +26,12 @@ class PassOutput(Protocol):
     layers: torch.Tensor
 
 
-class TunedRuntime(Protocol):
-    """What the decision needs of a biLM's runtime: its decisions (:class:`.decisions.Decisions`),
-    what it measures with, and what drops the weight copies between candidates."""
-
-    decisions: Decisions
-    planned_threads: Optional[int]
-    tuning: Any  # an autotune.Tuning (autotune imports this module: no import back)
-
-    def release_product_copies(self) -> None: ...
-
-
 class TunedModel(Protocol):
     """What the decision needs of a biLM (:class:`~spacy_elmo.bilm.BiLM` has it): its shapes, weights
-    (for :func:`.identity.weights_digest`) and mode, a zero-state pass in a precision given per call."""
+    (for :func:`.identity.weights_digest`) and mode, and its zero state."""
 
     options: ElmoOptions
     training: bool
-
-    @property
-    def runtime(self) -> TunedRuntime: ...
 
     def state_dict(self) -> Dict[str, torch.Tensor]: ...
 
@@ -55,12 +41,27 @@ class TunedModel(Protocol):
 
     def zero_state(self, batch: int) -> LSTMState: ...
 
-    def __call__(
+
+class TunedRuntime(Protocol):
+    """What the decision needs of the runtime it is made for (:class:`~spacy_elmo.bilm.runtime.BiLMRuntime`):
+    its biLM, a pass in a precision given per call, its decisions (:class:`.decisions.Decisions`),
+    what it measures with, and what drops the weight copies between candidates."""
+
+    decisions: Decisions
+    planned_threads: Optional[int]
+    tuning: Any  # an autotune.Tuning (autotune imports this module: no import back)
+
+    @property
+    def model(self) -> TunedModel: ...
+
+    def run(
         self,
         sentences: Sequence[Sequence[str]],
         state: Optional[LSTMState] = None,
         precision: Optional[Precision] = None,
     ) -> PassOutput: ...
+
+    def release_product_copies(self) -> None: ...
 
 
 # One forward pass of the timed batch with the products in a precision; returns its layers.
@@ -88,8 +89,8 @@ class Passes:
     few: Optional[Run] = None
 
 
-def model_passes(model: TunedModel, run: Optional[Run], training: bool) -> Passes:
-    """The model's own passes (inference's or training steps) on :func:`timing_batch`, or ``run``
+def model_passes(runtime: TunedRuntime, run: Optional[Run], training: bool) -> Passes:
+    """The runtime's own passes (inference's or training steps) on :func:`timing_batch`, or ``run``
     (tests' stand-in) alone."""
     if run is not None:
         return Passes(run)
@@ -97,29 +98,30 @@ def model_passes(model: TunedModel, run: Optional[Run], training: bool) -> Passe
     words = [word for sentence in batch for word in sentence]
     few = [words[row * LONE_WORDS : (row + 1) * LONE_WORDS] for row in range(FEW_ROWS)]
     return Passes(
-        run=lambda precision: timed_pass(model, batch, precision, training),
-        prepare=lambda precision: timed_pass(model, batch[:1], precision, training),
-        release=model.runtime.release_product_copies,
-        lone=None if training else lambda precision: timed_pass(model, few[:1], precision),
-        few=None if training else lambda precision: timed_pass(model, few, precision),
+        run=lambda precision: timed_pass(runtime, batch, precision, training),
+        prepare=lambda precision: timed_pass(runtime, batch[:1], precision, training),
+        release=runtime.release_product_copies,
+        lone=None if training else lambda precision: timed_pass(runtime, few[:1], precision),
+        few=None if training else lambda precision: timed_pass(runtime, few, precision),
     )
 
 
 def timed_pass(
-    model: TunedModel, sentences: Sequence[Sequence[str]], precision: str, training: bool = False
+    runtime: TunedRuntime, sentences: Sequence[Sequence[str]], precision: str, training: bool = False
 ) -> torch.Tensor:
-    """:attr:`~.model.BiLMOutput.layers` (detached) of one zero-state pass of ``model`` without
+    """:attr:`~.model.BiLMOutput.layers` (detached) of one zero-state pass of ``runtime``'s biLM without
     gradients, products in ``precision``, without the token cache, dropout off (comparable passes
     that draw nothing): what ``auto`` times. ``training``: a training step's passes instead, with a
     backward pass from a loss on the layers to every parameter, whose gradients are dropped (each
     ``.grad`` left as it was). The model's settings and mode are left as they were.
     """
+    model = runtime.model
     mode = model.training
     model.train(False)
     try:
         with torch.set_grad_enabled(training):
             zero = model.zero_state(len(sentences))
-            layers = model(sentences, state=zero, precision=cast(Precision, precision)).layers  # a candidate's name
+            layers = runtime.run(sentences, zero, cast(Precision, precision)).layers  # a candidate's name
             trained = [parameter for parameter in model.parameters() if parameter.requires_grad]
             if training and trained:
                 torch.autograd.grad(layers.float().square().mean(), trained, allow_unused=True)

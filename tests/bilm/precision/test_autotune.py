@@ -79,7 +79,7 @@ def never(*args):
 
 def test_the_fastest_precision_that_keeps_the_contract_wins():
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.25}, noise={"bf16": 1e-4, "int8": 0.2})
-    decision = autotune.decide(tuned(BiLM(measured_options()), machine))
+    decision = autotune.decide(tuned(BiLM(measured_options()), machine).runtime)
     assert decision.choice == "bf16"  # int8 is faster, but its layers are too far from fp32's
     assert decision.trials["int8"].cosine < autotune.MIN_MEAN_COSINE <= decision.trials["bf16"].cosine
     n_tokens = timed_passes.BATCH_ROWS * timed_passes.BATCH_WORDS
@@ -92,7 +92,7 @@ def test_the_fastest_precision_that_keeps_the_contract_wins():
 @pytest.mark.parametrize("seconds, expected", [((1.0, 0.5, 0.25), "int8"), ((0.5, 1.0, 0.7), "fp32")])
 def test_the_fastest_wins_when_all_keep_the_contract(seconds, expected):
     machine = FakeMachine(dict(zip(PRECISIONS, seconds)), noise={"bf16": 1e-4, "int8": 1e-3})
-    assert autotune.decide(tuned(BiLM(measured_options()), machine)).choice == expected
+    assert autotune.decide(tuned(BiLM(measured_options()), machine).runtime).choice == expected
 
 
 @pytest.mark.parametrize(
@@ -106,7 +106,7 @@ def test_the_fastest_wins_when_all_keep_the_contract(seconds, expected):
 )
 def test_a_less_accurate_precision_must_win_clearly(seconds, expected):
     machine = FakeMachine(dict(zip(PRECISIONS, seconds)), noise={"bf16": 1e-4, "int8": 1e-3})
-    assert autotune.decide(tuned(BiLM(measured_options()), machine)).choice == expected
+    assert autotune.decide(tuned(BiLM(measured_options()), machine).runtime).choice == expected
 
 
 @pytest.mark.parametrize(
@@ -166,8 +166,8 @@ def test_a_lone_sentence_is_timed_after_the_batch_in_each_round():
 
 def test_the_models_passes_time_a_services_calls_for_inference_only():
     model = measured_bilm()
-    assert timed_passes.model_passes(model, None, training=True).lone is None
-    passes = timed_passes.model_passes(model, None, training=False)
+    assert timed_passes.model_passes(model.runtime, None, training=True).lone is None
+    passes = timed_passes.model_passes(model.runtime, None, training=False)
     assert passes.lone is not None and passes.few is not None
     assert passes.lone("fp32").shape[1:3] == (1, timed_passes.LONE_WORDS + 2)
     assert passes.few("fp32").shape[1:3] == (timed_passes.FEW_ROWS, timed_passes.LONE_WORDS + 2)
@@ -176,9 +176,9 @@ def test_the_models_passes_time_a_services_calls_for_inference_only():
 def test_a_recorded_decision_is_read_back_without_timing(monkeypatch):
     model = measured_bilm()
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
-    first = autotune.decide(tuned(model, machine))
+    first = autotune.decide(tuned(model, machine).runtime)
     assert (first.choice, first.source) == ("bf16", "measured")
-    again = autotune.decide(tuned(measured_bilm(), run=never, clock=never))
+    again = autotune.decide(tuned(measured_bilm(), run=never, clock=never).runtime)
     assert (again.choice, again.source, again.trials) == ("bf16", "cache", first.trials)
     recorded = json.loads(autotune.decisions_path().read_text())
     (entry,) = recorded.values()
@@ -189,13 +189,15 @@ def test_a_recorded_decision_is_read_back_without_timing(monkeypatch):
 def test_another_model_of_the_same_shapes_checks_its_own_accuracy_at_the_recorded_speeds():
     """The speeds are the shapes'; the accuracy is the weights': a second model runs one untimed
     pass per precision (no clock), and decides by its own cosines."""
-    first = autotune.decide(tuned(measured_bilm(0), FakeMachine({"fp32": 1.0, "bf16": 0.8, "int8": 0.5}, {})))
+    first = autotune.decide(tuned(measured_bilm(0), FakeMachine({"fp32": 1.0, "bf16": 0.8, "int8": 0.5}, {})).runtime)
     assert (first.choice, first.source) == ("int8", "measured")
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.8, "int8": 0.5}, noise={"bf16": 1e-4, "int8": 0.2})
-    other = autotune.decide(tuned(measured_bilm(1), run=machine.run, clock=never))
+    other = autotune.decide(tuned(measured_bilm(1), run=machine.run, clock=never).runtime)
     assert (other.choice, other.source) == ("bf16", "checked") and machine.runs == PRECISIONS
     assert {p: t.tokens_per_s for p, t in other.trials.items()} == {p: t.tokens_per_s for p, t in first.trials.items()}
-    assert autotune.decide(tuned(measured_bilm(0), run=never, clock=never)).choice == "int8"  # each model keeps its own
+    assert (
+        autotune.decide(tuned(measured_bilm(0), run=never, clock=never).runtime).choice == "int8"
+    )  # each model keeps its own
     recorded = json.loads(autotune.decisions_path().read_text())
     assert sorted(e["choice"] for e in recorded.values()) == ["bf16", "int8"]
 
@@ -212,7 +214,7 @@ def test_a_record_from_before_decisions_named_their_weights_lends_its_speeds_not
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({old_key: {"choice": "int8", "trials": trials, "fields": fields, "measured": "then"}}))
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.8, "int8": 0.5}, noise={"bf16": 1e-4, "int8": 0.2})
-    decision = autotune.decide(tuned(measured_bilm(), run=machine.run, clock=never))
+    decision = autotune.decide(tuned(measured_bilm(), run=machine.run, clock=never).runtime)
     assert (decision.choice, decision.source) == ("bf16", "checked")  # int8 is too far from fp32 with these weights
     assert decision.trials["int8"].tokens_per_s == 300.0 and len(json.loads(path.read_text())) == 2
 
@@ -227,10 +229,10 @@ def test_a_decision_is_for_the_planned_thread_count_and_measured_at_it():
 
     model, before = tuned(measured_bilm(), measure=measure), torch.get_num_threads()
     model.runtime.planned_threads = before + 2
-    autotune.decide(model)
+    autotune.decide(model.runtime)
     torch.set_num_threads(before + 1)  # a busy moment: fewer threads for a call
     try:
-        autotune.decide(model)
+        autotune.decide(model.runtime)
     finally:
         torch.set_num_threads(before)
     assert seen == [before + 2] and torch.get_num_threads() == before
@@ -249,7 +251,7 @@ def test_auto_measures_on_the_compute_thread_at_the_callers_plan():
 
     threads, model = torch.get_num_threads() + 1, tuned(measured_bilm(), measure=measure)
     model.runtime.planned_threads = threads
-    autotune.cpu_auto_precision(model)
+    autotune.cpu_auto_precision(model.runtime)
     ((name, count),) = seen
     assert name.startswith(compute_thread.THREAD_NAME) and count == threads
 
@@ -257,21 +259,21 @@ def test_auto_measures_on_the_compute_thread_at_the_callers_plan():
 def test_the_decision_is_kept_by_the_runtime(monkeypatch):
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
     model = tuned(BiLM(measured_options()), machine)
-    autotune.decide(model)
+    autotune.decide(model.runtime)
     autotune.decisions_path().unlink()  # only the process's memory is left
-    assert autotune.decide(tuned(model, run=never, clock=never)).choice == "bf16"
+    assert autotune.decide(tuned(model, run=never, clock=never).runtime).choice == "bf16"
 
 
 def test_another_thread_count_or_other_shapes_are_measured_again():
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
-    autotune.decide(tuned(BiLM(measured_options()), machine))
+    autotune.decide(tuned(BiLM(measured_options()), machine).runtime)
     runs = len(machine.runs)
-    autotune.decide(tuned(BiLM(measured_options(n_highway=1)), machine))
+    autotune.decide(tuned(BiLM(measured_options(n_highway=1)), machine).runtime)
     assert len(machine.runs) > runs
     runs = len(machine.runs)
     model = tuned(BiLM(measured_options()), machine)
     model.runtime.planned_threads = torch.get_num_threads() + 1  # the count it decides for
-    autotune.decide(model)
+    autotune.decide(model.runtime)
     assert len(machine.runs) > runs
     assert len(json.loads(autotune.decisions_path().read_text())) == 3
     fields = autotune.decision_fields(measured_options(), 1)
@@ -286,7 +288,7 @@ def test_an_unreadable_cache_file_is_ignored_and_rewritten(content):
     path.parent.mkdir(parents=True)
     path.write_text(content)
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
-    assert autotune.decide(tuned(BiLM(measured_options()), machine)).choice == "bf16"
+    assert autotune.decide(tuned(BiLM(measured_options()), machine).runtime).choice == "bf16"
     (entry,) = json.loads(path.read_text()).values()
     assert entry["choice"] == "bf16"
 
@@ -294,7 +296,7 @@ def test_an_unreadable_cache_file_is_ignored_and_rewritten(content):
 @pytest.mark.parametrize("value", ["fp32", "bf16", "int8"])
 def test_the_environment_decides_auto_without_timing(monkeypatch, value):
     monkeypatch.setenv(settings.PRECISION_ENV, value)
-    decision = autotune.decide(tuned(BiLM(measured_options()), run=never, clock=never))
+    decision = autotune.decide(tuned(BiLM(measured_options()), run=never, clock=never).runtime)
     assert (decision.choice, decision.source) == (value, "env")
     assert not autotune.decisions_path().exists()
 
@@ -306,11 +308,11 @@ def test_the_environment_decides_auto_without_timing(monkeypatch, value):
 def test_a_wrong_environment_value_says_what_to_set(monkeypatch, value, message):
     monkeypatch.setenv(settings.PRECISION_ENV, value)
     with pytest.raises(ValueError, match=message):
-        autotune.decide(tuned(BiLM(measured_options()), run=never, clock=never))
+        autotune.decide(tuned(BiLM(measured_options()), run=never, clock=never).runtime)
 
 
 def test_a_tiny_model_runs_fp32_unmeasured():
-    decision = autotune.decide(tuned(BiLM(tiny_options()), run=never, clock=never))
+    decision = autotune.decide(tuned(BiLM(tiny_options()), run=never, clock=never).runtime)
     assert (decision.choice, decision.source) == ("fp32", "tiny")
 
 
@@ -340,14 +342,14 @@ def test_inference_and_training_each_resolve_auto_by_their_own_decision():
 def test_the_environment_decides_training_too_except_int8(monkeypatch, override, training_choice):
     monkeypatch.setenv(settings.PRECISION_ENV, override)
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5}, noise={})
-    assert autotune.decide(tuned(BiLM(measured_options()), run=never, clock=never)).choice == override
-    training = autotune.decide(tuned(BiLM(measured_options()), machine), training=True)
+    assert autotune.decide(tuned(BiLM(measured_options()), run=never, clock=never).runtime).choice == override
+    training = autotune.decide(tuned(BiLM(measured_options()), machine).runtime, training=True)
     assert (training.source if training_choice == "measured" else training.choice) == training_choice
     assert set(machine.runs) <= {"fp32", "bf16"}
 
 
 def test_a_training_step_is_timed_and_leaves_the_model_as_it_was():
-    """timed_pass(training=True): a forward pass with gradients and a backward pass to every parameter,
+    """timed_pass(training=True.runtime): a forward pass with gradients and a backward pass to every parameter,
     whose gradients are dropped; no random draw, nothing stored, the layers of the forward pass."""
     model = random_bilm(precision="auto", cache_size=100).train()
     sentences = [["The", "bank", "rose", "."], ["It", "fell"]]
@@ -359,7 +361,7 @@ def test_a_training_step_is_timed_and_leaves_the_model_as_it_was():
         parameter.register_hook(lambda grad, name=name: reached.append(name))
     values = {name: parameter.detach().clone() for name, parameter in parameters.items()}
     rng = torch.get_rng_state()
-    found = timed_passes.timed_pass(model, sentences, "fp32", training=True)
+    found = timed_passes.timed_pass(model.runtime, sentences, "fp32", training=True)
     assert set(reached) == set(parameters)  # the backward pass reached every parameter
     assert projection.grad is stale and torch.equal(stale, torch.ones_like(stale))
     assert all(p.grad is None for name, p in parameters.items() if name != "token_encoder.projection.weight")
@@ -368,7 +370,7 @@ def test_a_training_step_is_timed_and_leaves_the_model_as_it_was():
         torch.equal(torch.get_rng_state(), rng) and len(model.runtime.token_cache) == 0 and model.lstm.dropout.training
     )
     assert not found.requires_grad
-    torch.testing.assert_close(found, timed_passes.timed_pass(model, sentences, "fp32"), rtol=0, atol=1e-5)
+    torch.testing.assert_close(found, timed_passes.timed_pass(model.runtime, sentences, "fp32"), rtol=0, atol=1e-5)
 
 
 def test_worst_cosine_skips_padding_and_takes_the_worst_layer():
@@ -411,17 +413,19 @@ def test_a_cache_directory_that_cannot_be_written_costs_a_measurement_not_an_err
     (tmp_path / "not_a_directory").write_text("")
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "not_a_directory"))
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
-    assert autotune.decide(tuned(BiLM(measured_options()), machine)).choice == "bf16"
+    assert autotune.decide(tuned(BiLM(measured_options()), machine).runtime).choice == "bf16"
     assert "cannot keep precision decisions" in caplog.text and "SPACY_ELMO_CACHE" in caplog.text
 
 
 def test_bench_of_untrained_weights_prints_the_choice_without_recording_it(monkeypatch):
     machine = FakeMachine({"fp32": 1.0, "bf16": 0.5, "int8": 0.8}, noise={})
     model = tuned(BiLM(measured_options()), machine)
-    assert autotune.remeasure(model, record=False).choice == "bf16"
+    assert autotune.remeasure(model.runtime, record=False).choice == "bf16"
     assert not autotune.decisions_path().exists() and not model.runtime.decisions.made
-    assert autotune.remeasure(model).choice == "bf16"
-    assert autotune.decide(tuned(model, run=never, clock=never)).source == "measured"  # remembered by its runtime
+    assert autotune.remeasure(model.runtime).choice == "bf16"
+    assert (
+        autotune.decide(tuned(model, run=never, clock=never).runtime).source == "measured"
+    )  # remembered by its runtime
     assert json.loads(autotune.decisions_path().read_text())
 
 
@@ -433,7 +437,9 @@ def test_the_timed_pass_is_the_models_own_in_each_precision():
         fresh = random_bilm(precision=precision, cache_size=0)
         with torch.no_grad():
             expected = fresh(sentences).layers
-        torch.testing.assert_close(timed_passes.timed_pass(model, sentences, precision), expected, rtol=0, atol=0)
+        torch.testing.assert_close(
+            timed_passes.timed_pass(model.runtime, sentences, precision), expected, rtol=0, atol=0
+        )
     assert (model.runtime.precision, model.runtime.state_mode, model.training, len(model.runtime.token_cache)) == (
         "auto",
         "carry",
@@ -454,10 +460,10 @@ def test_measuring_leaves_no_candidates_copies_behind():
     are dropped once timed; inference then makes only the chosen precision's."""
     model = tuned(BiLM(measured_options(), precision="auto"))
     with torch.no_grad():
-        timed_passes.timed_pass(model, [["warm", "copies"]], "bf16")
-        timed_passes.timed_pass(model, [["warm", "copies"]], "int8")
+        timed_passes.timed_pass(model.runtime, [["warm", "copies"]], "bf16")
+        timed_passes.timed_pass(model.runtime, [["warm", "copies"]], "int8")
     assert held_copies(model) > 0
-    decision = autotune.decide(model)
+    decision = autotune.decide(model.runtime)
     assert decision.source == "measured" and held_copies(model) == 0
     with torch.no_grad():
         model([["now", "infer"]])
