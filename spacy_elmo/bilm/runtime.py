@@ -1,5 +1,7 @@
 """How a biLM runs, kept apart from what it is (:class:`~spacy_elmo.bilm.BiLM`, the network):
-:class:`BiLMRuntime`, one per biLM, built with it: the precision setting and what it resolves to
+:class:`BiLMRuntime`, built and owned by what runs the biLM (the ``elmo`` component, ``serve``,
+``embed``, ``spacy-elmo bench``, pretraining; a bare biLM's direct calls run on one of its own,
+``bilm.runtime``): the precision setting and what it resolves to
 (:mod:`.precision.autotune`), inference's weight copies made ahead and the float32 weights they
 let go to disk (:mod:`.memory.offload`), the token cache, where a batch's LSTM states start (and
 those carried in ``"carry"`` mode), and the split of sentences into passes of ``max_batch_tokens``.
@@ -12,8 +14,9 @@ from typing import Any, Callable, Dict, Hashable, Iterable, Iterator, List, Opti
 
 import numpy
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from .errors import module_property
 from .kernels.int8_packs import check_no_gradient
 from .memory.offload import evict, freeze_for_inference, return_freed_memory
 from .memory.token_cache import TokenCache
@@ -62,20 +65,20 @@ class BiLMSettings:
 
 
 class Network(TunedModel, Protocol):
-    """What a runtime reads of its biLM (:class:`~spacy_elmo.bilm.BiLM`, which makes it)."""
+    """What a runtime reads of its biLM (:class:`~spacy_elmo.bilm.BiLM`)."""
 
     token_encoder: TokenEncoder
     lstm: BiLSTMStack
     warm_hidden: Optional[Tensor]
     warm_memory: Optional[Tensor]
 
-    @property
+    @module_property
     def device(self) -> torch.device: ...
 
-    @property
+    @module_property
     def n_output_layers(self) -> int: ...
 
-    @property
+    @module_property
     def dropout(self) -> float: ...
 
     def buffers(self) -> Iterator[Tensor]: ...
@@ -93,27 +96,26 @@ class Network(TunedModel, Protocol):
     ) -> BiLMOutput: ...
 
 
-class BiLMRuntime:
-    """What one biLM's calls on sentences run with (see the module's docstring).
+class BiLMRuntime(nn.Module):
+    """What one biLM's calls on sentences run with (see the module's docstring): a module holding
+    the biLM, so that thinc's shim trains, moves and saves it through the runtime, and calling it
+    runs the biLM on sentences (:meth:`forward`).
 
-    Two biLMs, or a biLM and its copy, own two runtimes: nothing here is shared between them but
-    the files ``auto``'s decisions are recorded in. Pickles and copies keep the settings and the
-    carried states, not the caches (they are remade).
+    Two owners own two runtimes, of one biLM or of two: nothing here is shared between them but
+    the biLM's weights (and their copies) and the files ``auto``'s decisions are recorded in.
+    Pickles and copies keep the settings and the carried states, not the caches (they are remade).
     """
 
     tuning = autotune.Tuning()  # what auto measures with: every runtime's, unless its own is set (tests)
     state_mode: StateMode
     max_batch_tokens: int
     token_cache: TokenCache
-
-    @classmethod
-    def owns(cls, name: str) -> bool:
-        """Whether ``name`` is a public attribute of a runtime: a name its biLM refuses to hold."""
-        return not name.startswith("_") and (hasattr(cls, name) or name in cls.__annotations__)
+    model: Network
 
     def __init__(self, model: Network, settings: BiLMSettings) -> None:
         settings.check()
-        self.model = model
+        super().__init__()
+        self.model = model  # type: ignore[assignment]  # a submodule: the biLM, an nn.Module
         self.state_mode = settings.state
         self.max_batch_tokens = settings.max_batch_tokens
         self.token_cache = TokenCache(settings.cache_size)
@@ -125,7 +127,7 @@ class BiLMRuntime:
         # ``threads``: a busy moment runs a call on fewer, and decides nothing new); None: torch's.
         self.planned_threads: Optional[int] = None
 
-    @property
+    @module_property
     def settings(self) -> BiLMSettings:
         """The settings as they are now (they may be set after the biLM was made)."""
         return BiLMSettings(
@@ -133,7 +135,7 @@ class BiLMRuntime:
         )
 
     # ------------------------------------------------------------------ precision
-    @property
+    @module_property
     def precision(self) -> Precision:
         """``"fp32"``, ``"bf16"``, ``"int8"`` or ``"auto"``: the setting, as given (see :attr:`resolved_precision`)."""
         return self._precision
@@ -143,7 +145,7 @@ class BiLMRuntime:
         check_precision(precision)
         self._precision = precision
 
-    @property
+    @module_property
     def resolved_precision(self) -> ResolvedPrecision:
         """What a call now runs its matrix products in: :meth:`resolved_precision_for` training while
         gradients reach the parameters, else inference."""
@@ -184,7 +186,7 @@ class BiLMRuntime:
         return_freed_memory()
 
     # ----------------------------------------------------------------- calls
-    def run(
+    def forward(
         self,
         sentences: Sequence[Sequence[str]],
         state: Optional[LSTMState] = None,
@@ -192,7 +194,7 @@ class BiLMRuntime:
         mix: Optional[Sequence[float]] = None,
     ) -> BiLMOutput:
         """The biLM over a batch of tokenized sentences; boundaries are added here (see
-        :meth:`~spacy_elmo.bilm.BiLM.forward`, which calls this)."""
+        :meth:`~spacy_elmo.bilm.BiLM.forward`, a bare biLM's call on its own runtime)."""
         model = self.model
         if len(sentences) == 0:
             raise ValueError("BiLM.forward needs at least one sentence (an empty one is fine)")
@@ -228,7 +230,7 @@ class BiLMRuntime:
         results: List[Optional[numpy.ndarray]] = [None] * len(sentences)
         with torch.no_grad():
             for batch in self.batches(sentences):
-                layers = self.run([sentences[i] for i in batch]).layers.float().cpu().numpy()
+                layers = self([sentences[i] for i in batch]).layers.float().cpu().numpy()
                 for row, i in enumerate(batch):
                     results[i] = numpy.ascontiguousarray(layers[:, row, 1 : len(sentences[i]) + 1])
         return results  # type: ignore[return-value]
@@ -332,7 +334,7 @@ class BiLMRuntime:
         with torch.no_grad():
             state = self.model.zero_state(1)
             for sentence in sentences:
-                state = self.run([sentence], state=state).state
+                state = self([sentence], state=state).state
         self.model.warm_hidden = state.hidden[:, :, 0].clone()
         self.model.warm_memory = state.memory[:, :, 0].clone()
 

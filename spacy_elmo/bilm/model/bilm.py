@@ -3,7 +3,9 @@
 Pure PyTorch: the network, its files (``options.json`` + ``weights.hdf5``, read and written by
 :mod:`spacy_elmo.bilm.formats.files`) and one pass from token vectors and a start state to the
 layers, :meth:`BiLM.layers_of`. How a call on sentences runs (precision, the token cache, where
-states start, batching) is its :class:`~spacy_elmo.bilm.runtime.BiLMRuntime`'s, ``bilm.runtime``.
+states start, batching) is a :class:`~spacy_elmo.bilm.runtime.BiLMRuntime`'s, made by what runs the
+biLM; a bare biLM's own calls (``bilm(sentences)``, :meth:`BiLM.embed_sentences`) run on its own,
+``bilm.runtime``, made at the first of them.
 """
 
 from typing import Any, Dict, List, Optional, Sequence
@@ -28,8 +30,8 @@ __all__ = ["BiLM", "BiLMOutput", "BiLMSettings"]
 class BiLM(nn.Module):
     """A bidirectional language model whose layers are ELMo's representations.
 
-    The keyword arguments (:class:`~spacy_elmo.bilm.runtime.BiLMSettings`) say how its calls on
-    sentences run, and are its runtime's (:attr:`runtime`): ``state``, where every batch's LSTM
+    The keyword arguments (:class:`~spacy_elmo.bilm.runtime.BiLMSettings`) say how its own calls on
+    sentences run (:attr:`runtime`), and are those a runtime made for it takes by default: ``state``, where every batch's LSTM
     states start (``"zero"``; ``"warm"``, from a state stored with the model, :meth:`warm_up`;
     ``"carry"``, from where the same row of the previous batch ended, as bilm-tf does), and
     ``precision``, that of the matrix products; parameters, states and outputs stay float32.
@@ -40,17 +42,17 @@ class BiLM(nn.Module):
 
     def __init__(self, options: ElmoOptions, token_encoder: Optional[TokenEncoder] = None, **settings: Any) -> None:
         super().__init__()
-        runtime_settings = BiLMSettings(**settings)
-        runtime_settings.check()  # before any module is built: a bad setting costs nothing
+        loaded_with = BiLMSettings(**settings)
+        loaded_with.check()  # before any module is built: a bad setting costs nothing
         self.options = options
         # Layer 0: bilm-tf's char CNN of ``options``, unless the model brings a token encoder of its
         # own (ELMoForManyLangs: a char vocabulary and a word embedding, see .manylangs).
         self.token_encoder: TokenEncoder = CharCNN(options) if token_encoder is None else token_encoder
         self.lstm = BiLSTMStack(options)
-        self.dropout = runtime_settings.dropout
+        self.dropout = loaded_with.dropout
         self.register_buffer("warm_hidden", None)  # the warm start: (n_layers, 2, width) each
         self.register_buffer("warm_memory", None)
-        self.runtime = BiLMRuntime(self, runtime_settings)
+        self._loaded_with = loaded_with
         self.register_load_state_dict_pre_hook(_renamed_token_encoder)
 
     @module_property
@@ -161,7 +163,21 @@ class BiLM(nn.Module):
         in place through array views), so that the runtime's fingerprint changes as for any torch write."""
         torch.autograd.graph.increment_version(list(self.parameters()))
 
-    # ----------------------------------------------------------------- calls on sentences (the runtime's)
+    # ----------------------------------------------------------------- calls on sentences (its own runtime's)
+    @module_property
+    def runtime(self) -> BiLMRuntime:
+        """The runtime of this biLM's own calls, made at the first with its settings. Not a
+        submodule (the runtime holds the biLM): kept in the instance's ``__dict__``."""
+        own = self.__dict__.get("_own_runtime")
+        if own is None:
+            own = self.__dict__["_own_runtime"] = BiLMRuntime(self, self._loaded_with)
+        return own
+
+    @module_property
+    def settings(self) -> BiLMSettings:
+        """The constructor arguments that the files do not hold, as its own runtime has them now."""
+        return self.runtime.settings
+
     def forward(
         self,
         sentences: Sequence[Sequence[str]],
@@ -169,7 +185,8 @@ class BiLM(nn.Module):
         precision: Optional[Precision] = None,
         mix: Optional[Sequence[float]] = None,
     ) -> BiLMOutput:
-        """Run the biLM over a batch of tokenized sentences; boundaries are added here.
+        """Run the biLM over a batch of tokenized sentences on its own runtime
+        (:meth:`.BiLMRuntime.forward`); boundaries are added here.
 
         ``state`` overrides where the states start for this call: shapes (n_layers, 2, batch,
         projection_dim) and (n_layers, 2, batch, lstm_dim). The products run at the model's
@@ -177,7 +194,7 @@ class BiLM(nn.Module):
         ``precision`` for this call (what ``auto`` times), its token vectors then computed afresh,
         not cached. ``mix``: see :meth:`layers_of`.
         """
-        return self.runtime.run(sentences, state, precision, mix)
+        return self.runtime(sentences, state, precision, mix)
 
     def embed_sentences(self, sentences: Sequence[Sequence[str]]) -> List[numpy.ndarray]:
         """ELMo layers for each sentence, (n_layers + 1, n_tokens, 2 * projection_dim) float32
@@ -188,24 +205,6 @@ class BiLM(nn.Module):
         """Store the state reached after reading ``sentences`` in order as the warm start
         (:meth:`.BiLMRuntime.warm_up`); saved by :meth:`to_files`."""
         self.runtime.warm_up(sentences)
-
-    @module_property
-    def settings(self) -> BiLMSettings:
-        """The constructor arguments that the files do not hold."""
-        return self.runtime.settings
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            if BiLMRuntime.owns(name):
-                raise AttributeError(f"BiLM.{name} is its runtime's: use bilm.runtime.{name}") from None
-            raise
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if BiLMRuntime.owns(name) and not hasattr(type(self), name):  # a plain attribute would be read by nothing
-            raise AttributeError(f"BiLM.{name} is its runtime's: set bilm.runtime.{name}")
-        super().__setattr__(name, value)
 
 
 def _renamed_token_encoder(module: nn.Module, state_dict: Dict[str, Any], prefix: str, *args: Any) -> None:

@@ -54,7 +54,7 @@ class TunedRuntime(Protocol):
     @property
     def model(self) -> TunedModel: ...
 
-    def run(
+    def __call__(
         self,
         sentences: Sequence[Sequence[str]],
         state: Optional[LSTMState] = None,
@@ -121,7 +121,7 @@ def timed_pass(
     try:
         with torch.set_grad_enabled(training):
             zero = model.zero_state(len(sentences))
-            layers = runtime.run(sentences, zero, cast(Precision, precision)).layers  # a candidate's name
+            layers = runtime(sentences, zero, cast(Precision, precision)).layers  # a candidate's name
             trained = [parameter for parameter in model.parameters() if parameter.requires_grad]
             if training and trained:
                 torch.autograd.grad(layers.float().square().mean(), trained, allow_unused=True)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM
+from spacy_elmo.bilm.runtime import BiLMRuntime, BiLMSettings
 from spacy_elmo.bilm.kernels import Float32Kernel, KernelChoice
 from spacy_elmo.bilm.kernels.reference import ReferenceKernel
 
@@ -311,17 +312,20 @@ def test_the_state_dict_keeps_its_keys_and_reloads(tmp_path):
     numpy.testing.assert_array_equal(other.embed_sentences(REAL_TEXT[:2])[0], model.embed_sentences(REAL_TEXT[:2])[0])
 
 
-@pytest.mark.parametrize("name", ["precision", "state_mode", "max_batch_tokens", "token_cache", "batches"])
-def test_the_runtimes_names_on_the_biLM_say_where_they_are(name: str) -> None:
-    """A setting read from, or set on, the network (as before the runtime was its own object)
-    names the runtime, rather than being a plain attribute that nothing reads."""
+def test_two_runtimes_of_one_bilm_own_their_settings_and_give_its_layers() -> None:
+    """What runs a biLM owns its runtime: another one, of other settings and calls, changes
+    nothing of the biLM's own calls, and in the same settings gives the same layers to the bit."""
     model = random_bilm()
-    with pytest.raises(AttributeError, match=f"use bilm.runtime.{name}"):
-        getattr(model, name)
-    with pytest.raises(AttributeError, match=f"set bilm.runtime.{name}"):
-        setattr(model, name, None)
-    model.dropout = 0.25  # the network's own setting
-    assert model.dropout == 0.25 and model.runtime.settings.dropout == 0.25
+    mine = BiLMRuntime(model, BiLMSettings(cache_size=0))
+    other = BiLMRuntime(model, BiLMSettings(precision="bf16", state="carry"))
+    with torch.no_grad():
+        other(REAL_TEXT[:3])
+        assert torch.equal(mine(REAL_TEXT[:3]).layers, model(REAL_TEXT[:3]).layers)
+    assert (model.runtime.precision, model.runtime.state_mode) == ("fp32", "zero")
+    assert len(mine.token_cache) == 0 and len(other.token_cache) > 0 and len(model.runtime.token_cache) > 0
+    assert [p is q for p, q in zip(mine.parameters(), model.parameters())] == [True] * len(list(model.parameters()))
+    model.dropout = 0.25  # the network's own setting: every runtime reads it
+    assert mine.settings.dropout == other.settings.dropout == model.settings.dropout == 0.25
 
 
 def test_an_unknown_setting_is_refused_by_name() -> None:

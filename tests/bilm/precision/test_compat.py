@@ -71,8 +71,8 @@ def test_cpuinfo_agrees_with_torchs_probe_on_the_features_asked():
 
 
 def test_a_failing_capability_probe_surfaces_its_own_message(monkeypatch, tmp_path):
-    """Not ``'BiLM' object has no attribute 'products'``: nn.Module's __getattr__ replaces any
-    AttributeError raised under a module's property with that; the runtime is no module."""
+    """Not ``'BiLMRuntime' object has no attribute 'resolved_precision'``: nn.Module's __getattr__
+    replaces any AttributeError raised under a module's plain property with that."""
 
     def probe():
         raise AttributeError("the probe's own message")
@@ -81,7 +81,7 @@ def test_a_failing_capability_probe_surfaces_its_own_message(monkeypatch, tmp_pa
     monkeypatch.delenv(settings.PRECISION_ENV, raising=False)
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path))
     bilm = BiLM(tiny_options(lstm_dim=512, projection_dim=64), precision="auto")  # measured: asks the CPU
-    with pytest.raises(AttributeError, match="the probe's own message"):
+    with pytest.raises(RuntimeError, match="resolved_precision failed: AttributeError: the probe's own message"):
         _ = bilm.runtime.resolved_precision
 
 
