@@ -115,7 +115,7 @@ class BiLMRuntime(nn.Module):
     def __init__(self, model: Network, settings: BiLMSettings) -> None:
         settings.check()
         super().__init__()
-        self.model = model  # type: ignore[assignment]  # a submodule: the biLM, an nn.Module
+        self.model = model  # a submodule: the biLM is an nn.Module
         self.state_mode = settings.state
         self.max_batch_tokens = settings.max_batch_tokens
         self.token_cache = TokenCache(settings.cache_size)

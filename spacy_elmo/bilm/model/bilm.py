@@ -31,10 +31,11 @@ class BiLM(nn.Module):
     """A bidirectional language model whose layers are ELMo's representations.
 
     The keyword arguments (:class:`~spacy_elmo.bilm.runtime.BiLMSettings`) say how its own calls on
-    sentences run (:attr:`runtime`), and are those a runtime made for it takes by default: ``state``, where every batch's LSTM
-    states start (``"zero"``; ``"warm"``, from a state stored with the model, :meth:`warm_up`;
-    ``"carry"``, from where the same row of the previous batch ended, as bilm-tf does), and
-    ``precision``, that of the matrix products; parameters, states and outputs stay float32.
+    sentences run (:attr:`runtime`), and are what a runtime made for it takes by default: ``state``,
+    where every batch's LSTM states start (``"zero"``; ``"warm"``, from a state stored with the
+    model, :meth:`warm_up`; ``"carry"``, from where the same row of the previous batch ended, as
+    bilm-tf does), and ``precision``, that of the matrix products; parameters, states and outputs
+    stay float32.
     """
 
     warm_hidden: Optional[Tensor]

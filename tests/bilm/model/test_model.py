@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm.runtime import BiLMRuntime, BiLMSettings
 from spacy_elmo.bilm.kernels import Float32Kernel, KernelChoice
 from spacy_elmo.bilm.kernels.reference import ReferenceKernel
+from spacy_elmo.bilm.runtime import BiLMRuntime, BiLMSettings
 
 from ...helpers import REAL_TEXT, assert_float32_close, random_bilm, tiny_options
 
