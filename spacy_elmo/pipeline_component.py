@@ -27,7 +27,7 @@ from thinc.types import Floats1d, Floats2d, Floats3d
 from . import architectures  # noqa: F401  (registers the architectures named in DEFAULT_MODEL)
 from .bilm import BiLM
 from .bilm.runtime import token_groups
-from .layers import ElmoBiLMSettings, ElmoListener, get_bilm, predict_mixed, set_bilm
+from .layers import ElmoBiLMSettings, ElmoListener, get_bilm, get_runtime, predict_mixed, set_bilm
 from .layers.arrays import no_backprop
 from .layers.language import choose_pretrained
 from .layers.listener import FEATURES_ATTR, UNREAD_ATTR
@@ -161,7 +161,7 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
         if not docs:
             return []
         self._load_once()
-        with self.cores.torch_threads(self._threads(), get_bilm(self.model).runtime):
+        with self.cores.torch_threads(self._threads(), get_runtime(self.model)):
             return self.model.predict(docs)
 
     def __call__(self, doc: Doc) -> Doc:
@@ -179,7 +179,7 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
             self.set_annotations(docs, self.predict(docs))
             return
         self._load_once()
-        with self.cores.torch_threads(self._threads(), get_bilm(self.model).runtime):
+        with self.cores.torch_threads(self._threads(), get_runtime(self.model)):
             mixed = predict_mixed(self.model, docs, self._tensor_weights())
         for doc, vectors in zip(docs, mixed):
             _set_vectors(doc, vectors)
@@ -281,7 +281,7 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
         if not self.listeners:
             return losses
         self._load_once()
-        with self.cores.torch_threads(self._threads(), get_bilm(self.model).runtime):
+        with self.cores.torch_threads(self._threads(), get_runtime(self.model)):
             outputs, backprop_layers = self.model.begin_update(docs)
         batch_id = ElmoListener.get_batch_id(docs)
         if self.model.attrs["freeze"]:
@@ -370,10 +370,10 @@ class Elmo(ElmoSerialization, ElmoListeners, TrainablePipe):
 
     def _prepare_inference(self) -> None:
         """A frozen CPU biLM makes its inference weights as it loads (:meth:`.BiLMRuntime.prepare_inference`)."""
-        bilm = get_bilm(self.model)
-        if self.model.attrs["freeze"] and bilm.device.type == "cpu":
-            with self.cores.torch_threads(self._threads(), bilm.runtime):
-                bilm.runtime.prepare_inference()
+        runtime = get_runtime(self.model)
+        if self.model.attrs["freeze"] and runtime.model.device.type == "cpu":
+            with self.cores.torch_threads(self._threads(), runtime):
+                runtime.prepare_inference()
 
 
 def _set_vectors(doc: Doc, vectors: Floats2d) -> None:

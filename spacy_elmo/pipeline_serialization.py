@@ -16,6 +16,7 @@ from spacy.util import SimpleFrozenList
 from thinc.api import Model
 
 from .bilm.formats.serialize import bilm_from_bytes, bilm_from_directory, bilm_to_bytes, bilm_to_directory
+from .layers import get_runtime
 
 if TYPE_CHECKING:
     from .bilm import BiLM
@@ -58,7 +59,7 @@ class ElmoSerialization:
         """``cfg`` and the bytes of the biLM's files (see :func:`~spacy_elmo.bilm.formats.serialize.bilm_to_bytes`)."""
         serializers: Dict[str, Callable[[], object]] = {
             "cfg": lambda: self.cfg,
-            "bilm": lambda: bilm_to_bytes(self._loaded_bilm()),
+            "bilm": lambda: bilm_to_bytes(self._loaded_bilm(), get_runtime(self.model).settings),
         }
         # spaCy msgpacks what each getter gives (its own pipes give str or dict); its annotation says bytes.
         return spacy.util.to_bytes(serializers, _excluded(exclude))  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ from spacy.language import Language
 
 import spacy_elmo
 from spacy_elmo import BiLM, ElmoOptions
+from spacy_elmo.bilm.runtime import BiLMRuntime
 
 FIXTURE_DIR = Path(__file__).parent / "fixtures" / "allennlp_elmo"
 CONFIGS = Path(spacy_elmo.__file__).parent / "configs"  # the shipped training configs
@@ -90,27 +91,27 @@ def _as_numpy(x) -> numpy.ndarray:
 
 
 def count_bilm_calls(monkeypatch) -> List[int]:
-    """How many sentences each call of ``BiLM.forward`` computes from now on, a number per call."""
+    """How many sentences each biLM call (``BiLMRuntime.forward``) computes from now on, a number per call."""
     calls: List[int] = []
     _on_bilm_forward(monkeypatch, lambda sentences: calls.append(len(sentences)))
     return calls
 
 
 def record_bilm_sentences(monkeypatch) -> List[List[str]]:
-    """Every sentence ``BiLM.forward`` computes from now on, in order."""
+    """Every sentence a biLM call (``BiLMRuntime.forward``) computes from now on, in order."""
     sentences: List[List[str]] = []
     _on_bilm_forward(monkeypatch, sentences.extend)
     return sentences
 
 
 def _on_bilm_forward(monkeypatch, seen: Callable[[List[List[str]]], object]) -> None:
-    forward = BiLM.forward
+    forward = BiLMRuntime.forward
 
     def watched(self, sentences, *args, **kwargs):
         seen(sentences)
         return forward(self, sentences, *args, **kwargs)
 
-    monkeypatch.setattr(BiLM, "forward", watched)
+    monkeypatch.setattr(BiLMRuntime, "forward", watched)
 
 
 def hdf5_arrays(path: Path) -> Dict[str, numpy.ndarray]:

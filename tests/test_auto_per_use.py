@@ -49,7 +49,7 @@ def test_embed_records_and_ray_takes_what_inference_computes(bilm_files, tmp_pat
     run_embed(tmp_path / "in.txt", tmp_path / "local", EmbedSettings(), *bilm_files, progress=False)
     assert json.loads((tmp_path / "local" / "manifest.json").read_text())["model"]["products"] == products
     reader = BiLM.from_files(*bilm_files, precision=inference_auto)
-    stored = FeatureStore(tmp_path / "local").get_many([("Hello", "there")], reader)[0]
+    stored = FeatureStore(tmp_path / "local").get_many([("Hello", "there")], reader.runtime)[0]
     assert_float32_close(stored, reader.embed_sentences([["Hello", "there"]])[0])
 
     handed = []  # the settings the Ray engine would hand its CPU workers
@@ -90,7 +90,7 @@ def test_a_store_is_checked_against_inference_products_with_gradients_on(bilm_fi
     asked.clear()
     frozen = BiLM.from_files(*bilm_files, precision="auto")  # parameters that require gradients, as in training
     with torch.enable_grad():
-        (stored,) = FeatureStore(tmp_path / "store").get_many([("Hello", "there")], frozen)
+        (stored,) = FeatureStore(tmp_path / "store").get_many([("Hello", "there")], frozen.runtime)
     assert stored is not None and set(asked) == {"inference"}
 
 

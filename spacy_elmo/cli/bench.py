@@ -10,6 +10,7 @@ from .app import app, default, reported
 if TYPE_CHECKING:
     from ..bilm import BiLM
     from ..bilm.precision.autotune import Trial
+    from ..bilm.runtime import BiLMRuntime
 
 
 @app.command()
@@ -43,10 +44,10 @@ def bench(
 
     with torch_at(torch.get_num_threads() if threads is None else threads):  # restored: bench may run in-process
         with reported(ValueError, OSError):
-            bilm, label = _bench_model(model, size)
+            runtime, label = _bench_runtime(model, size)
         n_distinct = len({word for sentence in timing_batch() for word in sentence}) + 2  # the boundary tokens
-        _describe(bilm, label, n_distinct)
-        decision = remeasure(bilm.runtime, record=size is None)
+        _describe(runtime, label, n_distinct)
+        decision = remeasure(runtime, record=size is None)
         fp32 = decision.trials["fp32"].tokens_per_s
         typer.echo(
             f"| precision | tokens/s | / fp32 | a lone sentence, tokens/s | {FEW_ROWS} sentences, tokens/s "
@@ -56,17 +57,26 @@ def bench(
             batch = f"{trial.tokens_per_s:,.0f} | {trial.tokens_per_s / fp32:.2f}x"
             service = f"{trial.lone_tokens_per_s:,.0f} | {trial.few_tokens_per_s:,.0f}"
             typer.echo(f"| {name} | {batch} | {service} | {trial.cosine:.5f} |")
-        training = remeasure(bilm.runtime, record=size is None, training=True)
+        training = remeasure(runtime, record=size is None, training=True)
         typer.echo("| training step (forward and backward) | tokens/s | / fp32 |\n|---|---|---|")
         for name, trial in training.trials.items():
             ratio = trial.tokens_per_s / training.trials["fp32"].tokens_per_s
             typer.echo(f"| {name} | {trial.tokens_per_s:,.0f} | {ratio:.2f}x |")
         where = f"recorded in {decisions_path()}" if size is None else "not recorded: untrained weights"
         typer.echo(f'precision "auto" here: {decision.choice} for inference, {training.choice} for training ({where})')
-        _roofline(bilm, decision.trials, n_distinct)
+        _roofline(runtime, decision.trials, n_distinct)
         override = switches().precision
         if override:
             typer.echo(f"{PRECISION_ENV}={override} overrides it in this environment")
+
+
+def _bench_runtime(model: Optional[str], size: Optional[str]) -> Tuple["BiLMRuntime", str]:
+    """A runtime of no token cache for the biLM `bench` times: named (downloaded if need be),
+    random at a published size, or the bundled `en`."""
+    from ..bilm.runtime import BiLMRuntime, BiLMSettings
+
+    bilm, label = _bench_model(model, size)
+    return BiLMRuntime(bilm.eval(), BiLMSettings(cache_size=0)), label
 
 
 def _bench_model(model: Optional[str], size: Optional[str]) -> Tuple["BiLM", str]:
@@ -84,13 +94,13 @@ def _bench_model(model: Optional[str], size: Optional[str]) -> Tuple["BiLM", str
         if size not in sizes:
             raise ValueError(f"--size must be one of {', '.join(sizes)}, got {size!r}")
         torch.manual_seed(0)  # the weights a new biLM starts from: they cost what trained ones do
-        return BiLM(sizes[size], cache_size=0).eval(), f"{size} size, untrained weights"
+        return BiLM(sizes[size]), f"{size} size, untrained weights"
     if model is not None:
-        return BiLM.from_pretrained(model, cache_size=0).eval(), model
-    return BiLM.from_files(*pretrained_files("en"), cache_size=0).eval(), "en (bundled)"
+        return BiLM.from_pretrained(model), model
+    return BiLM.from_files(*pretrained_files("en")), "en (bundled)"
 
 
-def _describe(bilm: "BiLM", label: str, n_distinct: int) -> None:
+def _describe(runtime: "BiLMRuntime", label: str, n_distinct: int) -> None:
     """Print the machine, the biLM, its sizes and the batch that ``bench`` times (``n_distinct`` tokens)."""
     import torch
 
@@ -103,8 +113,8 @@ def _describe(bilm: "BiLM", label: str, n_distinct: int) -> None:
         f"CPU {capabilities.get('cpu_name', '?')} ({flags or 'none of avx512_bf16, amx_bf16, avx512_vnni'}), "
         f"{torch.get_num_threads()} threads, torch {torch.__version__}; biLM {label}"
     )
-    options, words = bilm.options, BATCH_ROWS * BATCH_WORDS
-    parameters = sum(p.numel() for p in bilm.parameters()) / 1e6
+    options, words = runtime.model.options, BATCH_ROWS * BATCH_WORDS
+    parameters = sum(p.numel() for p in runtime.parameters()) / 1e6
     typer.echo(
         f"sizes: lstm_dim {options.lstm_dim}, projection_dim {options.projection_dim}, n_layers {options.n_layers}, "
         f"n_highway {options.n_highway}, n_filters {options.n_filters} ({parameters:.1f} M parameters); "
@@ -122,14 +132,14 @@ def _describe(bilm: "BiLM", label: str, n_distinct: int) -> None:
     )
 
 
-def _roofline(bilm: "BiLM", trials: Dict[str, "Trial"], n_distinct: int) -> None:
+def _roofline(runtime: "BiLMRuntime", trials: Dict[str, "Trial"], n_distinct: int) -> None:
     """Print the roofline of ``trials`` (each precision's timing, on a batch of ``n_distinct`` tokens)."""
     from ..bilm.precision.flops import flops_per_token
     from ..bilm.precision.roofline import bilm_products, product_rates, report, roofline
     from ..bilm.precision.timed_passes import BATCH_ROWS, BATCH_WORDS
 
-    count, tuning = flops_per_token(bilm.options), bilm.runtime.tuning
-    products = bilm_products(bilm.options, BATCH_ROWS, BATCH_WORDS + 2, n_distinct, tuning.roofline_rows)
+    count, tuning = flops_per_token(runtime.model.options), runtime.tuning
+    products = bilm_products(runtime.model.options, BATCH_ROWS, BATCH_WORDS + 2, n_distinct, tuning.roofline_rows)
     rates = product_rates(products, list(trials), tuning.roofline_seconds)
     lines = {p: roofline(p, trial.tokens_per_s, count, rates[p]) for p, trial in trials.items()}
     for line in report(count, rates, lines):

@@ -17,7 +17,7 @@ import numpy
 import torch
 
 from ..bilm import BiLM
-from ..bilm.runtime import token_groups
+from ..bilm.runtime import BiLMRuntime, BiLMSettings, token_groups
 from ..fileio import PathLike, atomic_path
 from ..published import pretrained_files
 from .manifest import shard_name
@@ -30,35 +30,33 @@ CHUNK_TOKENS = 16_384  # tokens of one chunk (one Parquet table); a longer sente
 Progress = Callable[[int, int], None]  # (sentences, tokens) just finished
 
 
-def load_bilm(
+def load_runtime(
     options_file: Optional[PathLike],
     weight_file: Optional[PathLike],
     settings: EmbedSettings,
     device: torch.device = torch.device("cpu"),
-) -> BiLM:
-    """The biLM of a run, on ``device``: the given standard files, or the bundled English biLM.
+) -> BiLMRuntime:
+    """The runtime of a run, of ``settings``, its biLM on ``device``: the given standard files, or
+    the bundled English biLM.
 
     Moved before anything reads :attr:`.BiLMRuntime.resolved_precision`: ``precision = "auto"`` resolves on
     the biLM's device. Its outputs come back to the host as float32, one copy per batch
-    (:meth:`BiLM.embed_sentences`), so the writers never see device arrays.
+    (:meth:`.BiLMRuntime.embed_sentences`), so the writers never see device arrays.
     """
     if (options_file is None) != (weight_file is None):
         raise ValueError("give both --options-file and --weight-file, or neither (for the bundled biLM)")
     if options_file is None or weight_file is None:  # both, by the check above
         options_file, weight_file = pretrained_files("en")
-    bilm = BiLM.from_files(
-        options_file,
-        weight_file,
-        state=settings.state,
-        max_batch_tokens=settings.batch_tokens,
-        precision=settings.precision,
-    )
+    bilm = BiLM.from_files(options_file, weight_file)
     settings.check_model(bilm)
-    bilm.to(device)
-    bilm.eval()
+    runtime = BiLMRuntime(
+        bilm.to(device),
+        BiLMSettings(state=settings.state, max_batch_tokens=settings.batch_tokens, precision=settings.precision),
+    )
+    runtime.eval()
     if device.type == "cpu":  # its low-precision copies made now, their float32 sources moved to disk
-        bilm.runtime.prepare_inference()
-    return bilm
+        runtime.prepare_inference()
+    return runtime
 
 
 def sentence_source(input_path: PathLike, settings: EmbedSettings) -> SentenceSource:
@@ -71,18 +69,18 @@ def chunks(sentences: Iterable[Sentence], budget: int = CHUNK_TOKENS) -> Iterato
     return token_groups(sentences, lambda sentence: len(sentence.tokens) + 2, budget)
 
 
-def embed_chunk(bilm: BiLM, sentences: List[List[str]]) -> List[numpy.ndarray]:
+def embed_chunk(runtime: BiLMRuntime, sentences: List[List[str]]) -> List[numpy.ndarray]:
     """Layers of each sentence, (n_layers + 1, n_tokens, width) float32, in the given order."""
-    if bilm.runtime.state_mode != "carry":
-        return bilm.embed_sentences(sentences)
+    if runtime.state_mode != "carry":
+        return runtime.embed_sentences(sentences)
     outputs: List[numpy.ndarray] = []
-    for group in chunks((Sentence(i, "", s) for i, s in enumerate(sentences)), bilm.runtime.max_batch_tokens):
-        outputs.extend(bilm.embed_sentences([s.tokens for s in group]))  # one batch, rows carried on
+    for group in chunks((Sentence(i, "", s) for i, s in enumerate(sentences)), runtime.max_batch_tokens):
+        outputs.extend(runtime.embed_sentences([s.tokens for s in group]))  # one batch, rows carried on
     return outputs
 
 
 def embed_shard(
-    bilm: BiLM,
+    runtime: BiLMRuntime,
     source: SentenceSource,
     spec: ShardSpec,
     settings: EmbedSettings,
@@ -94,15 +92,15 @@ def embed_shard(
     The biLM starts the shard with no carried state and an empty token cache: which tokens
     an earlier shard left cached changes how the char CNN batches, and so the last bits.
     """
-    bilm.runtime.reset_states()
-    bilm.runtime.token_cache.clear()
+    runtime.reset_states()
+    runtime.token_cache.clear()
     sentences = tokens = 0
     with atomic_path(directory / shard_name(spec.shard)) as tmp:
         writer = ShardWriter(tmp, settings.output_ndim)
         try:
             for chunk in chunks(source.read(spec)):
                 with torch.no_grad():
-                    layers = embed_chunk(bilm, [s.tokens for s in chunk])
+                    layers = embed_chunk(runtime, [s.tokens for s in chunk])
                 writer.write(chunk, [settings.select(a) for a in layers])
                 chunk_tokens = sum(len(s.tokens) for s in chunk)
                 sentences, tokens = sentences + len(chunk), tokens + chunk_tokens

@@ -29,7 +29,7 @@ import torch
 
 from ..fileio import PathLike, remove_stale_temporaries
 from .device import resolve_device
-from .engine import Progress, embed_shard, load_bilm, sentence_source
+from .engine import Progress, embed_shard, load_runtime, sentence_source
 from .manifest import Manifest, shard_name
 from .reader import ShardSpec
 from .settings import EmbedSettings
@@ -55,14 +55,15 @@ class ShardEmbedder:
         torch.set_num_threads(threads)
         self.settings = EmbedSettings.from_dict(settings)
         where = resolve_device(device, torch.cuda.device_count(), None, prefer_gpu=False)
-        self.bilm = load_bilm(options_file, weight_file, self.settings, where)
+        self.runtime = load_runtime(options_file, weight_file, self.settings, where)
         self.source = sentence_source(input_path, self.settings)
         self.directory = Path(directory)
 
     def __call__(self, batch: Dict[str, numpy.ndarray]) -> Dict[str, numpy.ndarray]:
         specs = [ShardSpec(*(int(v) for v in values)) for values in zip(*(batch[name] for name in SPEC_FIELDS))]
         entries = [
-            {"shard": s.shard, **embed_shard(self.bilm, self.source, s, self.settings, self.directory)} for s in specs
+            {"shard": s.shard, **embed_shard(self.runtime, self.source, s, self.settings, self.directory)}
+            for s in specs
         ]
         return {name: numpy.asarray([entry[name] for entry in entries]) for name in ("shard", *ENTRY_FIELDS)}
 

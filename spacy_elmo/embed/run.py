@@ -14,10 +14,10 @@ from typing import List, Literal, Optional, Protocol, Tuple
 import torch
 from tqdm import tqdm
 
-from ..bilm import BiLM
+from ..bilm.runtime import BiLMRuntime
 from ..fileio import PathLike, remove_stale_temporaries
 from .device import resolve_device, thinc_gpu, worker_device, worker_precision
-from .engine import Progress, Summary, embed_shard, load_bilm, sentence_source
+from .engine import Progress, Summary, embed_shard, load_runtime, sentence_source
 from .hdf5 import assemble, finished_manifest, parts_directory
 from .manifest import Manifest, open_output, shard_name
 from .reader import SentenceSource, ShardSpec
@@ -98,9 +98,9 @@ def check_engine(engine: str, format: Format, gpus_per_worker: float) -> None:
 
 
 class Embedder(Protocol):
-    """An engine, its biLM loaded: ``bilm`` names the model (and its products) in the manifest."""
+    """An engine, its runtime loaded: ``runtime`` names the model (and its products) in the manifest."""
 
-    bilm: BiLM
+    runtime: BiLMRuntime
 
     def embed(
         self, source: SentenceSource, directory: Path, manifest: Manifest, todo: List[ShardSpec], advance: Progress
@@ -112,7 +112,7 @@ class Embedder(Protocol):
 class LocalEmbedder:
     """This process computes the shards one after another, with ``threads`` torch threads (None: as set)."""
 
-    bilm: BiLM
+    runtime: BiLMRuntime
     settings: EmbedSettings
     threads: Optional[int]
 
@@ -122,7 +122,7 @@ class LocalEmbedder:
     ) -> "LocalEmbedder":
         """The biLM of ``files`` on the local device (:func:`device.resolve_device` on this machine)."""
         where = resolve_device(device, torch.cuda.device_count(), thinc_gpu(), prefer_gpu)
-        return cls(load_bilm(*files, settings, where), settings, threads)
+        return cls(load_runtime(*files, settings, where), settings, threads)
 
     def embed(
         self, source: SentenceSource, directory: Path, manifest: Manifest, todo: List[ShardSpec], advance: Progress
@@ -130,7 +130,7 @@ class LocalEmbedder:
         if self.threads is not None:
             torch.set_num_threads(self.threads)
         for spec in todo:  # in order, each listed in the manifest once it is on disk
-            manifest.shards[spec.shard] = embed_shard(self.bilm, source, spec, self.settings, directory, advance)
+            manifest.shards[spec.shard] = embed_shard(self.runtime, source, spec, self.settings, directory, advance)
             manifest.write(directory)
 
 
@@ -141,7 +141,7 @@ class RayEmbedder:
     ``settings`` are the workers': their precision decided once, here (:func:`device.worker_precision`).
     """
 
-    bilm: BiLM
+    runtime: BiLMRuntime
     files: BiLMFiles
     input_path: PathLike
     settings: EmbedSettings
@@ -163,17 +163,17 @@ class RayEmbedder:
         address: Optional[str],
         threads: Optional[int],
     ) -> "RayEmbedder":
-        """The driver's biLM, which only names the model; the workers run theirs where Ray puts them."""
+        """The driver's runtime, which only names the model; the workers run theirs where Ray puts them."""
         workers_on = worker_device(device, gpus_per_worker)
-        bilm = load_bilm(*files, settings)
+        runtime = load_runtime(*files, settings)
 
         def cpu_auto() -> str:  # what the local engine computes with on this CPU: inference's auto for this biLM
-            return bilm.runtime.resolved_precision_for(training=False).precision
+            return runtime.resolved_precision_for(training=False).precision
 
         precision = worker_precision(settings.precision, workers_on, torch.cuda.device_count(), cpu_auto)
         workers_settings = dataclasses.replace(settings, precision=precision)
-        bilm.runtime.precision = workers_settings.precision  # so that the manifest records the workers' products
-        return cls(bilm, files, input_path, workers_settings, workers_on, workers, address, threads, gpus_per_worker)
+        runtime.precision = workers_settings.precision  # so that the manifest records the workers' products
+        return cls(runtime, files, input_path, workers_settings, workers_on, workers, address, threads, gpus_per_worker)
 
     def embed(
         self, source: SentenceSource, directory: Path, manifest: Manifest, todo: List[ShardSpec], advance: Progress
@@ -238,7 +238,11 @@ def run_embed(
         )
     specs = planned_shards(source, settings, input_path)
     fresh = Manifest(
-        model_identity(embedder.bilm), settings.to_dict(), source.description(), len(specs), sum(s.count for s in specs)
+        model_identity(embedder.runtime),
+        settings.to_dict(),
+        source.description(),
+        len(specs),
+        sum(s.count for s in specs),
     )
     if (done := out.finished(fresh)) is not None:
         return Summary(0, done.total_shards, 0, 0, time.perf_counter() - start)

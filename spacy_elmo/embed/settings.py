@@ -16,6 +16,7 @@ from ..bilm import BiLM, ElmoOptions
 from ..bilm.formats.identity import weights_digest
 from ..bilm.model.states import STATE_MODES, StateMode
 from ..bilm.precision.resolved import Precision, check_precision
+from ..bilm.runtime import BiLMRuntime
 from ..option_fields import setting
 
 LAYER_CHOICES = ("all", "top", "average", "mix")
@@ -114,15 +115,15 @@ def parse_layers(text: str) -> Tuple[str, Optional[Tuple[float, ...]]]:
     return "mix", values
 
 
-def model_identity(bilm: BiLM) -> Dict[str, Any]:
-    """The biLM's options, a SHA-256 of its weights (names, dtypes, shapes and values) and the
-    products it computes layers with (bf16 products give other values than fp32 ones): inference's,
-    as ``embed`` and a frozen component run it, whatever the gradient mode now.
+def model_identity(runtime: BiLMRuntime) -> Dict[str, Any]:
+    """The runtime's biLM's options, a SHA-256 of its weights (names, dtypes, shapes and values) and
+    the products the runtime computes layers with (bf16 products give other values than fp32 ones):
+    inference's, as ``embed`` and a frozen component run it, whatever the gradient mode now.
 
     Unlike :meth:`.BiLMRuntime.fingerprint`, which only tells in-process changes apart, this names the
     same weights the same way in every process and on every machine, however they were loaded.
     """
-    products = bilm.runtime.resolved_precision_for(training=False).recorded
+    bilm, products = runtime.model, runtime.resolved_precision_for(training=False).recorded
     return {"fingerprint": weights_digest(bilm), "products": products, "options": bilm.options.to_dict()}
 
 

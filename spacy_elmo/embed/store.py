@@ -22,8 +22,9 @@ from typing import Dict, Hashable, List, Optional, Sequence, Tuple
 
 import numpy
 
-from ..bilm import BiLM, ElmoOptions
+from ..bilm import ElmoOptions
 from ..bilm.precision.resolved import ResolvedPrecision
+from ..bilm.runtime import BiLMRuntime
 from ..fileio import PathLike
 from .hdf5 import SENTENCE_TO_INDEX, finished_manifest
 from .manifest import MANIFEST_NAME, Manifest
@@ -52,7 +53,7 @@ class FeatureStore:
         is pickled: the copy reopens the same path on first use, without the index read here."""
         return FeatureStore, (self.path,)
 
-    def get_many(self, keys: Sequence[Hashable], bilm: BiLM) -> List[Optional[numpy.ndarray]]:
+    def get_many(self, keys: Sequence[Hashable], runtime: BiLMRuntime) -> List[Optional[numpy.ndarray]]:
         """The stored layers of each key (a tuple of token strings), or None where not stored.
 
         A store that is gone (a pipeline trained with one, loaded on another machine) serves
@@ -68,7 +69,7 @@ class FeatureStore:
                 self._warned_missing = True
             return [None] * len(keys)
         index = self._open()
-        self._check(bilm)
+        self._check(runtime)
         return [self._read(index[key]) if key in index else None for key in keys]
 
     # ------------------------------------------------------------------ opening and checks
@@ -105,14 +106,14 @@ class FeatureStore:
         assert self._manifest is not None
         return EmbedSettings.from_dict(self._manifest.settings)
 
-    def _check(self, bilm: BiLM) -> None:
+    def _check(self, runtime: BiLMRuntime) -> None:
         """Refuse a biLM other than the store's, a more precise setting than the store's products,
         or another state mode (checked once per weights and precision)."""
-        checked = (bilm.runtime.fingerprint(), bilm.runtime.precision)  # the setting: auto and fp32 may resolve alike
+        checked = (runtime.fingerprint(), runtime.precision)  # the setting: auto and fp32 may resolve alike
         if self._checked == checked:
             return
         assert self._manifest is not None
-        identity = model_identity(bilm)
+        identity = model_identity(runtime)
         stored, current = self._manifest.model["fingerprint"], identity["fingerprint"]
         if stored != current:
             raise ValueError(
@@ -122,20 +123,20 @@ class FeatureStore:
             )
         held = ResolvedPrecision.from_recorded(self._manifest.model["products"])
         asked = ResolvedPrecision.from_recorded(identity["products"])
-        if not held.serves(bilm.runtime.precision):
+        if not held.serves(runtime.precision):
             raise ValueError(
                 f"elmo features: {self.path} holds layers computed with {held.recorded} matrix products, and "
                 f"this pipeline's biLM asks for {asked.recorded} ([components.elmo.model] precision = "
-                f'"{bilm.runtime.precision}"). Either accept the store\'s: set [components.elmo.model] '
+                f'"{runtime.precision}"). Either accept the store\'s: set [components.elmo.model] '
                 'precision = "auto" '
                 f'(bf16 or int8 where the hardware is fast at it) or "{held.precision}"; or recompute '
                 f"the store: spacy-elmo embed ... --precision {asked.precision}"
             )
-        if bilm.runtime.state_mode != self._settings.state:
+        if runtime.state_mode != self._settings.state:
             raise ValueError(
                 f"elmo features: {self.path} was computed in the {self._settings.state!r} state but the biLM runs "
-                f"in {bilm.runtime.state_mode!r}: set the component's state to match, or recompute with --state "
-                f"{bilm.runtime.state_mode}"
+                f"in {runtime.state_mode!r}: set the component's state to match, or recompute with --state "
+                f"{runtime.state_mode}"
             )
         self._checked = checked
 

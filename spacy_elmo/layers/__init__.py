@@ -1,6 +1,6 @@
 """Thinc layers of the elmo component: the biLM, the listener, the layer choice and mix."""
 
-from .bilm import ElmoBiLMLayer, get_bilm, predict_mixed, set_bilm
+from .bilm import ElmoBiLMLayer, get_bilm, get_runtime, predict_mixed, set_bilm
 from .bilm_settings import ElmoBiLMSettings
 from .layer_choice import SelectLayers
 from .listener import ElmoListener
@@ -13,6 +13,7 @@ __all__ = [
     "ScalarMix",
     "SelectLayers",
     "get_bilm",
+    "get_runtime",
     "predict_mixed",
     "set_bilm",
 ]

@@ -1,8 +1,9 @@
 """The biLM as a Thinc layer: ``List[Doc]`` in, one ``(n_layers + 1, n_tokens, width)`` array per doc out.
 
-The torch module runs inside a :class:`~spacy_elmo.layers.bilm_shim.BiLMShim`, which puts it on
-the device of thinc's current ops and applies the mixed-precision and grad-scaler settings. The
-module is made lazily, in ``model.initialize()`` (from standard files, or fresh of the configured
+The torch module the shim (:class:`~spacy_elmo.layers.bilm_shim.BiLMShim`) runs is the layer's
+own :class:`~spacy_elmo.bilm.runtime.BiLMRuntime`, holding the biLM (:func:`get_runtime`,
+:func:`get_bilm`): the shim puts it on the device of thinc's current ops and applies the
+grad-scaler settings. It is made lazily, in ``model.initialize()`` (from standard files, or fresh of the configured
 sizes) or when weights are deserialized, so a config that names weight files reads them exactly
 once and a saved pipeline never goes back to them.
 
@@ -14,7 +15,7 @@ store holds, and a trainable one, which keeps every batch for the backward pass.
 import warnings
 from functools import partial
 from itertools import accumulate
-from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple, cast
 
 import numpy
 import torch
@@ -25,6 +26,7 @@ from thinc.types import Floats1d, Floats2d, Floats3d
 from ..batching import Batcher, BatchPolicy, Request
 from ..bilm import BiLM, ElmoOptions
 from ..bilm.compute_thread import on_compute_thread
+from ..bilm.runtime import BiLMRuntime
 from ..published.resolve import resolve_files
 from .arrays import no_backprop, split_by_lengths
 from .bilm_settings import ElmoBiLMSettings
@@ -85,21 +87,28 @@ def replace_listener_cfg(bilm_cfg: dict, listener_cfg: dict) -> dict:
     return {**listener_cfg, "bilm": bilm_cfg}
 
 
-def get_bilm(model: Model[InT, OutT]) -> BiLM:
-    """The biLM of an initialized layer; a clear error before ``nlp.initialize()``."""
-    bilm = model.shims[0]._model
-    if bilm is None:
+def get_runtime(model: Model[InT, OutT]) -> BiLMRuntime:
+    """The runtime of an initialized layer, its own (what its calls run with: precision, caches,
+    states); a clear error before ``nlp.initialize()``."""
+    runtime = model.shims[0]._model
+    if runtime is None:
         raise ValueError(
             "The elmo biLM has no weights yet: call nlp.initialize() (it loads the configured "
             "options_file/weight_file or the bundled biLM, or builds a fresh one), or load a saved pipeline."
         )
-    return bilm
+    return runtime
+
+
+def get_bilm(model: Model[InT, OutT]) -> BiLM:
+    """The biLM of an initialized layer (the network; its runtime: :func:`get_runtime`)."""
+    return cast(BiLM, get_runtime(model).model)
 
 
 def set_bilm(model: Model[InT, OutT], bilm: BiLM) -> None:
-    """Install ``bilm`` on the device of thinc's current ops and record its sizes as dims."""
+    """Install ``bilm`` on the device of thinc's current ops, run by a runtime of the layer's
+    settings, and record its sizes as dims."""
     shim = model.shims[0]
-    shim._model = bilm.to(get_torch_default_device())
+    shim._model = BiLMRuntime(bilm.to(get_torch_default_device()), model.attrs["bilm_settings"])
     shim._grad_scaler.to_(shim.device)
     model.set_dim("nO", bilm.output_dim, force=True)
     model.set_dim("nL", bilm.n_output_layers, force=True)
@@ -188,15 +197,15 @@ def _run_frozen(
     looked up in the ``feature_store`` attr when the component set one (``features``). A
     sentence that occurs several times runs once (not in carry mode: there, rows matter).
     """
-    bilm = get_bilm(model)
+    runtime = get_runtime(model)
     doc_lengths = [len(doc) for doc in docs]
     flat = model.ops.alloc3f(model.get_dim("nL") if mix is None else 1, sum(doc_lengths), model.get_dim("nO"))
     placement = Placement(flat, plan, doc_lengths)
     held = model.attrs["feature_cache"]  # whole layers, where the outputs depend on the sentence alone
-    usable = use_cache and mix is None and bilm.runtime.state_mode != "carry" and held.max_bytes != 0
+    usable = use_cache and mix is None and runtime.state_mode != "carry" and held.max_bytes != 0
     cache = held if usable else None
-    groups = _distinct_inputs(plan.sentences, carry=bilm.runtime.state_mode == "carry")
-    found = _held_layers(model, bilm, cache, [tuple(plan.sentences[group[0]]) for group in groups])
+    groups = _distinct_inputs(plan.sentences, carry=runtime.state_mode == "carry")
+    found = _held_layers(model, runtime, cache, [tuple(plan.sentences[group[0]]) for group in groups])
     _place_held(model.ops, placement, [(group, value) for group, value in zip(groups, found) if value is not None], mix)
     todo = [group for group, value in zip(groups, found) if value is None]
     _compute_and_place(model, plan.sentences, todo, placement, cache, mix)
@@ -213,16 +222,16 @@ def _distinct_inputs(sentences: Sequence[Sequence[str]], carry: bool) -> List[Li
 
 
 def _held_layers(
-    model: Model[InT, OutT], bilm: BiLM, cache: Optional[FeatureCache], keys: Sequence[Tuple[str, ...]]
+    model: Model[InT, OutT], runtime: BiLMRuntime, cache: Optional[FeatureCache], keys: Sequence[Tuple[str, ...]]
 ) -> List[Optional[Floats3d]]:
     """Each key's layers, (n_layers + 1, len(key), width), from the feature cache, else from the
     ``feature_store`` attr (precomputed: :class:`spacy_elmo.embed.store.FeatureStore`); None where
     neither holds them."""
-    found = cache.get_many(keys, bilm.runtime.fingerprint()) if cache is not None else [None] * len(keys)
+    found = cache.get_many(keys, runtime.fingerprint()) if cache is not None else [None] * len(keys)
     store = model.attrs.get("feature_store")
     if store is not None:
         missing = [k for k, value in enumerate(found) if value is None]
-        for k, value in zip(missing, store.get_many([keys[k] for k in missing], bilm)):
+        for k, value in zip(missing, store.get_many([keys[k] for k in missing], runtime)):
             found[k] = model.ops.asarray3f(value) if value is not None else None
     return found
 
@@ -253,16 +262,16 @@ def _compute_and_place(
     into the outputs (every sentence of its group) and the ``cache``, before the next is made."""
     if not todo:
         return
-    bilm, ops = get_bilm(model), model.ops
+    runtime, ops = get_runtime(model), model.ops
     weights = None if mix is None else [float(w) for w in ops.to_numpy(mix)]
     compute = partial(_predict, model.shims[0], weights)
     batcher: Optional[Batcher] = model.attrs["batcher"]
-    for batch in bilm.runtime.batches([sentences[group[0]] for group in todo]):
+    for batch in runtime.batches([sentences[group[0]] for group in todo]):
         batch_sentences = [sentences[todo[b][0]] for b in batch]
-        if bilm.runtime.state_mode == "carry" or batcher is None:  # carry: a row depends on the calls before it
+        if runtime.state_mode == "carry" or batcher is None:  # carry: a row depends on the calls before it
             output = compute(batch_sentences)
         else:
-            run = partial(_run_joined, compute, bilm.device.type == "cpu")
+            run = partial(_run_joined, compute, runtime.model.device.type == "cpu")
             width = max(len(sentence) for sentence in batch_sentences) + 2
             output = batcher.call(Request(batch_sentences, width, run, key=None if weights is None else tuple(weights)))
         layers = torch2xp(output.float(), ops=ops)  # (n_layers + 1, rows, time, width)
@@ -305,7 +314,7 @@ def _run_trainable(model: Model[InT, OutT], sentences: List[List[str]]) -> Tuple
     shim, xp = model.shims[0], model.ops.xp
     found: List[Optional[Floats3d]] = [None] * len(sentences)
     chunks = []  # (rows, torch layers, xp layers, shim backprop) per biLM batch
-    for rows in get_bilm(model).runtime.batches(sentences) if sentences else ():
+    for rows in get_runtime(model).batches(sentences) if sentences else ():
         output, shim_backprop = shim.begin_update(ArgsKwargs(args=([sentences[i] for i in rows],), kwargs={}))
         layers_t = output.layers.float()
         layers = torch2xp(layers_t, ops=model.ops)

@@ -1,5 +1,6 @@
-"""The biLM inside thinc: a :class:`thinc.api.PyTorchShim` that may start empty and is saved as
-standard ELMo files (the layer, :mod:`spacy_elmo.layers.bilm`, says when it makes the module).
+"""The biLM inside thinc: a :class:`thinc.api.PyTorchShim` whose module is a runtime holding the
+biLM (:class:`~spacy_elmo.bilm.runtime.BiLMRuntime`), that may start empty and is saved as standard
+ELMo files (the layer, :mod:`spacy_elmo.layers.bilm`, says when it makes the module).
 """
 
 import copy
@@ -9,8 +10,8 @@ import torch
 from thinc.api import Optimizer, PyTorchGradScaler, PyTorchShim
 from thinc.types import FloatsXd
 
-from ..bilm import BiLM
 from ..bilm.formats.serialize import bilm_from_bytes, bilm_to_bytes
+from ..bilm.runtime import BiLMRuntime
 
 
 class ScaledSteps:
@@ -23,11 +24,17 @@ class ScaledSteps:
         return self.optimizer(key, param, grad, lr_scale=self.scale)
 
 
-def _bilm_from_shim_bytes(_previous: Optional[BiLM], data: bytes, device: torch.device) -> Optional[BiLM]:
-    """thinc's ``deserialize_model`` hook: the biLM of ``data`` (:func:`bilm_to_bytes`) on ``device``.
+def _runtime_to_bytes(runtime: Optional[BiLMRuntime]) -> bytes:
+    """thinc's ``serialize_model`` hook: the biLM's files and the runtime's settings (:func:`bilm_to_bytes`)."""
+    return b"" if runtime is None else bilm_to_bytes(runtime.model, runtime.settings)  # type: ignore[arg-type]
 
-    A module-level function, not a lambda, so that the shim, and the pipeline holding it, pickle."""
-    return bilm_from_bytes(data, device)
+
+def _runtime_from_bytes(_previous: Optional[BiLMRuntime], data: bytes, device: torch.device) -> Optional[BiLMRuntime]:
+    """thinc's ``deserialize_model`` hook: a runtime of the biLM and settings of ``data`` on ``device``.
+
+    Module-level functions, not lambdas, so that the shim, and the pipeline holding it, pickle."""
+    bilm = bilm_from_bytes(data, device)
+    return None if bilm is None else BiLMRuntime(bilm, bilm.settings)
 
 
 class BiLMShim(PyTorchShim):
@@ -40,22 +47,22 @@ class BiLMShim(PyTorchShim):
 
     def __init__(
         self,
-        bilm: Optional[BiLM],
+        runtime: Optional[BiLMRuntime],
         mixed_precision: bool,
         grad_scaler: Optional[PyTorchGradScaler],
         learn_rate_scale: float,
     ):
         self.learn_rate_scale = learn_rate_scale
         super().__init__(
-            bilm,
+            runtime,
             mixed_precision=mixed_precision,
             grad_scaler=grad_scaler,
-            serialize_model=bilm_to_bytes,
-            deserialize_model=_bilm_from_shim_bytes,
+            serialize_model=_runtime_to_bytes,
+            deserialize_model=_runtime_from_bytes,
         )
 
     def copy(self) -> "BiLMShim":
-        """A deep copy with every setting of the biLM (its token cache starts empty)."""
+        """A deep copy with every setting of the runtime and its biLM (its token cache starts empty)."""
         return BiLMShim(
             copy.deepcopy(self._model), self._mixed_precision, copy.deepcopy(self._grad_scaler), self.learn_rate_scale
         )
@@ -64,7 +71,7 @@ class BiLMShim(PyTorchShim):
         stepped = any(param.grad is not None for param in self._model.parameters())  # what thinc's step writes
         super().finish_update(ScaledSteps(optimizer, self.learn_rate_scale))
         if stepped:  # a frozen biLM has no gradients: its caches stay valid
-            self._model.weights_written()
+            self._model.model.weights_written()
 
     def to_device(self, device_type: str, device_id: int) -> None:  # pragma: no cover - GPU only
         if self._model is not None:

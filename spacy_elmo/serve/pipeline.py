@@ -23,7 +23,7 @@ from spacy.tokens import Doc
 from thinc.api import Model, require_gpu
 from thinc.util import has_cupy_gpu, to_numpy
 
-from ..layers import get_bilm
+from ..layers import get_runtime
 from ..pipeline_component import Elmo
 from ..published.registry import find_model
 from ..vector_hooks import VECTORS_ATTR
@@ -90,9 +90,9 @@ def load_pipeline(source: PipelineSource) -> Language:
             if "batcher" in node.attrs:  # the worker is the pipeline's only caller: no calls to join
                 node.attrs["batcher"] = None
         if isinstance(component, Elmo):
-            bilm = get_bilm(component.model)  # the pipe predicts without gradients: inference's precision
-            running = bilm.runtime.resolved_precision_for(training=False).precision
-            logger.info("%s: precision %r runs %s on %s", name, bilm.runtime.precision, running, bilm.device)
+            runtime = get_runtime(component.model)  # the pipe predicts without gradients: inference's precision
+            running = runtime.resolved_precision_for(training=False).precision
+            logger.info("%s: precision %r runs %s on %s", name, runtime.precision, running, runtime.model.device)
     return nlp
 
 
@@ -152,6 +152,6 @@ def describe_pipeline(source: PipelineSource, nlp: Language) -> Dict[str, str]:
     precisions = []
     for name, component in nlp.pipeline:
         if isinstance(component, Elmo):
-            runtime = get_bilm(component.model).runtime
+            runtime = get_runtime(component.model)
             precisions.append(f"{name}={runtime.precision}:{runtime.resolved_precision_for(training=False).precision}")
     return {"pipeline": source.spec, "components": ",".join(nlp.pipe_names), "elmo_precision": ",".join(precisions)}

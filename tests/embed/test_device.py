@@ -204,7 +204,7 @@ def test_a_ray_worker_runs_its_biLM_where_it_is_told_in_the_decided_precision(bi
     """The actor's logic, without Ray: "cuda" is the GPU Ray gave it, an error where there is none."""
     settings = EmbedSettings(whitespace=True, precision="bf16").to_dict()
     worker = ShardEmbedder(*map(str, bilm_files), str(corpus), settings, str(corpus.parent), 1, "cpu")
-    assert worker.bilm.device == CPU and worker.bilm.runtime.resolved_precision.dtype == torch.bfloat16
+    assert worker.runtime.model.device == CPU and worker.runtime.resolved_precision.dtype == torch.bfloat16
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="--device cuda: torch sees no CUDA GPU"):
             ShardEmbedder(*map(str, bilm_files), str(corpus), settings, str(corpus.parent), 1, "cuda")

@@ -108,7 +108,7 @@ def test_a_store_of_spacy_files_serves_the_docs_spacy_train_makes_of_them(bilm_f
     assert result.exit_code == 0, result.output
     keys = lookup_keys([eg.predicted for eg in Corpus(tmp_path / "train.spacy", gold_preproc=gold_preproc)(nlp)])
     assert (keys[0] == ("Alice", "ca", "n't", "go", "home", ".", "#", "sad")) != gold_preproc
-    stored = FeatureStore(tmp_path / "store").get_many(keys, BiLM.from_files(*bilm_files))
+    stored = FeatureStore(tmp_path / "store").get_many(keys, BiLM.from_files(*bilm_files).runtime)
     assert [None if a is None else a.shape[1] for a in stored] == [len(key) for key in keys]
 
 
@@ -120,7 +120,7 @@ def test_a_store_written_before_gold_tokens_existed_still_reads(bilm_files, tmp_
     del manifest["settings"]["gold_tokens"]
     (tmp_path / "store" / "manifest.json").write_text(json.dumps(manifest))
     store = FeatureStore(tmp_path / "store")
-    assert store.get_many([("Hello", "there")], BiLM.from_files(*bilm_files))[0].shape == (3, 2, WIDTH)
+    assert store.get_many([("Hello", "there")], BiLM.from_files(*bilm_files).runtime)[0].shape == (3, 2, WIDTH)
 
 
 @pytest.mark.slow  # a spacy train run
@@ -176,7 +176,7 @@ def test_a_float32_store_serves_a_pipeline_that_multiplies_in_bf16(bilm_files, t
     for doc, reference in zip(docs, store_pipeline(bilm_files, precision="fp32").pipe(STORE_TEXTS[:3])):
         assert_float32_close(doc.tensor, reference.tensor)
     assert (
-        FeatureStore(store).get_many([("Hello", "there")], BiLM.from_files(*bilm_files, precision="bf16"))[0]
+        FeatureStore(store).get_many([("Hello", "there")], BiLM.from_files(*bilm_files, precision="bf16").runtime)[0]
         is not None
     )
 
@@ -184,12 +184,15 @@ def test_a_float32_store_serves_a_pipeline_that_multiplies_in_bf16(bilm_files, t
 def test_a_bf16_store_serves_auto_and_bf16_but_a_float32_pipeline_gets_an_error_naming_both_fixes(bilm_files, tmp_path):
     store = FeatureStore(store_of(bilm_files, tmp_path, "bf16"))
     for precision in ("bf16", "auto"):  # auto accepts bf16 values, even where it resolves to float32
-        assert store.get_many([("Hello", "there")], BiLM.from_files(*bilm_files, precision=precision))[0] is not None
+        assert (
+            store.get_many([("Hello", "there")], BiLM.from_files(*bilm_files, precision=precision).runtime)[0]
+            is not None
+        )
     fixes = r'\[components.elmo.model\] precision = "auto" .* or "bf16".*spacy-elmo embed .*--precision fp32'
     with pytest.raises(
         ValueError, match=f"bfloat16 matrix products, and this pipeline's biLM asks for float32 .*{fixes}"
     ):
-        store.get_many([("Hello", "there")], BiLM.from_files(*bilm_files, precision="fp32"))
+        store.get_many([("Hello", "there")], BiLM.from_files(*bilm_files, precision="fp32").runtime)
     with pytest.raises(ValueError, match="asks for float32"):
         store_pipeline(bilm_files, store.path, precision="fp32")("Hello there")
 
@@ -198,7 +201,7 @@ def test_the_precision_setting_is_checked_again_when_it_changes(bilm_files, tmp_
     """ "auto" and "fp32" resolve alike on most CPUs: the check keys on the setting, not only the dtype."""
     store = FeatureStore(store_of(bilm_files, tmp_path, "bf16"))
     bilm = BiLM.from_files(*bilm_files, precision="auto")
-    assert store.get_many([("Hello", "there")], bilm)[0] is not None
+    assert store.get_many([("Hello", "there")], bilm.runtime)[0] is not None
     bilm.runtime.precision = "fp32"
     with pytest.raises(ValueError, match="asks for float32"):
-        store.get_many([("Hello", "there")], bilm)
+        store.get_many([("Hello", "there")], bilm.runtime)

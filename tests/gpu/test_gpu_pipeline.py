@@ -10,7 +10,7 @@ import torch
 from thinc.api import CupyOps, use_ops
 
 from spacy_elmo.bilm.precision.hardware import gpu_has_native_bf16
-from spacy_elmo.layers import get_bilm
+from spacy_elmo.layers import get_bilm, get_runtime
 
 from ..helpers import (
     FLOAT32_RTOL,
@@ -121,8 +121,8 @@ def test_auto_is_bf16_on_a_gpu_with_native_bf16_and_close_to_fp32() -> None:
         nlp.initialize()
         pipelines[precision] = nlp
     native = gpu_has_native_bf16(torch.cuda.get_device_capability(0))
-    bilm = get_bilm(pipelines["auto"].get_pipe("elmo").model)
-    assert bilm.runtime.resolved_precision.dtype == (torch.bfloat16 if native else torch.float32)
+    runtime = get_runtime(pipelines["auto"].get_pipe("elmo").model)
+    assert runtime.resolved_precision.dtype == (torch.bfloat16 if native else torch.float32)
     auto = numpy.concatenate(elmo_layers(pipelines["auto"]), axis=1)
     fp32 = numpy.concatenate(elmo_layers(pipelines["fp32"]), axis=1)
     assert auto.dtype == numpy.float32
@@ -160,12 +160,12 @@ def test_the_feature_and_token_caches_give_the_uncached_layers(bilm_files, monke
     calls = count_bilm_calls(monkeypatch)
     train(cached, make_examples(cached))  # a frozen biLM's training fills the feature cache
     assert len(cached.get_pipe("elmo").model.attrs["feature_cache"]) == len(texts)
-    assert len(get_bilm(cached.get_pipe("elmo").model).runtime.token_cache) > 0
+    assert len(get_runtime(cached.get_pipe("elmo").model).token_cache) > 0
     calls.clear()
     served = elmo_layers(cached, texts)
     assert calls == []  # all from the feature cache
     computed = elmo_layers(uncached, texts)
-    assert calls and len(get_bilm(uncached.get_pipe("elmo").model).runtime.token_cache) == 0
+    assert calls and len(get_runtime(uncached.get_pipe("elmo").model).token_cache) == 0
     for got, want in zip(served, computed):
         assert_float32_close(got, want)
     cached.get_pipe("elmo").model.attrs["feature_cache"].clear()  # now the token cache alone

@@ -19,7 +19,7 @@ import pytest
 import spacy
 from spacy.language import Language
 
-from spacy_elmo.layers import get_bilm
+from spacy_elmo.layers import get_runtime
 
 from ..helpers import elmo_config
 
@@ -80,14 +80,14 @@ def test_the_thread_count_changes_only_rounding(bilm_files, reference, threads) 
 
 def test_a_text_does_not_depend_on_what_ran_before(nlp_elmo: Language, reference) -> None:
     """The token cache is warm now (the reference filled it): the same batches give the same bits."""
-    get_bilm(nlp_elmo.get_pipe("elmo").model).runtime.token_cache.clear()
+    get_runtime(nlp_elmo.get_pipe("elmo").model).token_cache.clear()
     cold = layers_by_text(nlp_elmo, texts(), batch_size=8)
     assert_close(layers_by_text(nlp_elmo, texts(), batch_size=8), cold, 0)
     assert_close(cold, reference, 0)
 
 
 def test_threads_at_once_give_the_serial_vectors(nlp_elmo: Language, reference) -> None:
-    get_bilm(nlp_elmo.get_pipe("elmo").model).runtime.token_cache.clear()  # the threads fill it concurrently
+    get_runtime(nlp_elmo.get_pipe("elmo").model).token_cache.clear()  # the threads fill it concurrently
     results: List[Dict[str, numpy.ndarray]] = [{} for _ in range(4)]
     errors: List[BaseException] = []
     start = threading.Barrier(len(results))

@@ -9,6 +9,8 @@ from typing import Iterator, List
 from spacy.language import Language
 from spacy.tokens import Doc
 
+from spacy_elmo.layers import get_runtime
+
 
 def made_up_texts(n_docs: int, seed: int) -> Iterator[str]:
     """Texts of fresh made-up words, so that every doc adds strings to the vocab."""
@@ -24,7 +26,7 @@ def live_docs() -> int:
 
 
 def test_memory_zones_bound_the_strings_and_nothing_of_elmo_keeps_a_zones_docs(nlp_elmo: Language) -> None:
-    bilm = nlp_elmo.get_pipe("elmo").model.shims[0]._model
+    runtime = get_runtime(nlp_elmo.get_pipe("elmo").model)
     docs_before, strings_before = live_docs(), len(nlp_elmo.vocab.strings)
     vectors: List[float] = []
     for zone in range(3):
@@ -34,7 +36,7 @@ def test_memory_zones_bound_the_strings_and_nothing_of_elmo_keeps_a_zones_docs(n
         assert len(nlp_elmo.vocab.strings) == strings_before
     assert len(vectors) == 120 and len(set(vectors)) > 100  # fresh words: fresh vectors
     assert live_docs() == docs_before
-    assert len(bilm.runtime.token_cache) <= bilm.runtime.token_cache.max_entries
+    assert len(runtime.token_cache) <= runtime.token_cache.max_entries
 
 
 def test_a_doc_from_a_zone_keeps_its_vectors_inside_it(nlp_elmo: Language) -> None:

@@ -9,7 +9,7 @@ from thinc.api import Config
 
 import spacy_elmo.configs
 from spacy_elmo.bilm.kernels.int8_packs import int8_available
-from spacy_elmo.layers import get_bilm
+from spacy_elmo.layers import get_bilm, get_runtime
 from spacy_elmo.pipeline_component import DEFAULT_MODEL
 
 from ..helpers import build_ner_textcat, elmo_config, make_examples
@@ -36,12 +36,12 @@ def test_the_setting_reaches_the_bilm_and_survives_saving(bilm_files, tmp_path) 
     nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config=elmo_config(bilm_files, precision="bf16"))
     nlp.initialize()
-    assert get_bilm(nlp.get_pipe("elmo").model).runtime.precision == "bf16"
+    assert get_runtime(nlp.get_pipe("elmo").model).precision == "bf16"
     expected = [doc.tensor for doc in nlp.pipe(TEXTS)]
     assert all(tensor.dtype == numpy.float32 for tensor in expected)
     nlp.to_disk(tmp_path / "pipeline")
     loaded = spacy.load(tmp_path / "pipeline")
-    assert get_bilm(loaded.get_pipe("elmo").model).runtime.precision == "bf16"
+    assert get_runtime(loaded.get_pipe("elmo").model).precision == "bf16"
     for doc, tensor in zip(loaded.pipe(TEXTS), expected):
         numpy.testing.assert_array_equal(doc.tensor, tensor)
 
@@ -54,7 +54,7 @@ def test_a_config_without_it_still_loads(bilm_files) -> None:
     del config["components"]["elmo"]["model"]["precision"]
     reloaded = spacy.util.load_model_from_config(config, auto_fill=False)
     reloaded.initialize()
-    assert get_bilm(reloaded.get_pipe("elmo").model).runtime.precision == "auto"
+    assert get_runtime(reloaded.get_pipe("elmo").model).precision == "auto"
 
 
 def test_an_unknown_precision_is_a_clear_error(bilm_files) -> None:

@@ -14,7 +14,7 @@ import torch
 
 from spacy_elmo.bilm.precision import autotune
 from spacy_elmo.bilm.settings import PRECISION_ENV
-from spacy_elmo.layers import get_bilm
+from spacy_elmo.layers import get_runtime
 from spacy_elmo.threads import Cores, available_cores, busy_elsewhere
 
 from ..helpers import elmo_config
@@ -35,7 +35,7 @@ def alone(**answers) -> Cores:
 def recording_threads(nlp: spacy.Language) -> List[int]:
     """torch's thread count at each call of the pipe's biLM from now on."""
     seen: List[int] = []
-    get_bilm(nlp.get_pipe("elmo").model).register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
+    get_runtime(nlp.get_pipe("elmo").model).register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
     return seen
 
 
@@ -166,7 +166,7 @@ def test_a_pipe_that_decided_on_an_idle_machine_measures_nothing_new_beside_a_bu
     elmo = nlp.get_pipe("elmo")
     elmo.cores = alone(available_cores=lambda: 2, busy_elsewhere=lambda: load["others"])
     elmo.model.initialize()  # the biLM made, to be measured (the tiny one, by the fake above) as the pipe initializes
-    get_bilm(elmo.model).runtime.tuning = autotune.Tuning(measure=measure, min_measured_flops=0)
+    get_runtime(elmo.model).tuning = autotune.Tuning(measure=measure, min_measured_flops=0)
     nlp.initialize()
     seen = recording_threads(nlp)
     nlp("An idle machine .")

@@ -13,7 +13,7 @@ import pytest
 import spacy
 from spacy.language import Language
 
-from spacy_elmo.layers import get_bilm
+from spacy_elmo.layers import get_runtime
 from spacy_elmo.serve.memory import HEAP_TRIM_AVAILABLE, release_free_heap, resident_mib
 from spacy_elmo.serve.pipeline import PipelineRun
 from spacy_elmo.serve.worker import Worker
@@ -48,7 +48,7 @@ def small_cache_nlp(bilm_files) -> Language:
 def test_batches_of_fresh_words_leave_the_vocab_and_caches_within_their_bounds(small_cache_nlp: Language) -> None:
     nlp = small_cache_nlp
     elmo = nlp.get_pipe("elmo")
-    bilm = get_bilm(elmo.model)
+    runtime = get_runtime(elmo.model)
     run = PipelineRun(nlp)
     run(["Warm-up ."], [True])
     strings, lexemes = len(nlp.vocab.strings), live_lexemes(nlp)
@@ -56,8 +56,8 @@ def test_batches_of_fresh_words_leave_the_vocab_and_caches_within_their_bounds(s
         outputs = run(made_up_texts(8, seed), [seed % 2 == 0] * 8)
         assert len(outputs) == 8 and len(outputs[0]["tokens"]) == 12
         assert (len(nlp.vocab.strings), live_lexemes(nlp)) == (strings, lexemes), f"batch {seed} kept its words"
-        assert len(bilm.runtime.token_cache) <= TOKEN_CACHE_ENTRIES
-    assert len(bilm.runtime.token_cache) == TOKEN_CACHE_ENTRIES  # 12 batches of 96 new words filled it: still bounded
+        assert len(runtime.token_cache) <= TOKEN_CACHE_ENTRIES
+    assert len(runtime.token_cache) == TOKEN_CACHE_ENTRIES  # 12 batches of 96 new words filled it: still bounded
     assert len(elmo.model.attrs["feature_cache"]) == 0
 
 

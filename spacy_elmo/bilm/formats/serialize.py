@@ -22,11 +22,10 @@ from .manylangs import is_manylangs, load_manylangs, model_files, write_manylang
 MANYLANGS_FORMAT = "elmoformanylangs"
 
 
-def bilm_to_bytes(bilm: Optional[BiLM]) -> bytes:
-    """The biLM's files plus its runtime settings: ``options.json`` and ``weights.hdf5`` (standard
-    layout), or, for an ELMoForManyLangs biLM, every file of its model directory by name."""
-    if bilm is None:
-        return b""
+def bilm_to_bytes(bilm: BiLM, settings: Optional[BiLMSettings] = None) -> bytes:
+    """The biLM's files plus the settings of a runtime (default: its own's): ``options.json`` and
+    ``weights.hdf5`` (standard layout), or, for an ELMoForManyLangs biLM, every file of its model
+    directory by name."""
     with tempfile.TemporaryDirectory(prefix="spacy_elmo_") as tmp:
         msg: Dict[str, Any]
         if is_manylangs(bilm):
@@ -40,7 +39,7 @@ def bilm_to_bytes(bilm: Optional[BiLM]) -> bytes:
                 "options": srsly.json_loads(options_file.read_text(encoding="utf8")),
                 "weights": weight_file.read_bytes(),
             }
-        msg["settings"] = bilm.settings.to_dict()
+        msg["settings"] = (bilm.settings if settings is None else settings).to_dict()
     return srsly.msgpack_dumps(msg)
 
 
