@@ -1,6 +1,6 @@
 """How a biLM runs, kept apart from what it is (:class:`~spacy_elmo.bilm.BiLM`, the network):
-:class:`BiLMRuntime`, built and owned by what runs the biLM (the ``elmo`` component, ``serve``,
-``embed``, ``spacy-elmo bench``, pretraining; a bare biLM's direct calls run on one of its own,
+:class:`BiLMRuntime`, built and owned by what runs the biLM (the ``elmo`` layer, and so ``serve``;
+``embed``; ``spacy-elmo bench``; a bare biLM's calls, pretraining's among them, run on its own,
 ``bilm.runtime``): the precision setting and what it resolves to
 (:mod:`.precision.autotune`), inference's weight copies made ahead and the float32 weights they
 let go to disk (:mod:`.memory.offload`), the token cache, where a batch's LSTM states start (and
@@ -193,8 +193,14 @@ class BiLMRuntime(nn.Module):
         precision: Optional[Precision] = None,
         mix: Optional[Sequence[float]] = None,
     ) -> BiLMOutput:
-        """The biLM over a batch of tokenized sentences; boundaries are added here (see
-        :meth:`~spacy_elmo.bilm.BiLM.forward`, a bare biLM's call on its own runtime)."""
+        """The biLM over a batch of tokenized sentences; boundaries are added here.
+
+        ``state`` overrides where the states start for this call: shapes (n_layers, 2, batch,
+        projection_dim) and (n_layers, 2, batch, lstm_dim). The products run at the runtime's
+        ``precision`` (no autocast around the call applies, nor TF32 in ``"fp32"``), or at
+        ``precision`` for this call (what ``auto`` times), its token vectors then computed afresh,
+        not cached. ``mix``: see :meth:`~spacy_elmo.bilm.BiLM.layers_of`.
+        """
         model = self.model
         if len(sentences) == 0:
             raise ValueError("BiLM.forward needs at least one sentence (an empty one is fine)")

@@ -40,11 +40,13 @@ def bench(
 
     from ..bilm.precision.autotune import decisions_path, remeasure, torch_at
     from ..bilm.precision.timed_passes import FEW_ROWS, timing_batch
+    from ..bilm.runtime import BiLMRuntime, BiLMSettings
     from ..bilm.settings import PRECISION_ENV, switches
 
     with torch_at(torch.get_num_threads() if threads is None else threads):  # restored: bench may run in-process
         with reported(ValueError, OSError):
-            runtime, label = _bench_runtime(model, size)
+            bilm, label = _bench_model(model, size)
+        runtime = BiLMRuntime(bilm.eval(), BiLMSettings(cache_size=0))  # every timed pass encodes its tokens
         n_distinct = len({word for sentence in timing_batch() for word in sentence}) + 2  # the boundary tokens
         _describe(runtime, label, n_distinct)
         decision = remeasure(runtime, record=size is None)
@@ -68,15 +70,6 @@ def bench(
         override = switches().precision
         if override:
             typer.echo(f"{PRECISION_ENV}={override} overrides it in this environment")
-
-
-def _bench_runtime(model: Optional[str], size: Optional[str]) -> Tuple["BiLMRuntime", str]:
-    """A runtime of no token cache for the biLM `bench` times: named (downloaded if need be),
-    random at a published size, or the bundled `en`."""
-    from ..bilm.runtime import BiLMRuntime, BiLMSettings
-
-    bilm, label = _bench_model(model, size)
-    return BiLMRuntime(bilm.eval(), BiLMSettings(cache_size=0)), label
 
 
 def _bench_model(model: Optional[str], size: Optional[str]) -> Tuple["BiLM", str]:

@@ -47,13 +47,10 @@ def load_runtime(
         raise ValueError("give both --options-file and --weight-file, or neither (for the bundled biLM)")
     if options_file is None or weight_file is None:  # both, by the check above
         options_file, weight_file = pretrained_files("en")
-    bilm = BiLM.from_files(options_file, weight_file)
+    bilm = BiLM.from_files(options_file, weight_file).to(device)
     settings.check_model(bilm)
-    runtime = BiLMRuntime(
-        bilm.to(device),
-        BiLMSettings(state=settings.state, max_batch_tokens=settings.batch_tokens, precision=settings.precision),
-    )
-    runtime.eval()
+    asked = BiLMSettings(state=settings.state, max_batch_tokens=settings.batch_tokens, precision=settings.precision)
+    runtime = BiLMRuntime(bilm, asked).eval()
     if device.type == "cpu":  # its low-precision copies made now, their float32 sources moved to disk
         runtime.prepare_inference()
     return runtime

@@ -186,15 +186,7 @@ class BiLM(nn.Module):
         precision: Optional[Precision] = None,
         mix: Optional[Sequence[float]] = None,
     ) -> BiLMOutput:
-        """Run the biLM over a batch of tokenized sentences on its own runtime
-        (:meth:`.BiLMRuntime.forward`); boundaries are added here.
-
-        ``state`` overrides where the states start for this call: shapes (n_layers, 2, batch,
-        projection_dim) and (n_layers, 2, batch, lstm_dim). The products run at the model's
-        ``precision`` (no autocast around the call applies, nor TF32 in ``"fp32"``), or at
-        ``precision`` for this call (what ``auto`` times), its token vectors then computed afresh,
-        not cached. ``mix``: see :meth:`layers_of`.
-        """
+        """The biLM over a batch of tokenized sentences, on its own runtime (:meth:`.BiLMRuntime.forward`)."""
         return self.runtime(sentences, state, precision, mix)
 
     def embed_sentences(self, sentences: Sequence[Sequence[str]]) -> List[numpy.ndarray]:
