@@ -1,10 +1,10 @@
 """How a biLM runs, kept apart from what it is (:class:`~spacy_elmo.bilm.BiLM`, the network):
-:class:`BiLMRuntime`, built and owned by what runs the biLM (the ``elmo`` layer, and so ``serve``;
-``embed``; ``spacy-elmo bench``; a bare biLM's calls, pretraining's among them, run on its own,
-``bilm.runtime``): the precision setting and what it resolves to
-(:mod:`.precision.autotune`), inference's weight copies made ahead and the float32 weights they
-let go to disk (:mod:`.memory.offload`), the token cache, where a batch's LSTM states start (and
-those carried in ``"carry"`` mode), and the split of sentences into passes of ``max_batch_tokens``.
+:class:`BiLMRuntime`, made and owned by what runs the biLM (the ``elmo`` layer, ``embed``, ``spacy-elmo
+bench``; a bare biLM's calls, pretraining's among them, run on its own, ``bilm.runtime``): the
+precision setting and what it resolves to (:mod:`.precision.autotune`), inference's weight copies
+made ahead and the float32 weights they let go to disk (:mod:`.memory.offload`), the token cache,
+where a batch's LSTM states start (and those carried in ``"carry"`` mode), and the split of
+sentences into passes of ``max_batch_tokens``.
 """
 
 import functools
@@ -72,16 +72,14 @@ class Network(TunedModel, Protocol):
     warm_hidden: Optional[Tensor]
     warm_memory: Optional[Tensor]
 
-    @module_property
+    @property
     def device(self) -> torch.device: ...
 
-    @module_property
+    @property
     def n_output_layers(self) -> int: ...
 
-    @module_property
+    @property
     def dropout(self) -> float: ...
-
-    def buffers(self) -> Iterator[Tensor]: ...
 
     def warm_state(self, batch: int) -> LSTMState: ...
 
@@ -97,20 +95,15 @@ class Network(TunedModel, Protocol):
 
 
 class BiLMRuntime(nn.Module):
-    """What one biLM's calls on sentences run with (see the module's docstring): a module holding
-    the biLM, so that thinc's shim trains, moves and saves it through the runtime, and calling it
-    runs the biLM on sentences (:meth:`forward`).
+    """What one biLM's calls on sentences run with (see the module's docstring), called on sentences
+    (:meth:`forward`): a module holding the biLM, which thinc's shim trains, moves and saves.
 
-    Two owners own two runtimes, of one biLM or of two: nothing here is shared between them but
-    the biLM's weights (and their copies) and the files ``auto``'s decisions are recorded in.
-    Pickles and copies keep the settings and the carried states, not the caches (they are remade).
+    Two runtimes, of one biLM or of two, share nothing but the biLM's weights (and their copies) and
+    the files ``auto``'s decisions are recorded in. Pickles and copies keep the settings and the
+    carried states, not the caches (they are remade).
     """
 
     tuning = autotune.Tuning()  # what auto measures with: every runtime's, unless its own is set (tests)
-    state_mode: StateMode
-    max_batch_tokens: int
-    token_cache: TokenCache
-    model: Network
 
     def __init__(self, model: Network, settings: BiLMSettings) -> None:
         settings.check()
@@ -278,16 +271,14 @@ class BiLMRuntime(nn.Module):
 
     def fingerprint(self) -> Tuple:
         """Changes whenever a parameter or buffer is replaced, moved or written, or the precision
-        of inference's products changes.
-
-        Caches of what the model computes without gradients (token encodings, features, a store's
-        check) key on it, so a result of another precision, or of older weights, is never served;
-        it is inference's precision whatever the gradient mode now (a frozen biLM under ``spacy
-        train`` must not decide training's ``auto``). Writes torch does not track must be reported
-        with ``BiLM.weights_written``.
+        of inference's products changes. Caches of what the model computes without gradients (token
+        encodings, features, a store's check) key on it, so a result of another precision, or of
+        older weights, is never served; it is inference's precision whatever the gradient mode now
+        (a frozen biLM under ``spacy train`` must not decide training's ``auto``). Writes torch does
+        not track must be reported with ``BiLM.weights_written``.
         """
         dtype = self.resolved_precision_for(training=False).dtype
-        return (dtype, tensor_versions(itertools.chain(self.model.parameters(), self.model.buffers())))
+        return (dtype, tensor_versions(itertools.chain(self.parameters(), self.buffers())))  # the biLM's
 
     # ------------------------------------------------------------------ LSTM states
     def initial_state(

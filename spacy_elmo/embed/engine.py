@@ -36,8 +36,7 @@ def load_runtime(
     settings: EmbedSettings,
     device: torch.device = torch.device("cpu"),
 ) -> BiLMRuntime:
-    """The runtime of a run, of ``settings``, its biLM on ``device``: the given standard files, or
-    the bundled English biLM.
+    """The runtime of a run's ``settings``, its biLM (the given files, or the bundled `en`) on ``device``.
 
     Moved before anything reads :attr:`.BiLMRuntime.resolved_precision`: ``precision = "auto"`` resolves on
     the biLM's device. Its outputs come back to the host as float32, one copy per batch

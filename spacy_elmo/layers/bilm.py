@@ -1,11 +1,10 @@
 """The biLM as a Thinc layer: ``List[Doc]`` in, one ``(n_layers + 1, n_tokens, width)`` array per doc out.
 
-The torch module the shim (:class:`~spacy_elmo.layers.bilm_shim.BiLMShim`) runs is the layer's
-own :class:`~spacy_elmo.bilm.runtime.BiLMRuntime`, holding the biLM (:func:`get_runtime`,
-:func:`get_bilm`): the shim puts it on the device of thinc's current ops and applies the
-grad-scaler settings. It is made lazily, in ``model.initialize()`` (from standard files, or fresh of the configured
-sizes) or when weights are deserialized, so a config that names weight files reads them exactly
-once and a saved pipeline never goes back to them.
+The shim (:class:`~spacy_elmo.layers.bilm_shim.BiLMShim`) runs the layer's own runtime holding the
+biLM (:func:`get_runtime`, :func:`get_bilm`) on the device of thinc's current ops. It is made lazily,
+in ``model.initialize()`` (from standard files, or fresh of the configured sizes) or when weights
+are deserialized, so a config that names weight files reads them exactly once and a saved
+pipeline never goes back to them.
 
 Two forward paths: a frozen one (prediction, or a frozen biLM in training), which writes each biLM
 batch into the docs' outputs as it is computed and reuses what the feature cache or a feature
@@ -88,8 +87,7 @@ def replace_listener_cfg(bilm_cfg: dict, listener_cfg: dict) -> dict:
 
 
 def get_runtime(model: Model[InT, OutT]) -> BiLMRuntime:
-    """The runtime of an initialized layer, its own (what its calls run with: precision, caches,
-    states); a clear error before ``nlp.initialize()``."""
+    """The layer's own runtime (precision, caches, states); a clear error before ``nlp.initialize()``."""
     runtime = model.shims[0]._model
     if runtime is None:
         raise ValueError(
@@ -105,8 +103,7 @@ def get_bilm(model: Model[InT, OutT]) -> BiLM:
 
 
 def set_bilm(model: Model[InT, OutT], bilm: BiLM) -> None:
-    """Install ``bilm`` on the device of thinc's current ops, run by a runtime of the layer's
-    settings, and record its sizes as dims."""
+    """Install ``bilm``, run by a runtime of the layer's settings, on thinc's device; its sizes as dims."""
     shim = model.shims[0]
     shim._model = BiLMRuntime(bilm.to(get_torch_default_device()), model.attrs["bilm_settings"])
     shim._grad_scaler.to_(shim.device)

@@ -1,6 +1,5 @@
-"""The biLM inside thinc: a :class:`thinc.api.PyTorchShim` whose module is a runtime holding the
-biLM (:class:`~spacy_elmo.bilm.runtime.BiLMRuntime`), that may start empty and is saved as standard
-ELMo files (the layer, :mod:`spacy_elmo.layers.bilm`, says when it makes the module).
+"""The biLM inside thinc: a :class:`thinc.api.PyTorchShim` whose module, a runtime holding the biLM,
+may start empty and is saved as standard ELMo files (:mod:`spacy_elmo.layers.bilm` makes it).
 """
 
 import copy
@@ -30,9 +29,8 @@ def _runtime_to_bytes(runtime: Optional[BiLMRuntime]) -> bytes:
 
 
 def _runtime_from_bytes(_previous: Optional[BiLMRuntime], data: bytes, device: torch.device) -> Optional[BiLMRuntime]:
-    """thinc's ``deserialize_model`` hook: a runtime of the biLM and settings of ``data`` on ``device``.
-
-    Module-level functions, not lambdas, so that the shim, and the pipeline holding it, pickle."""
+    """thinc's ``deserialize_model`` hook: a runtime of the biLM and settings of ``data`` on ``device``
+    (module-level hooks, not lambdas: the shim, and the pipeline holding it, pickle)."""
     bilm = bilm_from_bytes(data, device)
     return None if bilm is None else BiLMRuntime(bilm, bilm.settings)
 

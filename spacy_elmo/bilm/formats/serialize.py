@@ -23,9 +23,8 @@ MANYLANGS_FORMAT = "elmoformanylangs"
 
 
 def bilm_to_bytes(bilm: BiLM, settings: Optional[BiLMSettings] = None) -> bytes:
-    """The biLM's files plus the settings of a runtime (default: its own's): ``options.json`` and
-    ``weights.hdf5`` (standard layout), or, for an ELMoForManyLangs biLM, every file of its model
-    directory by name."""
+    """The biLM's files (``options.json`` and ``weights.hdf5``, or an ELMoForManyLangs biLM's model
+    directory, file by file) and a runtime's settings (default: its own runtime's)."""
     with tempfile.TemporaryDirectory(prefix="spacy_elmo_") as tmp:
         msg: Dict[str, Any]
         if is_manylangs(bilm):

@@ -4,8 +4,7 @@ Pure PyTorch: the network, its files (``options.json`` + ``weights.hdf5``, read 
 :mod:`spacy_elmo.bilm.formats.files`) and one pass from token vectors and a start state to the
 layers, :meth:`BiLM.layers_of`. How a call on sentences runs (precision, the token cache, where
 states start, batching) is a :class:`~spacy_elmo.bilm.runtime.BiLMRuntime`'s, made by what runs the
-biLM; a bare biLM's own calls (``bilm(sentences)``, :meth:`BiLM.embed_sentences`) run on its own,
-``bilm.runtime``, made at the first of them.
+biLM; a bare biLM's own calls run on its own, ``bilm.runtime``, made at the first of them.
 """
 
 from typing import Any, Dict, List, Optional, Sequence
@@ -31,11 +30,10 @@ class BiLM(nn.Module):
     """A bidirectional language model whose layers are ELMo's representations.
 
     The keyword arguments (:class:`~spacy_elmo.bilm.runtime.BiLMSettings`) say how its own calls on
-    sentences run (:attr:`runtime`), and are what a runtime made for it takes by default: ``state``,
-    where every batch's LSTM states start (``"zero"``; ``"warm"``, from a state stored with the
-    model, :meth:`warm_up`; ``"carry"``, from where the same row of the previous batch ended, as
-    bilm-tf does), and ``precision``, that of the matrix products; parameters, states and outputs
-    stay float32.
+    sentences run (:attr:`runtime`): ``state``, where every batch's LSTM states start (``"zero"``;
+    ``"warm"``, from a state stored with the model, :meth:`warm_up`; ``"carry"``, from where the same
+    row of the previous batch ended, as bilm-tf does), and ``precision``, that of the matrix
+    products; parameters, states and outputs stay float32.
     """
 
     warm_hidden: Optional[Tensor]
@@ -167,8 +165,7 @@ class BiLM(nn.Module):
     # ----------------------------------------------------------------- calls on sentences (its own runtime's)
     @module_property
     def runtime(self) -> BiLMRuntime:
-        """The runtime of this biLM's own calls, made at the first with its settings. Not a
-        submodule (the runtime holds the biLM): kept in the instance's ``__dict__``."""
+        """Its own calls' runtime, made at the first (in ``__dict__``: the runtime holds the biLM)."""
         own = self.__dict__.get("_own_runtime")
         if own is None:
             own = self.__dict__["_own_runtime"] = BiLMRuntime(self, self._loaded_with)
@@ -195,8 +192,7 @@ class BiLM(nn.Module):
         return self.runtime.embed_sentences(sentences)
 
     def warm_up(self, sentences: Sequence[Sequence[str]]) -> None:
-        """Store the state reached after reading ``sentences`` in order as the warm start
-        (:meth:`.BiLMRuntime.warm_up`); saved by :meth:`to_files`."""
+        """Store the warm start, the state after ``sentences`` (:meth:`.BiLMRuntime.warm_up`; in :meth:`to_files`)."""
         self.runtime.warm_up(sentences)
 
 
