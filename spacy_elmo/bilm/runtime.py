@@ -1,10 +1,10 @@
 """How a biLM runs, kept apart from what it is (:class:`~spacy_elmo.bilm.BiLM`, the network):
 :class:`BiLMRuntime`, made and owned by what runs the biLM (the ``elmo`` layer, ``embed``, ``spacy-elmo
-bench``; a bare biLM's calls, pretraining's among them, run on its own, ``bilm.runtime``): the
-precision setting and what it resolves to (:mod:`.precision.autotune`), inference's weight copies
-made ahead and the float32 weights they let go to disk (:mod:`.memory.offload`), the token cache,
-where a batch's LSTM states start (and those carried in ``"carry"`` mode), and the split of
-sentences into passes of ``max_batch_tokens``.
+bench``, pretraining's evaluation; a bare biLM's calls, pretraining's steps among them, run on its
+own, ``bilm.runtime``): the precision setting and what it resolves to (:mod:`.precision.autotune`),
+inference's weight copies made ahead and the float32 weights they let go to disk
+(:mod:`.memory.offload`), the token cache, where a batch's LSTM states start (and those carried in
+``"carry"`` mode), and the split of sentences into passes of ``max_batch_tokens``.
 """
 
 import functools

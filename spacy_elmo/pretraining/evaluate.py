@@ -10,6 +10,9 @@ the two mean NLLs (their geometric mean), bilm-tf's convention.
 biLM's stored warm start) or ``"carry"`` (documents run as ``batch_size`` streams, row r
 reading documents r, r + batch_size, ...; each starts where the previous one of its row ended,
 like ``BiLM(state="carry")``; the first ones start from zero).
+
+The biLM runs on a runtime the caller makes for the evaluation (pretraining makes one per
+evaluation), so that what it caches goes with it and what others cached does not reach it.
 """
 
 import math
@@ -17,14 +20,14 @@ from typing import Dict, Sequence
 
 import torch
 
-from ..bilm import BiLM
 from ..bilm.model.states import STATE_MODES, StateMode
+from ..bilm.runtime import BiLMRuntime
 from .softmax import SharedSoftmax
 from .vocab import BOS, EOS, Vocabulary
 
 
 def heldout_perplexity(
-    bilm: BiLM,
+    runtime: BiLMRuntime,
     softmax: SharedSoftmax,
     vocab: Vocabulary,
     documents: Sequence[Sequence[str]],
@@ -33,23 +36,24 @@ def heldout_perplexity(
 ) -> Dict[str, float]:
     """Perplexities ``forward``, ``backward``, ``average`` and the number of ``targets``.
 
-    The products run at the biLM's precision (:attr:`.BiLMRuntime.resolved_precision`), the softmax's too.
+    The products run at the runtime's precision for inference (:attr:`.BiLMRuntime.resolved_precision`),
+    the softmax's too.
     """
     if initial not in STATE_MODES:
         raise ValueError(f"initial state must be one of {STATE_MODES}, got {initial!r}")
     if not documents:
         raise ValueError("held-out perplexity needs at least one document")
-    was_training = bilm.training
-    bilm.eval()
+    was_training = runtime.model.training
+    runtime.eval()
     nll = torch.zeros(2, dtype=torch.float64)  # [forward, backward]
     count = 0  # targets per direction
-    carried = bilm.runtime.initial_state(batch_size, "zero")  # what "carry" continues from: zeros at first
+    carried = runtime.initial_state(batch_size, "zero")  # what "carry" continues from: zeros at first
     try:
         with torch.no_grad():
-            dtype = bilm.runtime.resolved_precision.dtype  # inference's, without gradients
+            dtype = runtime.resolved_precision.dtype  # inference's, without gradients
             for start in range(0, len(documents), batch_size):
                 batch = documents[start : start + batch_size]
-                output = bilm(batch, state=bilm.runtime.initial_state(len(batch), initial, carried))
+                output = runtime(batch, state=runtime.initial_state(len(batch), initial, carried))
                 carried, top = output.state, output.layers[-1]  # top: (batch, time, 2P), boundaries included
                 ids = torch.full(top.shape[:2], BOS, dtype=torch.int64)  # (batch, time): <S> w1 .. wn </S>
                 for row, document in enumerate(batch):
@@ -61,7 +65,7 @@ def heldout_perplexity(
                 nll += torch.stack([forward.double().sum(), backward.double().sum()]).cpu()
                 count += int(valid.sum())
     finally:
-        bilm.train(was_training)
+        runtime.train(was_training)
     mean = nll / count
     return {
         "forward": math.exp(mean[0]),

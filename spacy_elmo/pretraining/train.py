@@ -28,6 +28,7 @@ from ..bilm import BiLM, ElmoOptions, LSTMState
 from ..bilm.model.states import STATE_MODES, StateMode
 from ..bilm.precision.autotune import cpu_auto_precision
 from ..bilm.precision.resolved import ResolvedPrecision
+from ..bilm.runtime import BiLMRuntime
 from ..fileio import OPTIONS_NAME, WEIGHTS_NAME, PathLike, standard_files
 from .checkpoint import CHECKPOINT_NAME, Interrupted, prepare_output_dir, seed_everything, stop_requests
 from .config import TrainingConfig, build_optimizer, with_training_keys
@@ -232,8 +233,9 @@ class Trainer(Checkpointed):
         """Held-out perplexity (rank 0 only); logged as an ``"eval"`` record."""
         if not self.env.is_main:
             return {}
-        bilm, softmax, vocab, docs = self.bilm, self.loss.softmax, self.vocab, self.dev_documents
-        evals = {s: heldout_perplexity(bilm, softmax, vocab, docs, s, batch_size=self.rows) for s in initial_states}
+        runtime = BiLMRuntime(self.bilm, self.bilm.settings)  # this evaluation's: its token cache goes with it
+        softmax, vocab, docs = self.loss.softmax, self.vocab, self.dev_documents
+        evals = {s: heldout_perplexity(runtime, softmax, vocab, docs, s, batch_size=self.rows) for s in initial_states}
         record: Dict[str, Any] = {"step": self.step, "eval": evals}
         self.log.write(record)
         return record

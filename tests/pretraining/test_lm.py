@@ -81,7 +81,7 @@ def test_heldout_perplexity_equals_a_hand_computed_value():
     with torch.no_grad():
         loss.softmax.weight.zero_()
         loss.softmax.bias.copy_(probs.log())
-    result = heldout_perplexity(bilm, loss.softmax, vocab, [["a", "b"], ["a"]], batch_size=1)
+    result = heldout_perplexity(bilm.runtime, loss.softmax, vocab, [["a", "b"], ["a"]], batch_size=1)
     forward = math.exp(-(math.log(0.4) + math.log(0.25) + math.log(0.2) + math.log(0.4) + math.log(0.2)) / 5)
     backward = math.exp(-(math.log(0.1) + math.log(0.4) + math.log(0.25) + math.log(0.1) + math.log(0.4)) / 5)
     assert math.isclose(result["forward"], forward, rel_tol=1e-5)
@@ -95,15 +95,15 @@ def test_heldout_perplexity_initial_states():
     vocab = Vocabulary(["a", "b"])
     softmax = BiLMLoss(bilm, len(vocab)).softmax
     documents = [["a", "b"], ["b"], ["a", "a", "b"], ["b", "a"]]
-    zero = heldout_perplexity(bilm, softmax, vocab, documents, "zero", batch_size=2)
-    carry = heldout_perplexity(bilm, softmax, vocab, documents, "carry", batch_size=2)
+    zero = heldout_perplexity(bilm.runtime, softmax, vocab, documents, "zero", batch_size=2)
+    carry = heldout_perplexity(bilm.runtime, softmax, vocab, documents, "carry", batch_size=2)
     bilm.warm_up([["b", "a", "b"]])
-    warm = heldout_perplexity(bilm, softmax, vocab, documents, "warm", batch_size=2)
+    warm = heldout_perplexity(bilm.runtime, softmax, vocab, documents, "warm", batch_size=2)
     assert len({zero["average"], carry["average"], warm["average"]}) == 3
     # the first batch of "carry" starts from zero: one document per batch makes it "zero"
     assert math.isclose(
-        heldout_perplexity(bilm, softmax, vocab, documents[:2], "carry", batch_size=2)["forward"],
-        heldout_perplexity(bilm, softmax, vocab, documents[:2], "zero", batch_size=2)["forward"],
+        heldout_perplexity(bilm.runtime, softmax, vocab, documents[:2], "carry", batch_size=2)["forward"],
+        heldout_perplexity(bilm.runtime, softmax, vocab, documents[:2], "zero", batch_size=2)["forward"],
     )
 
 

@@ -9,11 +9,12 @@ import torch
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
-from spacy_elmo.bilm.runtime import BiLMRuntime
+from spacy_elmo.bilm.runtime import BiLMRuntime, BiLMSettings
 from spacy_elmo.cli import app
 from spacy_elmo.pretraining import SharedSoftmax, TrainingConfig, get_preset, pretrain, train
 from spacy_elmo.pretraining.checkpoint import load_checkpoint
 from spacy_elmo.pretraining.distributed import Distributed
+from spacy_elmo.pretraining.evaluate import heldout_perplexity
 from spacy_elmo.pretraining.softmax import sample_log_uniform
 
 from .helpers import write_repetitive_corpus
@@ -153,3 +154,31 @@ def test_a_resumed_run_takes_the_precision_of_the_new_command(tmp_path):
         pretrain(tmp_path / "train.txt", tmp_path / "out", preset.options, config, progress=False)
         checkpoint = load_checkpoint(tmp_path / "out" / "checkpoint.pt")
         assert (checkpoint["step"], checkpoint["config"]["precision"]) == (steps, precision)
+
+
+def test_evaluation_runs_on_a_runtime_of_its_own_in_the_runs_precision(tmp_path):
+    """Held-out perplexity runs in the run's products on a runtime made for it: what it caches goes
+    with it, and the trained biLM's own runtime (its steps') is left as it was."""
+    write_repetitive_corpus(tmp_path / "train.txt", 30)
+    write_repetitive_corpus(tmp_path / "dev.txt", 3)
+    preset = get_preset("tiny")
+    config = preset.training.updated(max_steps=1, precision="bf16", warm_documents=0)
+    trainer = train.Trainer(
+        Distributed(),
+        tmp_path / "train.txt",
+        tmp_path / "out",
+        preset.options,
+        config,
+        dev_path=tmp_path / "dev.txt",
+        init_from=None,
+        resume=False,
+        progress=False,
+    )
+    own_cache = trainer.bilm.runtime.token_cache
+    evaluated = trainer._evaluate()["eval"]["zero"]
+    assert len(own_cache) == 0
+    bf16 = BiLMRuntime(trainer.bilm, BiLMSettings(precision="bf16"))
+    docs, rows = trainer.dev_documents, trainer.rows
+    assert evaluated == heldout_perplexity(bf16, trainer.loss.softmax, trainer.vocab, docs, batch_size=rows)
+    fp32 = heldout_perplexity(BiLMRuntime(trainer.bilm, BiLMSettings()), trainer.loss.softmax, trainer.vocab, docs)
+    assert fp32["average"] != evaluated["average"]
