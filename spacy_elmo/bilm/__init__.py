@@ -1,7 +1,7 @@
 """The ELMo biLM in pure PyTorch: no spaCy here."""
 
+from .bilm import BiLM, BiLMOutput
 from .errors import ElmoFileError
-from .model.bilm import BiLM, BiLMOutput
 from .model.lstm import LSTMState
 from .model.options import ElmoOptions
 

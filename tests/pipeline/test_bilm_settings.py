@@ -10,7 +10,7 @@ from thinc.api import Config, ConfigValidationError
 
 import spacy_elmo.configs
 from spacy_elmo.architectures import build_elmo_bilm
-from spacy_elmo.bilm.model.bilm import BiLMSettings
+from spacy_elmo.bilm.runtime import BiLMSettings
 from spacy_elmo.layers import ElmoBiLMSettings, get_bilm
 from spacy_elmo.pipeline_component import DEFAULT_MODEL
 

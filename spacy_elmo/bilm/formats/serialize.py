@@ -15,8 +15,9 @@ import torch
 
 from ...fileio import PathLike, standard_files
 from ...published.layout import is_manylangs_directory
-from ..model.bilm import BiLM, BiLMSettings
+from ..bilm import BiLM
 from ..model.options import ElmoOptions
+from ..runtime import BiLMSettings
 from .manylangs import is_manylangs, load_manylangs, model_files, write_manylangs
 
 MANYLANGS_FORMAT = "elmoformanylangs"

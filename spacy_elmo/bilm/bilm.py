@@ -4,7 +4,8 @@ Pure PyTorch: the network, its files (``options.json`` + ``weights.hdf5``, read 
 :mod:`spacy_elmo.bilm.formats.files`) and one pass from token vectors and a start state to the
 layers, :meth:`BiLM.layers_of`. How a call on sentences runs (precision, the token cache, where
 states start, batching) is a :class:`~spacy_elmo.bilm.runtime.BiLMRuntime`'s, made by what runs the
-biLM; a bare biLM's own calls run on its own, ``bilm.runtime``, made at the first of them.
+biLM; a bare biLM's own calls run on its own, ``bilm.runtime``, made at the first of them. So the
+class sits above its parts (:mod:`.model`, which never reaches the runtime) and beside the runtime.
 """
 
 from typing import Any, Dict, List, Optional, Sequence
@@ -13,15 +14,15 @@ import numpy
 import torch
 from torch import Tensor, nn
 
-from ...fileio import PathLike
-from ..errors import module_property
-from ..formats.files import load_files, write_files
-from ..precision.resolved import Precision
-from ..runtime import BiLMRuntime, BiLMSettings
-from .char_cnn import CharCNN
-from .lstm import BiLMOutput, BiLSTMStack, LSTMState
-from .options import ElmoOptions
-from .token_encoder import LEGACY_STATE_PREFIX, STATE_PREFIX, TokenEncoder
+from ..fileio import PathLike
+from .errors import module_property
+from .formats.files import load_files, write_files
+from .model.char_cnn import CharCNN
+from .model.lstm import BiLMOutput, BiLSTMStack, LSTMState
+from .model.options import ElmoOptions
+from .model.token_encoder import LEGACY_STATE_PREFIX, STATE_PREFIX, TokenEncoder
+from .precision.resolved import Precision
+from .runtime import BiLMRuntime, BiLMSettings
 
 __all__ = ["BiLM", "BiLMOutput", "BiLMSettings"]
 
@@ -87,8 +88,8 @@ class BiLM(nn.Module):
         of a directory or archive holding a model, or a local directory (bilm-tf's files, or
         ELMoForManyLangs' layout: :mod:`.manylangs`). A name or URL is downloaded into the cache
         once (:mod:`spacy_elmo.published.cache`). ``settings``: see :class:`BiLMSettings`."""
-        from ...published.resolve import load_pretrained, manylangs_directory
-        from ..formats.manylangs import load_manylangs
+        from ..published.resolve import load_pretrained, manylangs_directory
+        from .formats.manylangs import load_manylangs
 
         BiLMSettings(**settings).check()  # refuse bad settings now, not as a bad download after fetching it
         if (directory := manylangs_directory(name_or_url_or_dir)) is not None:
