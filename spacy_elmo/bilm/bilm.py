@@ -4,8 +4,7 @@ Pure PyTorch: the network, its files (``options.json`` + ``weights.hdf5``, read 
 :mod:`spacy_elmo.bilm.formats.files`) and one pass from token vectors and a start state to the
 layers, :meth:`BiLM.layers_of`. How a call on sentences runs (precision, the token cache, where
 states start, batching) is a :class:`~spacy_elmo.bilm.runtime.BiLMRuntime`'s, made by what runs the
-biLM; a bare biLM's own calls run on its own, ``bilm.runtime``, made at the first of them. So the
-class sits above its parts (:mod:`.model`, which never reaches the runtime) and beside the runtime.
+biLM; a bare biLM's own calls run on its own, ``bilm.runtime``: so the class sits beside the runtime.
 """
 
 from typing import Any, Dict, List, Optional, Sequence

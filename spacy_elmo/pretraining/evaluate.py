@@ -9,10 +9,8 @@ the two mean NLLs (their geometric mean), bilm-tf's convention.
 ``initial`` chooses the LSTM state each document starts from: ``"zero"``, ``"warm"`` (the
 biLM's stored warm start) or ``"carry"`` (documents run as ``batch_size`` streams, row r
 reading documents r, r + batch_size, ...; each starts where the previous one of its row ended,
-like ``BiLM(state="carry")``; the first ones start from zero).
-
-The biLM runs on a runtime the caller makes for the evaluation (pretraining makes one per
-evaluation), so that what it caches goes with it and what others cached does not reach it.
+like ``BiLM(state="carry")``; the first ones start from zero). The biLM runs on a runtime made
+for the evaluation (pretraining makes one per evaluation): what it caches goes with it.
 """
 
 import math

@@ -25,11 +25,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..batching import Interrupted
+from ..batching import DeadlineExceeded, Interrupted, Overloaded, ShuttingDown
 from .memory import resident_mib
 from .metrics import ServiceMetrics
 from .settings import DEFAULT_REQUEST_TIMEOUT, RequestLimits
-from .worker import DeadlineExceeded, NotReady, Overloaded, ShuttingDown, Worker, WorkerFailed, logger
+from .worker import NotReady, Worker, WorkerFailed, logger
 
 DEFAULT_REQUESTS = RequestLimits()
 # The version of the HTTP interface (OpenAPI's info.version): a change that breaks a client raises it.
@@ -231,7 +231,7 @@ def create_app(
     ``metrics``: the worker's, where it was built with them (its batches are counted there).
     """
     metrics = ServiceMetrics() if metrics is None else metrics
-    metrics.queue_depth.set_function(lambda: worker.queued)
+    metrics.queue_depth.set_function(lambda: worker.batcher.queued)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -272,8 +272,8 @@ def _add_watch_routes(app: FastAPI, worker: Worker, metrics: ServiceMetrics) -> 
         return Health(
             status=worker.state,
             reason=None if worker.failure is None else f"{type(worker.failure).__name__}: {worker.failure}",
-            queued=worker.queued,
-            batches=worker.batches_run,
+            queued=worker.batcher.queued,
+            batches=worker.batcher.batches_run,
             rss_mib=resident_mib(),
             rss_at_rest_mib=worker.rest_mib,
         )

@@ -20,11 +20,9 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-from ..batching import Batcher, BatchObserver, DeadlineExceeded, Overloaded, Request, ShuttingDown
+from ..batching import Batcher, BatchObserver, Request, ShuttingDown
 from .memory import HEAP_TRIM_AVAILABLE, freeze_long_lived, release_free_heap, resident_mib
 from .settings import BatchLimits
-
-__all__ = ["DeadlineExceeded", "NotReady", "Overloaded", "ShuttingDown", "Worker", "WorkerFailed", "WARM_UP_TEXTS"]
 
 logger = logging.getLogger("spacy_elmo.serve")
 
@@ -114,15 +112,6 @@ class Worker:
             return "stopping"
         return "ready" if self._ready.is_set() else "loading"
 
-    @property
-    def queued(self) -> int:
-        """Requests waiting for a batch (the running batch's not counted)."""
-        return self.batcher.queued
-
-    @property
-    def batches_run(self) -> int:
-        return self.batcher.batches_run
-
     def start(self) -> None:
         self._thread.start()
 
@@ -187,7 +176,7 @@ class Worker:
             self.batcher.serve_forever(self._after_batch)
         except BaseException as err:  # nothing runs the pipeline now: say so, and let the server stop
             self.failure = err
-            logger.exception("the pipeline's worker failed after %d batches", self.batches_run)
+            logger.exception("the pipeline's worker failed after %d batches", self.batcher.batches_run)
             self.batcher.fail(WorkerFailed(f"the pipeline's worker failed: {type(err).__name__}: {err}"))
             if self._on_failure is not None:
                 self._on_failure(err)
@@ -195,7 +184,7 @@ class Worker:
         finally:
             if self._freeze_heap:
                 gc.unfreeze()
-        logger.info("the pipeline's worker drained its queue and stopped after %d batches", self.batches_run)
+        logger.info("the pipeline's worker drained its queue and stopped after %d batches", self.batcher.batches_run)
 
     def _warm_up(self, run: BatchRun) -> None:
         """Each warm-up text alone, then all together; logs the time and the memory at rest after it."""

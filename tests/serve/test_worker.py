@@ -12,10 +12,10 @@ import pytest
 import spacy
 from spacy.language import Language
 
-from spacy_elmo.batching import retry_after_seconds
+from spacy_elmo.batching import Overloaded, ShuttingDown, retry_after_seconds
 from spacy_elmo.serve.pipeline import PipelineRun, doc_output
 from spacy_elmo.serve.settings import BatchLimits
-from spacy_elmo.serve.worker import NotReady, Overloaded, ShuttingDown, Worker, WorkerFailed
+from spacy_elmo.serve.worker import NotReady, Worker, WorkerFailed
 
 from ..helpers import elmo_config
 
@@ -94,7 +94,7 @@ def test_callers_that_arrive_during_a_batch_form_the_next_one_and_each_gets_its_
     first = worker.submit(["a"], vectors=False)
     assert run.first_started.wait(TIMEOUT)
     waiting = [worker.submit(texts, vectors=i % 2 == 0) for i, texts in enumerate([["b", "c"], ["d"], ["e"], ["f"]])]
-    assert worker.queued == 4
+    assert worker.batcher.queued == 4
     run.release.set()
     assert first.result(TIMEOUT) == [("A", False)]
     assert [f.result(TIMEOUT) for f in waiting] == [
