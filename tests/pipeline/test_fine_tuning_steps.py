@@ -32,8 +32,17 @@ def outputs(nlp: Language) -> List[numpy.ndarray]:
     return found
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-@pytest.mark.parametrize("config_name", ["ner_elmo.cfg", "textcat_elmo.cfg"])
+# The edit loop (make test-fast) runs each config in one precision, each precision in one config;
+# the whole suite every pair.
+@pytest.mark.parametrize(
+    "config_name, precision",
+    [
+        ("ner_elmo.cfg", "fp32"),
+        ("textcat_elmo.cfg", "bf16"),
+        pytest.param("ner_elmo.cfg", "bf16", marks=pytest.mark.slow),
+        pytest.param("textcat_elmo.cfg", "fp32", marks=pytest.mark.slow),
+    ],
+)
 def test_predictions_after_each_fine_tuning_step_equal_a_fresh_copy(
     config_name: str, precision: str, bilm_files, tmp_path: Path
 ) -> None:

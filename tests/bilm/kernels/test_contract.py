@@ -86,13 +86,14 @@ def registry_cases() -> Dict[str, Case]:
 
 
 CASES = registry_cases()
-# Seconds a case in Triton's interpreter: the edit loop (make test-fast) leaves its 64 rows to the whole suite.
+# Seconds a case of many rows in Triton's interpreter: the edit loop (make test-fast) runs the fused
+# loop on one row and on rows stopping one by one, and leaves more rows to the whole suite.
 PAIRS = [
     pytest.param(
         case,
         lengths,
         id=f"{case_id}-{lengths_id}",
-        marks=[pytest.mark.slow] * (case.kind == "fused" and len(lengths) == 64),
+        marks=[pytest.mark.slow] * (case.kind == "fused" and len(lengths) > len(LENGTHS["rows stop one by one"])),
     )
     for case_id, case in CASES.items()
     for lengths_id, lengths in LENGTHS.items()

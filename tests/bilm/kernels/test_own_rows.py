@@ -116,7 +116,9 @@ def assert_concurrent_calls_match_serial(model: BiLM, docs: Sequence[List[List[s
             assert_own(got, alone, f"{label}, doc {index} sentence {sentence} from 8 threads")
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
+# The edit loop (make test-fast) runs the kernels of plain weight copies; the packs' (int8's,
+# oneDNN's bf16) in the whole suite.
+@pytest.mark.parametrize("precision", [pytest.param(p, marks=[pytest.mark.slow] * ("-" in p)) for p in PRECISIONS])
 def test_concurrent_calls_get_what_serial_calls_get(with_precision, precision: str) -> None:
     """Docs of a few sentences and docs of more than int8's few rows (on oneDNN's packs, if made)."""
     model = with_precision(random_bilm(cache_size=0), precision)
