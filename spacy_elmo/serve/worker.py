@@ -8,7 +8,8 @@ requests (:meth:`Worker.submit`) and wait on a future, and the thread serves the
 a failed batch run again request by request, the queue's bound with a ``Retry-After``), each
 batch one call of a :data:`PipelineBatch` (which opens one zone around it).
 
-After each batch the allocator's free pages go back to the system (:mod:`.memory`);
+After each batch the thread frees its OpenMP team and the allocator's free pages go back to the
+system (:mod:`.memory`);
 :meth:`Worker.close` refuses new requests and returns once the queue is drained.
 """
 
@@ -21,6 +22,7 @@ from concurrent.futures import Future
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from ..batching import Batcher, BatchObserver, Request, ShuttingDown
+from ..bilm.compute_thread import release_openmp_threads
 from .memory import HEAP_TRIM_AVAILABLE, freeze_long_lived, release_free_heap, resident_mib
 from .settings import BatchLimits
 
@@ -173,7 +175,7 @@ class Worker:
         finally:
             self._settled.set()
         try:
-            self.batcher.serve_forever(self._after_batch)
+            self.batcher.serve_forever(self._rest)
         except BaseException as err:  # nothing runs the pipeline now: say so, and let the server stop
             self.failure = err
             logger.exception("the pipeline's worker failed after %d batches", self.batcher.batches_run)
@@ -186,6 +188,12 @@ class Worker:
                 gc.unfreeze()
         logger.info("the pipeline's worker drained its queue and stopped after %d batches", self.batcher.batches_run)
 
+    def _rest(self) -> None:
+        """Between batches: free this thread's OpenMP team, whose threads would spin on the cores the
+        event loop needs to answer the batch (it is made again at the next), then ``after_batch``."""
+        release_openmp_threads()
+        self._after_batch()
+
     def _warm_up(self, run: BatchRun) -> None:
         """Each warm-up text alone, then all together; logs the time and the memory at rest after it."""
         start = time.perf_counter()
@@ -193,7 +201,7 @@ class Worker:
             run([text], [True])
         if len(self._warm_up_texts) > 1:
             run(self._warm_up_texts, [True] * len(self._warm_up_texts))
-        self._after_batch()
+        self._rest()
         seconds = time.perf_counter() - start
         self.rest_mib = resident_mib()
         rest = "unknown" if self.rest_mib is None else f"{self.rest_mib:.0f} MiB"

@@ -6,13 +6,16 @@ import sys
 import textwrap
 import threading
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, List, Sequence
 
 import pytest
 import spacy
+import torch
 from spacy.language import Language
 
 from spacy_elmo.batching import Overloaded, ShuttingDown, retry_after_seconds
+from spacy_elmo.bilm.compute_thread import _libgomp
 from spacy_elmo.serve.pipeline import PipelineRun, doc_output
 from spacy_elmo.serve.settings import BatchLimits
 from spacy_elmo.serve.worker import NotReady, Worker, WorkerFailed
@@ -341,3 +344,31 @@ def test_a_worker_that_dies_outside_a_batch_fails_what_it_holds_and_says_so() ->
     with pytest.raises(NotReady, match="failed: OSError: the allocator is gone"):
         worker.submit(["c"], vectors=False)
     assert run.batches == [["a"]]
+
+
+def process_threads() -> int:
+    """The process's threads, OpenMP's included (which ``threading`` does not see)."""
+    return len(list(Path("/proc/self/task").iterdir()))
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts the process's threads in /proc")
+def test_the_worker_frees_its_openmp_team_after_each_batch() -> None:
+    """Its team's threads would spin on the cores the event loop needs to answer the batch."""
+    if _libgomp() is None:
+        pytest.skip("torch does not run on GNU OpenMP here")
+    rested, during = threading.Event(), []
+
+    def run(texts: Sequence[str], vectors: Sequence[bool]) -> List[Any]:
+        torch.set_num_threads(2)
+        total = float(torch.ones(1 << 22).sum())  # a parallel operation: the thread's team is made
+        during.append(process_threads())
+        return [total] * len(texts)
+
+    worker = Worker(lambda: run, warm_up_texts=("warm-up",), after_batch=rested.set)
+    worker.start()
+    wait_ready(worker)
+    rested.clear()
+    assert worker.submit(["text"], vectors=False).result(TIMEOUT) == [float(1 << 22)]
+    assert rested.wait(TIMEOUT)
+    assert process_threads() < during[-1]
+    assert worker.close(TIMEOUT)
