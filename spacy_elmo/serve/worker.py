@@ -136,13 +136,11 @@ class Worker:
         if self.failure is not None or self._run is None or not self._ready.is_set():
             if self.batcher.closing and self.failure is None:
                 raise ShuttingDown("the server is shutting down: it takes no new requests")
-            raise NotReady(f"the pipeline is not ready ({self.state}{self._reason()})")
+            reason = "" if self.failure is None else f": {type(self.failure).__name__}: {self.failure}"
+            raise NotReady(f"the pipeline is not ready ({self.state}{reason})")
         items = [(text, vectors) for text in texts]
         width = max((len(text) for text in texts), default=0)
         return self.batcher.submit(Request(items, width, self._run_texts, deadline=deadline, label=request_id))
-
-    def _reason(self) -> str:
-        return "" if self.failure is None else f": {type(self.failure).__name__}: {self.failure}"
 
     def close(self, timeout: Optional[float] = None) -> bool:
         """Refuse new requests, let the thread run what is queued, and wait for it to end (at most
@@ -189,8 +187,7 @@ class Worker:
         logger.info("the pipeline's worker drained its queue and stopped after %d batches", self.batcher.batches_run)
 
     def _rest(self) -> None:
-        """Between batches: free this thread's OpenMP team, whose threads would spin on the cores the
-        event loop needs to answer the batch (it is made again at the next), then ``after_batch``."""
+        """Between batches: free this thread's OpenMP team (docs/serving.md), then ``after_batch``."""
         release_openmp_threads()
         self._after_batch()
 
