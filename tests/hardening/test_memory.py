@@ -7,6 +7,7 @@ pipe makes on CPU (the biLM's own torch buffers are not traced; they are one bat
 import random
 import tracemalloc
 
+import pytest
 import spacy
 from spacy.language import Language
 from spacy.tokens import Doc
@@ -14,6 +15,8 @@ from spacy.tokens import Doc
 from ..helpers import N_LAYERS, WIDTH, elmo_config
 
 FLOAT32 = 4
+# Traced 80,000-token docs (a second each): the whole suite's, not the edit loop's (make test-fast).
+pytestmark = pytest.mark.slow
 
 
 def long_doc(nlp: Language, n_tokens: int) -> Doc:
