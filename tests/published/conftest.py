@@ -86,15 +86,20 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         sent = body[:cut] if cut is not None else body
         slow = self.server.host.faults.get(self.path) == "slow"
-        try:
-            for i in range(0, len(sent), 4096):
-                self.wfile.write(sent[i : i + 4096])
-                if slow:
-                    time.sleep(0.05)
-        except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting: what the fault tests
-            return
+        for i in range(0, len(sent), 4096):
+            chunk = sent[i : i + 4096]
+            self._count(len(chunk))  # before the client can have read it: a test may look as soon as it has
+            try:
+                self.wfile.write(chunk)
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting: what the fault tests
+                self._count(-len(chunk))
+                return
+            if slow:
+                time.sleep(0.05)
+
+    def _count(self, n_bytes: int) -> None:
         with self.server.host.lock:
-            self.server.host.sent[self.path] = self.server.host.sent.get(self.path, 0) + len(sent)
+            self.server.host.sent[self.path] = self.server.host.sent.get(self.path, 0) + n_bytes
 
     def log_message(self, format: str, *args: object) -> None:
         """Quiet: pytest shows the requests through ``FakeHost.requests`` when a test fails."""
