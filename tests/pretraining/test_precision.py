@@ -20,6 +20,21 @@ from spacy_elmo.pretraining.softmax import sample_log_uniform
 from .helpers import write_repetitive_corpus
 
 
+def new_trainer(tmp_path, config: TrainingConfig, dev_path=None, progress: bool = False) -> train.Trainer:
+    """A run of the tiny preset on ``tmp_path / "train.txt"``, set up, not started."""
+    return train.Trainer(
+        Distributed(),
+        tmp_path / "train.txt",
+        tmp_path / "out",
+        get_preset("tiny").options,
+        config,
+        dev_path=dev_path,
+        init_from=None,
+        resume=False,
+        progress=progress,
+    )
+
+
 def _datasets(group: h5py.Group):
     found = []
     group.visititems(lambda name, item: found.append(item) if isinstance(item, h5py.Dataset) else None)
@@ -128,17 +143,7 @@ def test_auto_pretrains_in_the_training_decision_measured_for_the_bilm(tmp_path,
     write_repetitive_corpus(tmp_path / "train.txt", 30)
     preset = get_preset("tiny")
     config = preset.training.updated(max_steps=1, precision="auto", warm_documents=0)
-    trainer = train.Trainer(
-        Distributed(),
-        tmp_path / "train.txt",
-        tmp_path / "out",
-        preset.options,
-        config,
-        dev_path=None,
-        init_from=None,
-        resume=False,
-        progress=True,
-    )
+    trainer = new_trainer(tmp_path, config, progress=True)
     assert trainer.bilm.runtime.precision == "bf16" and trainer.bilm.runtime.resolved_precision.dtype == torch.bfloat16
     assert asked == [(preset.options.lstm_dim, True)]
     assert "precision auto: the matrix products run in bf16 here" in capsys.readouterr().out
@@ -163,17 +168,7 @@ def test_evaluation_runs_on_a_runtime_of_its_own_in_the_runs_precision(tmp_path)
     write_repetitive_corpus(tmp_path / "dev.txt", 3)
     preset = get_preset("tiny")
     config = preset.training.updated(max_steps=1, precision="bf16", warm_documents=0)
-    trainer = train.Trainer(
-        Distributed(),
-        tmp_path / "train.txt",
-        tmp_path / "out",
-        preset.options,
-        config,
-        dev_path=tmp_path / "dev.txt",
-        init_from=None,
-        resume=False,
-        progress=False,
-    )
+    trainer = new_trainer(tmp_path, config, dev_path=tmp_path / "dev.txt")
     own_cache = trainer.bilm.runtime.token_cache
     evaluated = trainer._evaluate()["eval"]["zero"]
     assert len(own_cache) == 0
