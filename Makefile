@@ -25,6 +25,9 @@ TORCH_FLOOR := $(shell grep '^torch==' $(FLOORS))
 # edit-test loop on both cores of a 2-core machine).
 FAST_TESTS := -m "not slow and not gpu" --ignore=tests/project tests
 FAST_WORKERS ?= 2
+# Python caches what it compiles (the package, and the tests as pytest rewrites their asserts) also
+# where the environment turns that off: each run then compiles only what changed, in each process.
+unexport PYTHONDONTWRITEBYTECODE
 # What make lint and .pre-commit-config.yaml check with ruff: the package, its benchmarks, its tests and
 # the project's scripts (mypy: spacy_elmo/ only, pyproject.toml).
 LINT_PATHS := spacy_elmo benchmarks tests project

@@ -41,6 +41,7 @@ def test_static_vectors_score_chance_and_separated_senses_score_one(senses) -> N
     assert senses.nearest_neighbour_accuracy(occurrences, by_sense) == 1.0
 
 
+@pytest.mark.slow  # the bundled biLM over the set's 300 sentences and their words alone
 def test_the_default_pipe_tells_senses_apart_better_than_static_vectors(senses) -> None:
     result = senses.report(senses.default_pipeline(), senses.read_occurrences())
     assert result["layer 0 (context-free, static)"] == pytest.approx(5 / 11)

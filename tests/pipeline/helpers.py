@@ -62,10 +62,12 @@ FINE_TUNING_TEXTS = ["Alice went home . It was great .", "Bob saw Paris and Lond
 
 
 def fine_tuned_pipeline(config_name: str, bilm_files: Tuple[Path, Path], precision: str) -> Language:
-    """The shipped config on the tiny biLM, ``freeze = false``, initialized on the tiny examples."""
+    """The shipped config on the tiny biLM, ``freeze = false``, initialized on the tiny examples;
+    multi-language (the texts' tokens are space-separated, see tests/conftest.py)."""
     task = "ner" if config_name.startswith("ner") else "textcat"
     overrides = {
         **tiny_model_overrides(),
+        "nlp.lang": "xx",
         "paths.elmo_options": str(bilm_files[0]),
         "paths.elmo_weights": str(bilm_files[1]),
         "components.elmo.model.freeze": False,

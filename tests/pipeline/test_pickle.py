@@ -33,11 +33,13 @@ TRAINING_STEPS = 10  # enough for the tiny NER to find entities in TEXTS
 
 
 def shipped_ner(bilm_files: Tuple[Path, Path], **overrides: object) -> Language:
-    """ner_elmo.cfg as shipped, on the tiny biLM in fp32 and one torch thread; not initialized."""
+    """ner_elmo.cfg as shipped, on the tiny biLM in fp32 and one torch thread, multi-language
+    (the texts' tokens are space-separated, see tests/conftest.py); not initialized."""
     config = spacy.util.load_config(
         CONFIGS / "ner_elmo.cfg",
         overrides={
             **tiny_model_overrides(),
+            "nlp.lang": "xx",
             "paths.elmo_options": str(bilm_files[0]),
             "paths.elmo_weights": str(bilm_files[1]),
             "components.elmo.model.precision": "fp32",

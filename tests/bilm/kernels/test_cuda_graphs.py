@@ -32,11 +32,13 @@ if DEVICE.type == "cpu":
 
 
 class CallingRunner:
-    """A :class:`cuda_graphs.Runner` whose capture keeps the function: a replay calls it."""
+    """A :class:`cuda_graphs.Runner` whose capture keeps the function: a replay calls it, or with
+    ``computes=False`` does nothing (for tests that look only at which graphs are kept)."""
 
-    def __init__(self, fail: bool = False) -> None:
+    def __init__(self, fail: bool = False, computes: bool = True) -> None:
         self.captures = 0
         self.fail = fail
+        self.computes = computes
         self.under_capture = False
 
     def capturing(self) -> bool:
@@ -46,12 +48,14 @@ class CallingRunner:
         self.captures += 1
         if self.fail:
             raise RuntimeError("operation not permitted when stream is capturing")
-        return run
+        return run if self.computes else lambda: None
 
 
-def new_cache(fail: bool = False, max_graphs: int = cuda_graphs.MAX_GRAPHS) -> cuda_graphs.GraphCache:
+def new_cache(
+    fail: bool = False, max_graphs: int = cuda_graphs.MAX_GRAPHS, computes: bool = True
+) -> cuda_graphs.GraphCache:
     """A cache over :class:`CallingRunner`, its loops in windows of 8 positions (several per batch)."""
-    return cuda_graphs.GraphCache(CallingRunner(fail), DEVICE, max_graphs, window_positions=8)
+    return cuda_graphs.GraphCache(CallingRunner(fail, computes), DEVICE, max_graphs, window_positions=8)
 
 
 def through_cache(cache: cuda_graphs.GraphCache, layer: ProjectedLSTM, lengths: Sequence[int], dtype=torch.float32):
@@ -113,15 +117,14 @@ def test_a_changed_weight_never_replays_a_stale_graph(dtype) -> None:
         assert (graphed[0] - eager[0]).abs().max() < 0.1
 
 
-@pytest.mark.slow  # seconds in Triton's interpreter, which runs every padded row
 def test_at_most_max_graphs_are_kept_least_recently_used_out() -> None:
-    cache, layer = new_cache(max_graphs=2), random_lstm_layer(2, DEVICE)
+    cache, layer = new_cache(max_graphs=2, computes=False), random_lstm_layer(2, DEVICE)
     for lengths in ([10], [10], [6], [6], [10], [3], [3]):  # buckets of 12, 8, 12, 4 steps (largest first:
         through_cache(cache, layer, lengths)  # no buffer grows)
     assert len(cache) == 2 and cache.runner.captures == 3
-    assert_same(*through_cache(cache, layer, [10]))  # the 8 steps' graph went: 12 steps' was used later
+    assert through_cache(cache, layer, [10])[0] is not None  # the 8 steps' graph went: 12 steps' was used later
     assert cache.runner.captures == 3
-    assert_same(*through_cache(cache, layer, [7]))  # met before: captured again at once
+    assert through_cache(cache, layer, [7])[0] is not None  # met before: captured again at once
     assert cache.runner.captures == 4 and len(cache) == 2
 
 
@@ -136,7 +139,7 @@ def test_a_larger_bucket_grows_the_buffers_and_drops_the_graphs_over_the_old_one
 
 
 def test_the_graphs_of_a_freed_layer_go_at_the_next_call() -> None:
-    cache, layer = new_cache(), random_lstm_layer(4, DEVICE)
+    cache, layer = new_cache(computes=False), random_lstm_layer(4, DEVICE)
     for _ in range(2):
         through_cache(cache, layer, [1])
     assert len(cache) == 1
@@ -159,15 +162,16 @@ def test_a_failed_capture_warns_once_and_leaves_the_loop_launched() -> None:
 
 
 def test_under_another_capture_the_loop_is_launched_into_it() -> None:
-    cache, layer = new_cache(), random_lstm_layer(7, DEVICE)
+    """The calls made under the caller's capture count as no use: after it, a bucket is captured at
+    its second use as ever (what a replay then gives: the tests above)."""
+    cache, layer = new_cache(computes=False), random_lstm_layer(7, DEVICE)
     cache.runner.under_capture = True
     with pytest.warns(RuntimeWarning, match="captured already"):
         results: List = [through_cache(cache, layer, [4, 3])[0] for _ in range(3)]
     assert results == [None] * 3 and cache.runner.captures == 0 and not cache.broken
     cache.runner.under_capture = False
-    for _ in range(2):
-        graphed, eager = through_cache(cache, layer, [4, 3])
-    assert_same(graphed, eager)
+    results = [through_cache(cache, layer, [4, 3])[0] for _ in range(2)]
+    assert results[0] is None and results[1] is not None and cache.runner.captures == 1
 
 
 @pytest.mark.slow  # seconds in Triton's interpreter, which runs every padded row
