@@ -66,7 +66,8 @@ test: install
 	$(MAKE) --no-print-directory test-avx2 VENV=$(VENV)
 
 # The library's tests without the slow end-to-end runs (marked slow: spacy train, pretraining runs,
-# subprocesses, Ray, torchrun, n_process) and the project's scripts: for edit-test loops, about a minute on 2 cores.
+# subprocesses, Ray, torchrun, n_process) and the project's scripts: for edit-test loops, about half a
+# minute on 2 cores of an AVX-512 Xeon.
 test-fast: install
 	$(BIN)/python -m pytest -q -rs -n $(FAST_WORKERS) --hypothesis-profile=edit $(FAST_TESTS)
 
