@@ -156,7 +156,7 @@ def host(bilm_files) -> Iterator[FakeHost]:
     )
     server = HostServer(fake)
     fake.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.005}, daemon=True)
     thread.start()
     yield fake
     server.shutdown()
