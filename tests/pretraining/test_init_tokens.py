@@ -14,13 +14,12 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 from spacy_elmo.pretraining import get_preset, pretrain
-from spacy_elmo.pretraining.distributed import Distributed
 from spacy_elmo.pretraining.init_tokens import InitTokens, fit_init_tokens, load_static_vectors, unit_targets
 from spacy_elmo.pretraining.lm import data_parallel
 from spacy_elmo.pretraining.train import Trainer
 
 from ..helpers import assert_float32_close
-from .helpers import WORDS, write_corpus
+from .helpers import WORDS, new_trainer, write_corpus
 
 
 def _vectors(width: int = 12, seed: int = 0) -> numpy.ndarray:
@@ -273,18 +272,7 @@ def _kept_trainer(tmp_path, vectors_pipeline) -> Trainer:
     write_corpus(tmp_path / "train.txt", 20)
     preset = get_preset("tiny")
     config = preset.training.updated(max_steps=3, init_tokens_epochs=2, init_tokens_weight=1.0)
-    return Trainer(
-        env=Distributed(),
-        input_path=tmp_path / "train.txt",
-        output_dir=tmp_path / "out",
-        options=preset.options,
-        config=config,
-        dev_path=None,
-        init_from=None,
-        resume=False,
-        progress=False,
-        init_tokens_from=vectors_pipeline,
-    )
+    return new_trainer(tmp_path, config, init_tokens_from=vectors_pipeline)
 
 
 def test_no_buffer_changes_in_training(vectors_pipeline, tmp_path):

@@ -13,26 +13,10 @@ from spacy_elmo.bilm.runtime import BiLMRuntime, BiLMSettings
 from spacy_elmo.cli import app
 from spacy_elmo.pretraining import SharedSoftmax, TrainingConfig, get_preset, pretrain, train
 from spacy_elmo.pretraining.checkpoint import load_checkpoint
-from spacy_elmo.pretraining.distributed import Distributed
 from spacy_elmo.pretraining.evaluate import heldout_perplexity
 from spacy_elmo.pretraining.softmax import sample_log_uniform
 
-from .helpers import write_repetitive_corpus
-
-
-def new_trainer(tmp_path, config: TrainingConfig, dev_path=None, progress: bool = False) -> train.Trainer:
-    """A run of the tiny preset on ``tmp_path / "train.txt"``, set up, not started."""
-    return train.Trainer(
-        Distributed(),
-        tmp_path / "train.txt",
-        tmp_path / "out",
-        get_preset("tiny").options,
-        config,
-        dev_path=dev_path,
-        init_from=None,
-        resume=False,
-        progress=progress,
-    )
+from .helpers import new_trainer, write_repetitive_corpus
 
 
 def _datasets(group: h5py.Group):
